@@ -1,0 +1,49 @@
+# Two commands do all the set-up on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+
+.PHONY: run test test-fast bench lint format typecheck openapi schemas clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# Runtime install (for `make run`).
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+# Dev install (for tests, lint, bench).
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(VENV)/.installed $@
+
+run: $(VENV)/.installed
+	$(BIN)/caseshelf serve --host $(HOST) --port $(PORT)
+
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: $(VENV)/.installed-dev
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+openapi: $(VENV)/.installed-dev
+	$(BIN)/python -m caseshelf.api.openapi --write docs/openapi.json
+
+schemas: $(VENV)/.installed-dev
+	$(BIN)/python -m caseshelf.domain.schemas --write docs/schemas
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .caseshelf build *.egg-info

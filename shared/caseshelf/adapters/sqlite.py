@@ -1,0 +1,200 @@
+"""Index on SQLite: the same single-table logical rows as DynamoDB (`caseshelf.domain.keys`)."""
+
+from __future__ import annotations
+
+import base64
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from caseshelf.domain import keys
+from caseshelf.domain.errors import BadRequest, Conflict, NotFound
+from caseshelf.domain.versions import VersionRecord
+from caseshelf.ports import DatasetEntry, Page
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS items (
+    pk TEXT NOT NULL,
+    sk TEXT NOT NULL,
+    doc BLOB NOT NULL,
+    PRIMARY KEY (pk, sk)
+) WITHOUT ROWID;
+"""
+
+
+def _cursor_out(sk: str) -> str:
+    return base64.urlsafe_b64encode(sk.encode()).decode().rstrip("=")
+
+
+def _cursor_in(cursor: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest(f"invalid cursor {cursor!r}", field="cursor") from None
+
+
+class SqliteIndex:
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        with self._conn() as conn:
+            conn.executescript(_SCHEMA)
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path, timeout=30, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    # -- versions --------------------------------------------------------------------------
+
+    def put_version(self, rec: VersionRecord) -> None:
+        conn = self._conn()
+        pk = keys.version_pk(rec.tenant, rec.kind, rec.name)
+        doc = orjson.dumps(keys.record_to_item(rec))
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            try:
+                conn.execute(
+                    "INSERT INTO items (pk, sk, doc) VALUES (?, ?, ?)",
+                    (pk, keys.version_sk(rec.version), doc),
+                )
+            except sqlite3.IntegrityError:
+                raise Conflict(
+                    f"{rec.name}@{rec.version} already exists", id=rec.name, version=rec.version
+                ) from None
+            tpk, esk = keys.tenant_pk(rec.tenant), keys.entity_sk(rec.kind, rec.name)
+            row = conn.execute("SELECT doc FROM items WHERE pk=? AND sk=?", (tpk, esk)).fetchone()
+            entry = orjson.loads(row[0]) if row else {"created_at": rec.created_at}
+            entry.update(tenant=rec.tenant, kind=rec.kind, name=rec.name, updated_at=rec.created_at)
+            conn.execute(
+                "INSERT OR REPLACE INTO items (pk, sk, doc) VALUES (?, ?, ?)",
+                (tpk, esk, orjson.dumps(entry)),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def get_version(self, tenant: str, kind: str, name: str, version: str) -> VersionRecord | None:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT doc FROM items WHERE pk=? AND sk=?",
+                (keys.version_pk(tenant, kind, name), keys.version_sk(version)),
+            )
+            .fetchone()
+        )
+        return keys.item_to_record(orjson.loads(row[0])) if row else None
+
+    def list_versions(self, tenant: str, kind: str, name: str) -> list[VersionRecord]:
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT doc FROM items WHERE pk=? AND sk >= 'V#' AND sk < 'V$'",
+                (keys.version_pk(tenant, kind, name),),
+            )
+            .fetchall()
+        )
+        return [keys.item_to_record(orjson.loads(r[0])) for r in rows]
+
+    def update_version(
+        self, tenant: str, kind: str, name: str, version: str, changes: dict[str, Any]
+    ) -> VersionRecord:
+        bad = set(changes) - keys.MUTABLE_VERSION_FIELDS
+        if bad:
+            raise ValueError(f"immutable version fields: {sorted(bad)}")
+        conn = self._conn()
+        pk, sk = keys.version_pk(tenant, kind, name), keys.version_sk(version)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = conn.execute("SELECT doc FROM items WHERE pk=? AND sk=?", (pk, sk)).fetchone()
+            if row is None:
+                raise NotFound(f"no version {name}@{version}", id=name, version=version)
+            doc = orjson.loads(row[0])
+            doc.update(changes)
+            conn.execute("UPDATE items SET doc=? WHERE pk=? AND sk=?", (orjson.dumps(doc), pk, sk))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return keys.item_to_record(doc)
+
+    def list_datasets(
+        self, tenant: str, kind: str, *, cursor: str | None = None, limit: int = 50
+    ) -> Page:
+        prefix = keys.entity_prefix(kind)
+        after = _cursor_in(cursor) if cursor else prefix
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT sk, doc FROM items WHERE pk=? AND sk > ? AND sk < ? ORDER BY sk LIMIT ?",
+                (keys.tenant_pk(tenant), after, prefix[:-1] + "$", limit + 1),
+            )
+            .fetchall()
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        items = []
+        for _sk, doc in rows:
+            d = orjson.loads(doc)
+            items.append(
+                DatasetEntry(d["tenant"], d["kind"], d["name"], d["created_at"], d["updated_at"])
+            )
+        return Page(items, _cursor_out(rows[-1][0]) if more and rows else None)
+
+    def list_tenants(self) -> list[str]:
+        rows = (
+            self._conn()
+            .execute("SELECT DISTINCT pk FROM items WHERE pk LIKE 'T#%' AND pk NOT LIKE 'T#%#%'")
+            .fetchall()
+        )
+        return sorted(r[0][2:] for r in rows)
+
+    # -- auxiliary rows --------------------------------------------------------------------
+
+    def put_item(self, pk: str, sk: str, item: dict[str, Any], *, if_absent: bool = False) -> None:
+        conn = self._conn()
+        verb = "INSERT" if if_absent else "INSERT OR REPLACE"
+        try:
+            conn.execute(
+                f"{verb} INTO items (pk, sk, doc) VALUES (?, ?, ?)", (pk, sk, orjson.dumps(item))
+            )
+        except sqlite3.IntegrityError:
+            raise Conflict(f"item {pk}/{sk} already exists") from None
+
+    def get_item(self, pk: str, sk: str) -> dict[str, Any] | None:
+        row = self._conn().execute("SELECT doc FROM items WHERE pk=? AND sk=?", (pk, sk)).fetchone()
+        return orjson.loads(row[0]) if row else None
+
+    def update_item(
+        self, pk: str, sk: str, changes: dict[str, Any], *, expect: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = conn.execute("SELECT doc FROM items WHERE pk=? AND sk=?", (pk, sk)).fetchone()
+            if row is None:
+                raise NotFound(f"no item {pk}/{sk}")
+            doc = orjson.loads(row[0])
+            for k, v in (expect or {}).items():
+                if doc.get(k) != v:
+                    raise Conflict(f"item {pk}/{sk}: {k} is {doc.get(k)!r}, expected {v!r}")
+            doc.update(changes)
+            conn.execute("UPDATE items SET doc=? WHERE pk=? AND sk=?", (orjson.dumps(doc), pk, sk))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return doc

@@ -1,0 +1,1 @@
+"""Shared HTTP pieces: resolver setup, error mapping, wire DTOs, the auth context."""

@@ -1,0 +1,1 @@
+"""The pure core: models, canonical form, digests, versions, refs. No I/O."""

@@ -1,0 +1,186 @@
+"""From a raw item to a validated case and its canonical bytes.
+
+`normalise_item` is the one step between what a loader read and what is validated: legacy shapes
+are folded into the envelope there (see `caseshelf.domain.legacy`), so everything after it sees
+only the envelope. `canonical_case` then fixes the bytes that are hashed and stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from caseshelf.domain.canonical import canonical_json, digest_of
+from caseshelf.domain.errors import BadRequest
+from caseshelf.domain.models import Case
+
+# The legacy-shape normaliser is installed by `caseshelf.domain.legacy`; until then items pass
+# through unchanged. It returns the envelope item and the notice codes it raised.
+ItemNormaliser = Callable[[dict[str, Any]], tuple[dict[str, Any], list[str]]]
+
+
+def _identity(item: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    return item, []
+
+
+_normaliser: ItemNormaliser = _identity
+
+
+def install_normaliser(fn: ItemNormaliser) -> None:
+    global _normaliser
+    _normaliser = fn
+
+
+def normalise_item(item: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    return _normaliser(item)
+
+
+def validation_problem(exc: ValidationError) -> tuple[str, str]:
+    """(field path, message) of a pydantic error, for error bodies that name the field."""
+    err = exc.errors(include_url=False)[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = f"unknown key {err['loc'][-1]!r}"
+    return loc, msg
+
+
+def parse_case(item: Any, *, index: int | None = None) -> Case:
+    """Validate one item into a Case; errors name the case id (or index) and the field."""
+    if not isinstance(item, dict):
+        raise BadRequest(f"case {index} is not an object", index=index)
+    try:
+        return Case.model_validate(item)
+    except ValidationError as exc:
+        loc, msg = validation_problem(exc)
+        case_id = item.get("id") if isinstance(item.get("id"), str) else None
+        who = f"case {case_id!r}" if case_id else f"case at index {index}"
+        raise BadRequest(f"{who}: {loc}: {msg}", case_id=case_id, index=index, field=loc) from None
+
+
+class _Spec:
+    """What `strip_defaults` needs to know of one model: each field's default (as JSON) and
+    how to descend into it. Built once per model class by introspection."""
+
+    def __init__(self, model: type[BaseModel]) -> None:
+        self.fields: dict[str, tuple[bool, Any, Any]] = {}
+        for name, info in model.model_fields.items():
+            required = info.is_required()
+            if required:
+                default: Any = _MISSING
+            elif info.default_factory is not None:
+                made = info.default_factory()  # type: ignore[call-arg]
+                default = {} if isinstance(made, BaseModel) else made
+            else:
+                default = info.default
+            self.fields[name] = (required, default, _child(info.annotation))
+
+
+_MISSING = object()
+_SPECS: dict[type[BaseModel], _Spec] = {}
+
+
+def _spec(model: type[BaseModel]) -> _Spec:
+    spec = _SPECS.get(model)
+    if spec is None:
+        spec = _SPECS[model] = _Spec(model)
+    return spec
+
+
+def _child(annotation: Any) -> Any:
+    """('model', cls) | ('list', child) | ('dict', child) | ('kind', {kind: cls}) | None."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _child(get_args(annotation)[0])
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return ("model", annotation)
+    if origin in (list, tuple):
+        inner = _child(get_args(annotation)[0])
+        return ("list", inner) if inner else None
+    if origin is dict:
+        inner = _child(get_args(annotation)[1])
+        return ("dict", inner) if inner else None
+    if origin in (Union, UnionType):
+        models = [
+            a for a in get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
+        if not models:
+            return None
+        kinds = {}
+        for m in models:
+            kind = m.model_fields.get("kind")
+            if kind is not None and get_origin(kind.annotation) is Literal:
+                kinds[get_args(kind.annotation)[0]] = m
+        if len(kinds) == len(models):
+            return ("kind", kinds)
+        return ("union", models)
+    return None
+
+
+def _strip_value(value: Any, child: Any) -> Any:
+    if child is None or value is None:
+        return value
+    tag, inner = child
+    if tag == "model":
+        return strip_defaults(value, inner) if isinstance(value, dict) else value
+    if tag == "kind":
+        model = inner.get(value.get("kind")) if isinstance(value, dict) else None
+        return strip_defaults(value, model) if model else value
+    if tag == "list":
+        return [_strip_value(v, inner) for v in value]
+    if tag == "dict":
+        return {k: _strip_value(v, inner) for k, v in value.items()}
+    if tag == "union" and isinstance(value, dict):
+        # Union members here have no defaults of their own (file entries); keep as is.
+        return value
+    return value
+
+
+def strip_defaults(data: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """Drop every value equal to its field's default, recursively; an optional sub-object that
+    ends up empty means the same as its absence and is dropped too. In place; returns `data`."""
+    spec = _spec(model).fields
+    for key in list(data):
+        required, default, child = spec[key]
+        value = data[key] = _strip_value(data[key], child)
+        if not required and (value == default or (value == {} and child is not None)):
+            del data[key]
+    return data
+
+
+def _finish(plain: dict[str, Any]) -> dict[str, Any]:
+    tags = plain.get("tags")
+    if tags is not None and len(tags) > 1:
+        plain["tags"] = sorted(set(tags))
+    return plain
+
+
+def case_to_plain(case: Case) -> dict[str, Any]:
+    """The canonical plain form: defaults omitted, tags sorted and unique."""
+    return _finish(strip_defaults(case.model_dump(mode="json", exclude_unset=True), Case))
+
+
+_CASES = TypeAdapter(list[Case])
+
+
+def cases_to_plain(cases: list[Case]) -> list[dict[str, Any]]:
+    """`case_to_plain` for many cases, serialised in one pass (the registration hot path)."""
+    dumped = _CASES.dump_python(cases, mode="json", exclude_unset=True)
+    return [_finish(strip_defaults(d, Case)) for d in dumped]
+
+
+def canonical_case(case: Case) -> tuple[bytes, str]:
+    """Canonical bytes of a case and their digest."""
+    data = canonical_json(case_to_plain(case), checked=True)
+    return data, digest_of(data)
+
+
+def canonical_digests(plains: list[dict[str, Any]]) -> Iterator[tuple[str, int]]:
+    """(digest, canonical size) of each plain case. Streams: each canonical form is dropped as
+    soon as it is hashed, so a large registration never holds them all at once."""
+    for plain in plains:
+        data = canonical_json(plain, checked=True)
+        yield digest_of(data), len(data)

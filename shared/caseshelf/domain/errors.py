@@ -1,0 +1,50 @@
+"""Typed domain errors. One module (`caseshelf.api.errors`) maps them to HTTP; nothing else
+decides a status code, and nothing decides one by reading message text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CaseshelfError(Exception):
+    """Base of every error the registry raises on purpose.
+
+    `fields` carries what helps a caller fix the input (case ids, row, field, digests); it is
+    rendered into the problem+json body next to `detail`.
+    """
+
+    title = "Error"
+
+    def __init__(self, detail: str, **fields: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.fields = {k: v for k, v in fields.items() if v is not None}
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+class BadRequest(CaseshelfError):
+    title = "Bad Request"
+
+
+class NotFound(CaseshelfError):
+    title = "Not Found"
+
+
+class Conflict(CaseshelfError):
+    title = "Conflict"
+
+
+class Forbidden(CaseshelfError):
+    title = "Forbidden"
+
+
+class TooLarge(CaseshelfError):
+    title = "Payload Too Large"
+
+
+class Upstream(CaseshelfError):
+    """A source the registry depends on (the Hub, a URL) failed after retries."""
+
+    title = "Bad Gateway"

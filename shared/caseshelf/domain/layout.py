@@ -1,0 +1,36 @@
+"""Where things live in the object store (DESIGN §4). Every key is under `t/<tenant>/`."""
+
+from __future__ import annotations
+
+import re
+
+from caseshelf.domain.errors import BadRequest
+
+_TENANT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+SHARED_TENANT = "_shared"
+
+
+def check_tenant(tenant: str) -> str:
+    if not isinstance(tenant, str) or not _TENANT.match(tenant) or tenant in {".", ".."}:
+        raise BadRequest(f"invalid tenant {tenant!r}", field="tenant")
+    return tenant
+
+
+def root(tenant: str) -> str:
+    return f"t/{check_tenant(tenant)}/"
+
+
+def pack_key(tenant: str, hex_digest: str) -> str:
+    return f"{root(tenant)}packs/{hex_digest}"
+
+
+def blob_key(tenant: str, hex_digest: str) -> str:
+    return f"{root(tenant)}blobs/{hex_digest}"
+
+
+def manifest_key(tenant: str, content_digest: str) -> str:
+    return f"{root(tenant)}manifests/{content_digest.removeprefix('sha256:')}.json"
+
+
+def download_key(tenant: str, content_digest: str) -> str:
+    return f"{root(tenant)}exports/downloads/{content_digest.removeprefix('sha256:')}.json"

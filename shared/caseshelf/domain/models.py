@@ -1,0 +1,285 @@
+"""The case envelope and the dataset version: the one source of truth for their wire shapes.
+
+Every model forbids unknown keys and non-finite numbers. Defaults are the values a case means
+when a field is absent, so the canonical form (`caseshelf.domain.canonical`) can omit them and two
+cases that mean the same thing hash the same.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+from caseshelf.domain.paths import check_relative_path, destination_problem
+
+DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+LABEL_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+DATASET_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+Digest = Annotated[str, StringConstraints(pattern=DIGEST_PATTERN)]
+Label = Annotated[str, StringConstraints(pattern=LABEL_PATTERN)]
+DatasetId = Annotated[str, StringConstraints(pattern=DATASET_ID_PATTERN)]
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class Strict(BaseModel):
+    """Base for every wire model: unknown keys are errors, NaN and Infinity are refused."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+
+
+# --- inputs ---------------------------------------------------------------------------------
+
+
+class FileRef(Strict):
+    """`{ref: path}`: the only file pointer a case may carry in its inputs."""
+
+    ref: str
+
+    @field_validator("ref")
+    @classmethod
+    def _safe(cls, v: str) -> str:
+        return check_relative_path(v, what="ref")
+
+
+class ByTool(Strict):
+    """Tool fixtures given inline, keyed by tool name (or `*` for every tool)."""
+
+    by_tool: dict[str, Any]
+
+
+class Inputs(Strict):
+    user: str | list[str] | FileRef | None = None
+    hitl: list[str] = Field(default_factory=list)
+    memory_seeds: list[Any] | FileRef | str | None = None
+    session_id: str | None = None
+    tool_fixtures: FileRef | ByTool | None = None
+
+    @field_validator("memory_seeds", mode="before")
+    @classmethod
+    def _seed_path(cls, v: Any) -> Any:
+        # A string on memory_seeds is a path: shorthand for {ref: that-string}.
+        return {"ref": v} if isinstance(v, str) else v
+
+    @field_validator("tool_fixtures", mode="before")
+    @classmethod
+    def _fixture_path(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return {"ref": v}
+        if isinstance(v, dict) and v and not ({"ref"} >= v.keys() or {"by_tool"} >= v.keys()):
+            raise ValueError(
+                "tool_fixtures takes {ref: path} or {by_tool: {tool: payload}}; "
+                f"other keys are not allowed: {sorted(set(v) - {'ref', 'by_tool'})}"
+            )
+        return v
+
+
+# --- expectations ---------------------------------------------------------------------------
+
+
+class Expectations(Strict):
+    ground_truth: Any = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+# --- environment ----------------------------------------------------------------------------
+
+
+class GitSource(Strict):
+    git: str
+    ref: str = "HEAD"
+
+
+class FilesSource(Strict):
+    files: dict[str, str]
+
+    @field_validator("files")
+    @classmethod
+    def _safe_paths(cls, v: dict[str, str]) -> dict[str, str]:
+        for path in v:
+            check_relative_path(path, what="env.source.files")
+        return v
+
+
+class PathSource(Strict):
+    path: str
+
+
+class RepoEnv(Strict):
+    kind: Literal["repo"]
+    source: GitSource | FilesSource | PathSource
+    setup: list[str] = Field(default_factory=list)
+    placement: str | None = None
+
+
+class PromptEnv(Strict):
+    kind: Literal["prompt"]
+    system: str | None = None
+
+
+class BrowserEnv(Strict):
+    kind: Literal["browser"]
+    start_url: str | None = None
+
+
+class OsUseEnv(Strict):
+    kind: Literal["os-use"]
+    setup: list[str] = Field(default_factory=list)
+    display: str | None = None
+    screenshot_path: str | None = None
+    placement: str | None = None
+
+
+Env = Annotated[RepoEnv | PromptEnv | BrowserEnv | OsUseEnv, Field(discriminator="kind")]
+
+
+class Resources(Strict):
+    cpu_millicores: int | None = Field(default=None, ge=1)
+    memory_mb: int | None = Field(default=None, ge=1)
+    storage_mb: int | None = Field(default=None, ge=1)
+    gpus: int | None = Field(default=None, ge=1)
+
+
+class Network(Strict):
+    mode: Literal["public", "none", "allowlist"] = "public"
+    allowed_hosts: list[str] = Field(default_factory=list)
+
+
+class Grader(Strict):
+    id: str = Field(min_length=1)
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+# --- companion files ------------------------------------------------------------------------
+
+
+class StoredFile(Strict):
+    """A file body stored as a blob: what a registered case always carries."""
+
+    digest: Digest
+    size: int = Field(ge=0)
+
+
+class InlineText(Strict):
+    """A UTF-8 file body sent inline at registration; stored as a blob before hashing."""
+
+    text: str
+
+
+class InlineBase64(Strict):
+    """A binary file body sent inline at registration; stored as a blob before hashing."""
+
+    base64: str
+
+
+FileEntry = StoredFile | InlineText | InlineBase64
+
+
+# --- the case -------------------------------------------------------------------------------
+
+
+DEFAULT_TIMEOUT_SEC = 1800
+
+
+class Case(Strict):
+    id: str = Field(min_length=1, max_length=256)
+    inputs: Inputs = Field(default_factory=Inputs)
+    expectations: Expectations = Field(default_factory=Expectations)
+    env: Env | None = None
+    image: str | None = None
+    resources: Resources | None = None
+    network: Network | None = None
+    timeout_sec: int = Field(default=DEFAULT_TIMEOUT_SEC, gt=0)
+    graders: list[Grader] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    files: dict[str, FileEntry] = Field(default_factory=dict)
+
+    @field_validator("id")
+    @classmethod
+    def _no_control(cls, v: str) -> str:
+        if _CONTROL.search(v):
+            raise ValueError("case id must not contain control characters")
+        return v
+
+    @field_validator("files")
+    @classmethod
+    def _safe_files(cls, v: dict[str, FileEntry]) -> dict[str, FileEntry]:
+        return {check_relative_path(path, what="files"): entry for path, entry in v.items()}
+
+
+# --- the dataset version --------------------------------------------------------------------
+
+
+class SharedFile(Strict):
+    """A file materialized into every case at export, at `dest`."""
+
+    dest: str
+    digest: Digest
+
+    @field_validator("dest")
+    @classmethod
+    def _dest(cls, v: str) -> str:
+        problem = destination_problem(v)
+        if problem:
+            raise ValueError(f"shared file dest {v!r} {problem}")
+        return v.strip("/")
+
+
+class SharedFileInput(Strict):
+    """A shared file at registration: by digest of a stored blob, or inline."""
+
+    dest: str
+    digest: Digest | None = None
+    text: str | None = None
+    base64: str | None = None
+
+    @field_validator("dest")
+    @classmethod
+    def _dest(cls, v: str) -> str:
+        return SharedFile._dest(v)
+
+    @model_validator(mode="after")
+    def _one_body(self) -> SharedFileInput:
+        given = [k for k in ("digest", "text", "base64") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("a shared file takes exactly one of digest, text, base64")
+        return self
+
+
+BumpKind = Literal["major", "minor", "patch"]
+
+
+class DatasetVersionInput(Strict):
+    """The body of `POST /datasets`: one dataset version to register."""
+
+    id: DatasetId
+    version: Label | None = None
+    bump: BumpKind | None = None
+    base: str | None = Field(
+        default=None, description="A ref whose stored cases are reused (default: latest live)."
+    )
+    description: str = ""
+    tags: list[str] = Field(default_factory=list)
+    cases: list[Case]
+    shared_files: list[SharedFileInput] = Field(default_factory=list)
+    produced_by: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _version_or_bump(self) -> DatasetVersionInput:
+        if self.version is not None and self.bump is not None:
+            raise ValueError("give either version or bump, not both")
+        if self.version is None and self.bump is None:
+            raise ValueError("a version label or a bump (major|minor|patch) is required")
+        return self

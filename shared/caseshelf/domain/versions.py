@@ -1,0 +1,158 @@
+"""Version labels, their order, bumps, and ref resolution (DESIGN §5). Pure.
+
+Order: labels that are semver are ordered by semver precedence (1.9.0 < 1.10.0, 1.0.0-rc.1 <
+1.0.0); labels that are not semver are ordered by registration order and sort before every semver
+label, so a dataset that uses semver gets its highest semver version as `latest`, and a dataset
+that never does gets the last one registered.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from caseshelf.domain.errors import BadRequest, NotFound
+from caseshelf.domain.models import DATASET_ID_PATTERN, DIGEST_PATTERN, LABEL_PATTERN
+
+_LABEL = re.compile(LABEL_PATTERN)
+_DATASET_ID = re.compile(DATASET_ID_PATTERN)
+_DIGEST = re.compile(DIGEST_PATTERN)
+_SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?$"
+)
+
+
+def check_label(label: str) -> str:
+    if not isinstance(label, str) or not _LABEL.match(label) or label == "latest":
+        raise BadRequest(
+            f"invalid version label {label!r}: 1-64 of [A-Za-z0-9._-], not 'latest'",
+            field="version",
+        )
+    return label
+
+
+def check_dataset_id(name: str) -> str:
+    if not isinstance(name, str) or not _DATASET_ID.match(name):
+        raise BadRequest(
+            f"invalid id {name!r}: 1-128 of [A-Za-z0-9._-], starting with a letter or digit",
+            field="id",
+        )
+    return name
+
+
+def check_tags(tags: Iterable[str]) -> list[str]:
+    out = []
+    for tag in tags:
+        if not isinstance(tag, str) or not _LABEL.match(tag) or tag == "latest":
+            raise BadRequest(
+                f"invalid version tag {tag!r}: 1-64 of [A-Za-z0-9._-], not 'latest'",
+                field="tags",
+            )
+        if tag not in out:
+            out.append(tag)
+    return out
+
+
+def semver(label: str) -> tuple[int, int, int, tuple[Any, ...]] | None:
+    """A sort key by semver precedence, or None when the label is not semver."""
+    m = _SEMVER.match(label)
+    if not m:
+        return None
+    major, minor, patch, pre = m.groups()
+    if pre is None:
+        # A release sorts after every pre-release of the same version.
+        pre_key: tuple[Any, ...] = ((2, 0, ""),)
+    else:
+        pre_key = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in pre.split("."))
+    return int(major), int(minor), int(patch), pre_key
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    """One version's row in the index (DESIGN §4). `kind` is `dataset` or `recipe`."""
+
+    tenant: str
+    kind: str
+    name: str
+    version: str
+    content_digest: str
+    manifest_key: str
+    case_count: int
+    bytes: int
+    created_at: str
+    created_by: str
+    seq: int
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    version_tags: tuple[str, ...] = ()
+    produced_by: dict[str, Any] | None = None
+    deleted_at: str | None = None
+    deleted_by: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def live(self) -> bool:
+        return self.deleted_at is None
+
+
+def order_key(rec: VersionRecord) -> tuple[Any, ...]:
+    sv = semver(rec.version)
+    if sv is None:
+        return (0, (), rec.seq)
+    return (1, sv, rec.seq)
+
+
+def ordered(records: Iterable[VersionRecord]) -> list[VersionRecord]:
+    """Oldest first."""
+    return sorted(records, key=order_key)
+
+
+def latest(records: Iterable[VersionRecord]) -> VersionRecord | None:
+    live = [r for r in records if r.live]
+    return max(live, key=order_key) if live else None
+
+
+def next_version(records: Sequence[VersionRecord], bump: str) -> str:
+    """The label `bump` gives after the highest semver label ever registered (tombstoned ones
+    included, so a bump never lands on a hidden label). The first is 1.0.0."""
+    keyed = [(semver(r.version), r) for r in records]
+    sv = [k for k, _ in keyed if k is not None]
+    if not sv:
+        return "1.0.0"
+    major, minor, patch, pre = max(sv)
+    released = pre == ((2, 0, ""),)
+    if bump == "major":
+        return f"{major + 1}.0.0" if released or minor or patch else f"{major}.0.0"
+    if bump == "minor":
+        return f"{major}.{minor + 1}.0" if released or patch else f"{major}.{minor}.0"
+    if bump == "patch":
+        return f"{major}.{minor}.{patch + 1}" if released else f"{major}.{minor}.{patch}"
+    raise BadRequest(f"unknown bump {bump!r}: major, minor or patch", field="bump")
+
+
+def resolve_ref(
+    records: Sequence[VersionRecord], ref: str, *, include_deleted: bool = False, name: str = ""
+) -> VersionRecord:
+    """A label, `latest`, a version tag (highest live version carrying it) or `sha256:<hex>`."""
+    pool = [r for r in records if include_deleted or r.live]
+    what = f"{name}@{ref}" if name else ref
+    if ref == "latest":
+        found = latest(pool)
+    elif ref.startswith("sha256:"):
+        if not _DIGEST.match(ref):
+            raise BadRequest(f"invalid digest ref {ref!r}", field="ref")
+        matches = [r for r in pool if r.content_digest == ref]
+        found = max(matches, key=order_key) if matches else None
+    else:
+        by_label = [r for r in pool if r.version == ref]
+        if by_label:
+            found = by_label[0]
+        else:
+            tagged = [r for r in pool if ref in r.version_tags and r.live]
+            found = max(tagged, key=order_key) if tagged else None
+    if found is None:
+        raise NotFound(f"no version {what}", ref=ref)
+    return found

@@ -1,0 +1,1 @@
+"""Use cases. Each receives its ports as parameters; none imports an adapter."""

@@ -1,0 +1,553 @@
+"""The dataset registry: register, validate, read, tag, tombstone, download.
+
+Registration order is the commit protocol of DESIGN §4: packs, blobs and the manifest are written
+first; the conditional put of the version row is the commit. A crash before it leaves only
+unreferenced objects (collected by `gc`), never a half-visible version.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gc
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from caseshelf.domain import layout
+from caseshelf.domain.canonical import canonical_json, content_digest, digest_of, hex_of
+from caseshelf.domain.envelope import canonical_digests, cases_to_plain, validation_problem
+from caseshelf.domain.errors import BadRequest, Conflict, NotFound, TooLarge
+from caseshelf.domain.identity import Identity
+from caseshelf.domain.manifest import PENDING_PACK, Manifest, ManifestBuilder
+from caseshelf.domain.models import (
+    Case,
+    DatasetVersionInput,
+    InlineBase64,
+    InlineText,
+    StoredFile,
+)
+from caseshelf.domain.paging import check_limit, decode_position, encode_position
+from caseshelf.domain.versions import VersionRecord, next_version, ordered, resolve_ref
+from caseshelf.ports import BlobStore, Index, Page
+from caseshelf.services.storage import BlobWriter, PackWriter, read_blobs, read_cases
+from caseshelf.services.versioned import Clock, VersionedStore, utc_now
+
+KIND = "dataset"
+MAX_CASE_BYTES = 4 * 1024 * 1024
+BUMP_RETRIES = 5
+
+
+@dataclass(frozen=True)
+class WriteStats:
+    case_bytes_written: int = 0
+    pack_objects_written: int = 0
+    blob_bytes_written: int = 0
+    cases_reused: int = 0
+
+
+@dataclass(frozen=True)
+class RegisterResult:
+    record: VersionRecord
+    created: bool
+    stats: WriteStats = field(default_factory=WriteStats)
+
+
+@dataclass(frozen=True)
+class ValidateResult:
+    content_digest: str
+    case_count: int
+    would_conflict: bool
+    version: str
+
+
+@dataclass(frozen=True)
+class DatasetSummary:
+    id: str
+    tenant: str
+    latest: VersionRecord | None
+    version_count: int
+    created_at: str
+    updated_at: str
+
+
+@dataclass(frozen=True)
+class Download:
+    """Either a presigned URL (AWS) or the document's bytes (embedded store)."""
+
+    filename: str
+    url: str | None = None
+    body: bytes | None = None
+
+
+@dataclass
+class _Prepared:
+    name: str
+    cases: list[Case]
+    plains: list[dict[str, Any]]  # canonical plain form of each case
+    digests: list[str]
+    bodies: dict[str, bytes]  # file bodies sent inline, by digest hex
+    refs: dict[str, tuple[str, str, int]]  # digest hex -> (case id, path, size) stored by ref
+    shared_files: list[dict[str, str]]
+    content_digest: str
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Bulk validation allocates hundreds of thousands of small objects that all stay alive;
+    the cyclic collector would rescan them again and again for nothing."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            # What survived is long-lived and acyclic (models, plain dicts): move it out of the
+            # collector's generations instead of having the next collection walk all of it.
+            gc.freeze()
+            gc.enable()
+
+
+def parse_dataset(raw: Any) -> DatasetVersionInput:
+    """Validate a dataset document; errors name the case id (or index) and the field."""
+    if not isinstance(raw, dict):
+        raise BadRequest("a dataset version is a JSON object")
+    try:
+        with gc_paused():
+            return DatasetVersionInput.model_validate(raw)
+    except ValidationError as exc:
+        raise dataset_error(exc, raw) from None
+
+
+def dataset_error(exc: ValidationError, raw: Any) -> BadRequest:
+    loc, msg = validation_problem(exc)
+    first = exc.errors(include_url=False)[0]["loc"]
+    case_id = None
+    index = None
+    if len(first) >= 2 and first[0] == "cases" and isinstance(first[1], int):
+        index = first[1]
+        try:
+            cid = raw["cases"][index].get("id")
+            case_id = cid if isinstance(cid, str) else None
+        except (KeyError, IndexError, TypeError, AttributeError):
+            case_id = None
+        where = f"case {case_id!r}" if case_id else f"case at index {index}"
+        field_path = ".".join(str(p) for p in first[2:]) or "case"
+        return BadRequest(
+            f"{where}: {field_path}: {msg}", case_id=case_id, index=index, field=field_path
+        )
+    return BadRequest(f"{loc}: {msg}", field=loc)
+
+
+def _decode_inline(entry: InlineText | InlineBase64, where: str) -> bytes:
+    if isinstance(entry, InlineText):
+        return entry.text.encode("utf-8")
+    try:
+        return base64.b64decode(entry.base64, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRequest(f"{where}: base64 body is not valid base64", field=where) from None
+
+
+class RegistryService:
+    def __init__(
+        self,
+        store: BlobStore,
+        index: Index,
+        *,
+        clock: Clock = utc_now,
+        max_case_bytes: int = MAX_CASE_BYTES,
+        presign_expiry: int = 900,
+    ) -> None:
+        self.store = store
+        self.index = index
+        self.versions = VersionedStore(index, KIND, noun="dataset", clock=clock)
+        self.max_case_bytes = max_case_bytes
+        self.presign_expiry = presign_expiry
+        self._manifest = lru_cache(maxsize=32)(self._load_manifest)
+
+    # -- registration ----------------------------------------------------------------------
+
+    def _prepare(self, body: DatasetVersionInput) -> _Prepared:
+        seen = Counter(c.id for c in body.cases)
+        dups = sorted(cid for cid, n in seen.items() if n > 1)
+        if dups:
+            raise BadRequest(f"duplicate case ids: {', '.join(dups[:50])}", case_ids=dups)
+        bodies: dict[str, bytes] = {}
+        refs: dict[str, tuple[str, str, int]] = {}
+        cases: list[Case] = []
+        for case in body.cases:
+            if case.files:
+                files: dict[str, Any] = {}
+                for path, entry in case.files.items():
+                    if isinstance(entry, StoredFile):
+                        refs.setdefault(hex_of(entry.digest), (case.id, path, entry.size))
+                        files[path] = entry
+                        continue
+                    data = _decode_inline(entry, f"case {case.id!r}: files.{path}")
+                    digest = digest_of(data)
+                    bodies[hex_of(digest)] = data
+                    files[path] = StoredFile(digest=digest, size=len(data))
+                case = case.model_copy(update={"files": files})
+            cases.append(case)
+        shared: list[dict[str, str]] = []
+        for sf in body.shared_files:
+            if sf.digest is not None:
+                refs.setdefault(hex_of(sf.digest), ("", f"shared_files.{sf.dest}", -1))
+                shared.append({"dest": sf.dest, "digest": sf.digest})
+            else:
+                entry = (
+                    InlineText(text=sf.text)
+                    if sf.text is not None
+                    else InlineBase64(base64=sf.base64 or "")
+                )
+                data = _decode_inline(entry, f"shared_files.{sf.dest}")
+                digest = digest_of(data)
+                bodies[hex_of(digest)] = data
+                shared.append({"dest": sf.dest, "digest": digest})
+        dests = Counter(s["dest"] for s in shared)
+        clash = sorted(d for d, n in dests.items() if n > 1)
+        if clash:
+            raise BadRequest(
+                f"shared files with the same dest: {', '.join(clash)}", field="shared_files"
+            )
+        plains = cases_to_plain(cases)
+        digests = []
+        for case, (digest, size) in zip(cases, canonical_digests(plains), strict=True):
+            if size > self.max_case_bytes:
+                raise TooLarge(
+                    f"case {case.id!r} is {size} bytes; the limit is {self.max_case_bytes}",
+                    case_id=case.id,
+                )
+            digests.append(digest)
+        cdigest = content_digest(
+            description=body.description,
+            tags=sorted(set(body.tags)),
+            shared_files=shared,
+            case_digests=zip((c.id for c in cases), digests, strict=True),
+        )
+        return _Prepared(body.id, cases, plains, digests, bodies, refs, shared, cdigest)
+
+    def _label(self, body: DatasetVersionInput, records: list[VersionRecord]) -> str:
+        if body.version is not None:
+            return body.version
+        assert body.bump is not None
+        return next_version(records, body.bump)
+
+    def validate(self, identity: Identity, body: DatasetVersionInput) -> ValidateResult:
+        tenant = identity.check_can_write()
+        with gc_paused():
+            prep = self._prepare(body)
+        records = self.index.list_versions(tenant, KIND, body.id)
+        label = self._label(body, records)
+        base = self._base_manifest(tenant, body, records)
+        self._check_refs(tenant, prep, base)
+        current = next((r for r in records if r.version == label), None)
+        return ValidateResult(
+            content_digest=prep.content_digest,
+            case_count=len(prep.cases),
+            would_conflict=current is not None and current.content_digest != prep.content_digest,
+            version=label,
+        )
+
+    def register(self, identity: Identity, body: DatasetVersionInput) -> RegisterResult:
+        with gc_paused():
+            return self._register(identity, body)
+
+    def _register(self, identity: Identity, body: DatasetVersionInput) -> RegisterResult:
+        tenant = identity.check_can_write()
+        prep = self._prepare(body)
+        for _attempt in range(BUMP_RETRIES):
+            records = self.index.list_versions(tenant, KIND, body.id)
+            label = self._label(body, records)
+            current = next((r for r in records if r.version == label), None)
+            if current is not None:
+                settled = self.versions.settle_existing(current, prep.content_digest)
+                return RegisterResult(settled, created=False)
+            try:
+                return self._write(identity, tenant, body, prep, label, records)
+            except Conflict:
+                if body.bump is None:
+                    raise
+                # A racing bump took this label with other content: take the next one.
+        raise Conflict(f"could not find a free version label for {body.id} after retries")
+
+    def _base_manifest(
+        self, tenant: str, body: DatasetVersionInput, records: list[VersionRecord]
+    ) -> Manifest | None:
+        if body.base is not None:
+            rec = resolve_ref(records, body.base, include_deleted=True, name=body.id)
+            return self.manifest(rec)
+        live = [r for r in records if r.live]
+        if not live:
+            return None
+        return self.manifest(ordered(live)[-1])
+
+    def _check_refs(self, tenant: str, prep: _Prepared, base: Manifest | None) -> BlobWriter:
+        writer = BlobWriter(self.store, tenant, base.blob_locations() if base else {})
+        for hex_digest, data in prep.bodies.items():
+            writer.add(hex_digest, data)
+        for hex_digest, (case_id, path, size) in prep.refs.items():
+            if writer.has(hex_digest):
+                continue
+            loc = writer.locate_standalone(hex_digest)
+            where = f"case {case_id!r}: files.{path}" if case_id else path
+            if loc is None:
+                raise BadRequest(
+                    f"{where}: no stored body for sha256:{hex_digest}; send it inline "
+                    "({text} or {base64}) or reference a body stored in the base version",
+                    case_id=case_id or None,
+                    field=path,
+                    digests=[f"sha256:{hex_digest}"],
+                )
+            if size >= 0 and loc.length != size:
+                raise BadRequest(
+                    f"{where}: size {size} does not match the stored body ({loc.length} bytes)",
+                    case_id=case_id or None,
+                    field=path,
+                )
+        return writer
+
+    def _write(
+        self,
+        identity: Identity,
+        tenant: str,
+        body: DatasetVersionInput,
+        prep: _Prepared,
+        label: str,
+        records: list[VersionRecord],
+    ) -> RegisterResult:
+        base = self._base_manifest(tenant, body, records)
+        blob_writer = self._check_refs(tenant, prep, base)
+        known = base.locations_by_digest() if base else {}
+        packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
+        builder = ManifestBuilder(
+            description=body.description,
+            tags=sorted(set(body.tags)),
+            shared_files=prep.shared_files,
+        )
+        reused = 0
+        for case, plain, digest in zip(prep.cases, prep.plains, prep.digests, strict=True):
+            hex_digest = digest[7:]
+            loc = known.get(hex_digest)
+            if loc is not None:
+                builder.add_case(
+                    case.id,
+                    hex_digest,
+                    plain.get("tags", ()),
+                    loc.container,
+                    loc.offset,
+                    loc.length,
+                )
+                reused += 1
+            else:
+                data = canonical_json(plain, checked=True)
+                number, offset = packs.append(data)
+                builder.add_case(
+                    case.id,
+                    hex_digest,
+                    plain.get("tags", ()),
+                    PENDING_PACK + str(number),
+                    offset,
+                    len(data),
+                )
+        packs.flush()
+        builder.resolve_pending(packs.digest_of_pack)
+        blob_locs = blob_writer.finish()
+        for case in prep.cases:
+            for entry in case.files.values():
+                assert isinstance(entry, StoredFile)
+                builder.add_blob(entry.digest[7:], blob_locs[entry.digest[7:]])
+        for sf in prep.shared_files:
+            builder.add_blob(sf["digest"][7:], blob_locs[sf["digest"][7:]])
+        manifest = builder.build(prep.content_digest)
+        mkey = layout.manifest_key(tenant, prep.content_digest)
+        self.store.put_if_absent(mkey, manifest.to_bytes())
+
+        rec = self.versions.new_record(
+            identity,
+            name=body.id,
+            version=label,
+            content_digest=prep.content_digest,
+            manifest_key=mkey,
+            case_count=len(prep.cases),
+            bytes=manifest.case_bytes(),
+            description=body.description,
+            tags=tuple(sorted(set(body.tags))),
+            produced_by=body.produced_by,
+        )
+        committed, created = self.versions.commit(rec)
+        stats = WriteStats(
+            case_bytes_written=packs.bytes_written,
+            pack_objects_written=packs.objects_written,
+            blob_bytes_written=blob_writer.bytes_written,
+            cases_reused=reused,
+        )
+        return RegisterResult(committed, created, stats)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _load_manifest(self, key: str) -> Manifest:
+        return Manifest.from_bytes(self.store.get(key))
+
+    def manifest(self, rec: VersionRecord) -> Manifest:
+        """Manifests are immutable, so a small cache keyed by their key is always right."""
+        return self._manifest(rec.manifest_key)
+
+    def get_version(
+        self, identity: Identity, name: str, ref: str, *, include_deleted: bool = False
+    ) -> VersionRecord:
+        return self.versions.resolve(identity, name, ref, include_deleted=include_deleted)
+
+    def list_versions(
+        self,
+        identity: Identity,
+        name: str,
+        *,
+        include_deleted: bool = False,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> Page:
+        return self.versions.versions(
+            identity,
+            name,
+            include_deleted=include_deleted,
+            cursor=cursor,
+            limit=check_limit(limit),
+        )
+
+    def summary(self, identity: Identity, name: str) -> DatasetSummary:
+        tenant, records = self.versions.find(identity, name)
+        live = [r for r in records if r.live]
+        latest = ordered(live)[-1] if live else None
+        return DatasetSummary(
+            id=name,
+            tenant=tenant,
+            latest=latest,
+            version_count=len(live),
+            created_at=min(r.created_at for r in records),
+            updated_at=max(r.created_at for r in records),
+        )
+
+    def list_datasets(
+        self,
+        identity: Identity,
+        *,
+        shared: bool = False,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> Page:
+        """Summaries of one tenant's datasets (the caller's, or `_shared`), in name order."""
+        page = self.versions.list_entities(
+            identity, shared=shared, cursor=cursor, limit=check_limit(limit)
+        )
+        out = []
+        for entry in page.items:
+            records = self.index.list_versions(entry.tenant, KIND, entry.name)
+            live = [r for r in records if r.live]
+            out.append(
+                DatasetSummary(
+                    id=entry.name,
+                    tenant=entry.tenant,
+                    latest=ordered(live)[-1] if live else None,
+                    version_count=len(live),
+                    created_at=entry.created_at,
+                    updated_at=entry.updated_at,
+                )
+            )
+        return Page(out, page.next_cursor)
+
+    def case_records(
+        self, rec: VersionRecord, indices: list[int]
+    ) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Plain canonical cases at `indices` of a version, in the order asked."""
+        manifest = self.manifest(rec)
+        got = read_cases(self.store, rec.tenant, manifest, indices)
+        for i in indices:
+            yield i, orjson.loads(got[i])
+
+    def list_cases(
+        self,
+        identity: Identity,
+        name: str,
+        ref: str,
+        *,
+        cursor: str | None = None,
+        limit: int = 100,
+        include_deleted: bool = False,
+    ) -> Page:
+        rec = self.get_version(identity, name, ref, include_deleted=include_deleted)
+        manifest = self.manifest(rec)
+        start = decode_position(cursor)
+        stop = min(start + check_limit(limit), len(manifest))
+        items = [case for _, case in self.case_records(rec, list(range(start, stop)))]
+        return Page(items, encode_position(stop) if stop < len(manifest) else None)
+
+    def download(
+        self, identity: Identity, name: str, ref: str, *, include_deleted: bool = False
+    ) -> Download:
+        """The whole version as one dataset JSON document that `register` accepts as it is:
+        file bodies inline, so registering it anywhere gives the same content digest."""
+        rec = self.get_version(identity, name, ref, include_deleted=include_deleted)
+        key = layout.download_key(rec.tenant, rec.content_digest)
+        filename = f"{rec.name}-{rec.version}.json"
+        if self.store.head(key) is None:
+            self.store.put(key, self.render_version(rec), content_type="application/json")
+        url = self.store.presign_get(key, expires=self.presign_expiry)
+        if url is not None:
+            return Download(filename=filename, url=url)
+        return Download(filename=filename, body=self.store.get(key))
+
+    def render_version(self, rec: VersionRecord) -> bytes:
+        manifest = self.manifest(rec)
+        bodies = read_blobs(self.store, rec.tenant, manifest.blob_locations())
+
+        def inline(digest: str) -> dict[str, str]:
+            data = bodies[digest[7:]]
+            try:
+                return {"text": data.decode("utf-8")}
+            except UnicodeDecodeError:
+                return {"base64": base64.b64encode(data).decode("ascii")}
+
+        cases = []
+        for _, case in self.case_records(rec, list(range(len(manifest)))):
+            if "files" in case:
+                case["files"] = {p: inline(f["digest"]) for p, f in case["files"].items()}
+            cases.append(case)
+        shared = [{"dest": s["dest"], **inline(s["digest"])} for s in manifest.shared_files]
+        doc: dict[str, Any] = {
+            "id": rec.name,
+            "version": rec.version,
+            "description": manifest.description,
+            "tags": manifest.tags,
+            "cases": cases,
+            "shared_files": shared,
+        }
+        if rec.produced_by is not None:
+            doc["produced_by"] = rec.produced_by
+        return canonical_json(doc, checked=True)
+
+    def file_body(self, rec: VersionRecord, digest: str) -> bytes:
+        manifest = self.manifest(rec)
+        loc = manifest.blob_locations().get(hex_of(digest))
+        if loc is None:
+            raise NotFound(f"no file {digest} in {rec.name}@{rec.version}", digests=[digest])
+        return read_blobs(self.store, rec.tenant, {hex_of(digest): loc})[hex_of(digest)]
+
+    # -- mutable metadata ------------------------------------------------------------------
+
+    def set_version_tags(
+        self, identity: Identity, name: str, version: str, tags: list[str]
+    ) -> VersionRecord:
+        return self.versions.set_tags(identity, name, version, tags)
+
+    def delete_version(self, identity: Identity, name: str, version: str) -> VersionRecord:
+        return self.versions.delete(identity, name, version)
+
+    def revive_version(self, identity: Identity, name: str, version: str) -> VersionRecord:
+        return self.versions.revive(identity, name, version)

@@ -1,0 +1,163 @@
+"""Writing and reading packs: the I/O shell around the pure manifest.
+
+Cases are appended to packs of several MB (S3 and moto pay per request, so never one object per
+case); a pack's key is the sha256 of its bytes, so a pack is written once and never changes.
+Small file bodies are packed the same way under `blobs/`; large ones stand alone.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+from caseshelf.domain import layout
+from caseshelf.domain.canonical import sha256_hex
+from caseshelf.domain.manifest import Location, Manifest
+from caseshelf.ports import BlobStore
+
+PACK_TARGET_BYTES = 8 * 1024 * 1024
+SMALL_BLOB_BYTES = 256 * 1024
+# Read one span covering several records when the gaps cost less than another request.
+MAX_GAP_BYTES = 256 * 1024
+
+
+class PackWriter:
+    """Appends records and flushes each pack with put-if-absent once it reaches the target.
+
+    `append` answers `(pack number, offset)`; a pack's digest (and so its key) is known only when
+    it is flushed, after which `digest_of_pack(number)` names it.
+    """
+
+    def __init__(
+        self,
+        store: BlobStore,
+        key_for: Callable[[str], str],
+        target: int = PACK_TARGET_BYTES,
+    ) -> None:
+        self._store = store
+        self._key_for = key_for
+        self._target = target
+        self._buf = bytearray()
+        self._digests: list[str] = []
+        self.bytes_written = 0
+        self.objects_written = 0
+
+    def append(self, record: bytes) -> tuple[int, int]:
+        where = (len(self._digests), len(self._buf))
+        self._buf += record
+        self._buf += b"\n"
+        if len(self._buf) >= self._target:
+            self.flush()
+        return where
+
+    def flush(self) -> None:
+        if not self._buf:
+            return
+        data = bytes(self._buf)
+        self._buf = bytearray()
+        hex_digest = sha256_hex(data)
+        if self._store.put_if_absent(self._key_for(hex_digest), data):
+            self.bytes_written += len(data)
+            self.objects_written += 1
+        self._digests.append(hex_digest)
+
+    def digest_of_pack(self, number: int) -> str:
+        return self._digests[number]
+
+    def location(self, where: tuple[int, int], length: int) -> Location:
+        return Location(self._digests[where[0]], where[1], length)
+
+
+class BlobWriter:
+    """File bodies: small ones packed under `blobs/<pack sha>`, large ones at `blobs/<sha>`."""
+
+    def __init__(self, store: BlobStore, tenant: str, known: dict[str, Location]) -> None:
+        self._store = store
+        self._tenant = tenant
+        self._known = dict(known)
+        self._packs = PackWriter(store, lambda h: layout.blob_key(tenant, h))
+        self._slots: dict[str, tuple[tuple[int, int], int]] = {}
+        self.bytes_written = 0
+
+    def add(self, digest_hex: str, body: bytes) -> None:
+        if digest_hex in self._known or digest_hex in self._slots:
+            return
+        if len(body) > SMALL_BLOB_BYTES:
+            if self._store.put_if_absent(layout.blob_key(self._tenant, digest_hex), body):
+                self.bytes_written += len(body)
+            self._known[digest_hex] = Location(digest_hex, 0, len(body))
+        else:
+            self._slots[digest_hex] = (self._packs.append(body), len(body))
+
+    def has(self, digest_hex: str) -> bool:
+        return digest_hex in self._known or digest_hex in self._slots
+
+    def locate_standalone(self, digest_hex: str) -> Location | None:
+        """A body stored alone by an earlier registration of this tenant."""
+        head = self._store.head(layout.blob_key(self._tenant, digest_hex))
+        if head is None:
+            return None
+        loc = Location(digest_hex, 0, head.size)
+        self._known[digest_hex] = loc
+        return loc
+
+    def finish(self) -> dict[str, Location]:
+        self._packs.flush()
+        self.bytes_written += self._packs.bytes_written
+        out = dict(self._known)
+        for digest_hex, (where, length) in self._slots.items():
+            out[digest_hex] = self._packs.location(where, length)
+        return out
+
+
+def _spans(
+    wanted: Sequence[tuple[int, Location]],
+) -> Iterator[tuple[str, int, int, list[tuple[int, Location]]]]:
+    """Group wanted records by container into contiguous read spans."""
+    by_container: dict[str, list[tuple[int, Location]]] = defaultdict(list)
+    for item in wanted:
+        by_container[item[1].container].append(item)
+    for container, items in by_container.items():
+        items.sort(key=lambda it: it[1].offset)
+        start = items[0][1].offset
+        end = start
+        group: list[tuple[int, Location]] = []
+        for it in items:
+            loc = it[1]
+            if group and loc.offset - end > MAX_GAP_BYTES:
+                yield container, start, end - start, group
+                start, group = loc.offset, []
+            group.append(it)
+            end = max(end, loc.offset + loc.length)
+        yield container, start, end - start, group
+
+
+def read_records(
+    store: BlobStore,
+    key_for: Callable[[str], str],
+    wanted: Sequence[tuple[int, Location]],
+) -> dict[int, bytes]:
+    """Read records by ranged GETs, one per span of nearby records; keyed by the caller's tag."""
+    out: dict[int, bytes] = {}
+    for container, start, length, group in _spans(wanted):
+        data = store.get_range(key_for(container), start, length)
+        for tag, loc in group:
+            rel = loc.offset - start
+            out[tag] = data[rel : rel + loc.length]
+    return out
+
+
+def read_cases(
+    store: BlobStore, tenant: str, manifest: Manifest, indices: Iterable[int]
+) -> dict[int, bytes]:
+    """Canonical bytes of the manifest's cases at `indices`."""
+    wanted = [(i, manifest.location(i)) for i in indices]
+    return read_records(store, lambda h: layout.pack_key(tenant, h), wanted)
+
+
+def read_blobs(store: BlobStore, tenant: str, locations: dict[str, Location]) -> dict[str, bytes]:
+    """File bodies by digest hex."""
+    keys = list(locations)
+    wanted = [(i, locations[d]) for i, d in enumerate(keys)]
+    got = read_records(store, lambda h: layout.blob_key(tenant, h), wanted)
+    return {keys[i]: body for i, body in got.items()}

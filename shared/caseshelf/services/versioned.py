@@ -1,0 +1,199 @@
+"""The versioned store: the invariants every versioned entity shares (datasets and recipes).
+
+Immutable versions, idempotent re-registration, 409 naming both digests, version tags,
+tombstones with creator-or-admin, owner-first reads with the `_shared` fallback, and tenant
+isolation (another tenant's entity is simply not found). One implementation, configured by `kind`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from caseshelf.domain.errors import Conflict, Forbidden, NotFound
+from caseshelf.domain.identity import Identity
+from caseshelf.domain.paging import decode_position, encode_position
+from caseshelf.domain.versions import (
+    VersionRecord,
+    check_dataset_id,
+    check_label,
+    check_tags,
+    ordered,
+    resolve_ref,
+)
+from caseshelf.ports import Index, Page
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(dt: datetime) -> str:
+    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class VersionedStore:
+    def __init__(self, index: Index, kind: str, *, noun: str, clock: Clock = utc_now) -> None:
+        self.index = index
+        self.kind = kind
+        self.noun = noun
+        self.clock = clock
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def find(self, identity: Identity, name: str) -> tuple[str, list[VersionRecord]]:
+        """(owning tenant, versions) owner-first, then `_shared`. Another tenant's entity and a
+        missing one look the same: NotFound."""
+        check_dataset_id(name)
+        for tenant in identity.read_tenants():
+            records = self.index.list_versions(tenant, self.kind, name)
+            if records:
+                return tenant, records
+        raise NotFound(f"no {self.noun} {name!r}", id=name)
+
+    def resolve(
+        self, identity: Identity, name: str, ref: str, *, include_deleted: bool = False
+    ) -> VersionRecord:
+        _, records = self.find(identity, name)
+        return resolve_ref(records, ref, include_deleted=include_deleted, name=name)
+
+    def versions(
+        self,
+        identity: Identity,
+        name: str,
+        *,
+        include_deleted: bool = False,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> Page:
+        """Newest first, cursor-paginated by position."""
+        _, records = self.find(identity, name)
+        pool = [r for r in ordered(records) if include_deleted or r.live]
+        pool.reverse()
+        start = decode_position(cursor)
+        items = pool[start : start + limit]
+        nxt = start + limit
+        return Page(items, encode_position(nxt) if nxt < len(pool) else None)
+
+    def list_entities(
+        self,
+        identity: Identity,
+        *,
+        shared: bool = False,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> Page:
+        tenant = "_shared" if shared else identity.tenant
+        return self.index.list_datasets(tenant, self.kind, cursor=cursor, limit=limit)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def existing(self, tenant: str, name: str, version: str) -> VersionRecord | None:
+        return self.index.get_version(tenant, self.kind, name, version)
+
+    def commit(self, rec: VersionRecord) -> tuple[VersionRecord, bool]:
+        """The commit point. Returns (record, created); same content under the label is
+        idempotent and revives a tombstone; other content is 409 naming both digests."""
+        check_label(rec.version)
+        try:
+            self.index.put_version(rec)
+            return rec, True
+        except Conflict:
+            current = self.existing(rec.tenant, rec.name, rec.version)
+            if current is None:  # the winner vanished: not possible with immutable rows
+                raise
+            return self.settle_existing(current, rec.content_digest), False
+
+    def settle_existing(self, current: VersionRecord, content_digest: str) -> VersionRecord:
+        if current.content_digest != content_digest:
+            raise Conflict(
+                f"{self.noun} {current.name}@{current.version} is already registered with "
+                f"{current.content_digest}; this content is {content_digest}",
+                digests=[current.content_digest, content_digest],
+                id=current.name,
+                version=current.version,
+            )
+        if not current.live:
+            return self.index.update_version(
+                current.tenant,
+                self.kind,
+                current.name,
+                current.version,
+                {"deleted_at": None, "deleted_by": None},
+            )
+        return current
+
+    def _own(self, identity: Identity, name: str, version: str) -> VersionRecord:
+        """A version in the caller's own tenant (writes never reach `_shared` for others)."""
+        tenant = identity.check_can_write()
+        check_dataset_id(name)
+        rec = self.index.get_version(tenant, self.kind, name, version)
+        if rec is None:
+            raise NotFound(f"no {self.noun} version {name}@{version}", id=name, version=version)
+        return rec
+
+    def set_tags(
+        self, identity: Identity, name: str, version: str, tags: list[str]
+    ) -> VersionRecord:
+        rec = self._own(identity, name, version)
+        if not rec.live:
+            raise NotFound(
+                f"{self.noun} version {name}@{version} is deleted; revive it first",
+                id=name,
+                version=version,
+            )
+        clean = check_tags(tags)
+        return self.index.update_version(
+            rec.tenant, self.kind, name, version, {"version_tags": clean}
+        )
+
+    def _check_owner(self, identity: Identity, rec: VersionRecord, action: str) -> None:
+        if rec.created_by != identity.principal and not identity.is_admin:
+            raise Forbidden(
+                f"only the creator ({rec.created_by}) or an admin may {action} "
+                f"{rec.name}@{rec.version}",
+                id=rec.name,
+                version=rec.version,
+            )
+
+    def delete(self, identity: Identity, name: str, version: str) -> VersionRecord:
+        rec = self._own(identity, name, version)
+        self._check_owner(identity, rec, "delete")
+        if not rec.live:
+            return rec
+        return self.index.update_version(
+            rec.tenant,
+            self.kind,
+            name,
+            version,
+            {"deleted_at": iso(self.clock()), "deleted_by": identity.principal},
+        )
+
+    def revive(self, identity: Identity, name: str, version: str) -> VersionRecord:
+        rec = self._own(identity, name, version)
+        self._check_owner(identity, rec, "revive")
+        if rec.live:
+            return rec
+        return self.index.update_version(
+            rec.tenant, self.kind, name, version, {"deleted_at": None, "deleted_by": None}
+        )
+
+    def new_record(self, identity: Identity, **fields: object) -> VersionRecord:
+        now = self.clock()
+        base = VersionRecord(
+            tenant=identity.tenant,
+            kind=self.kind,
+            created_at=iso(now),
+            created_by=identity.principal,
+            seq=int(now.timestamp() * 1_000_000),
+            name="",
+            version="",
+            content_digest="",
+            manifest_key="",
+            case_count=0,
+            bytes=0,
+        )
+        return replace(base, **fields)  # type: ignore[arg-type]
