@@ -11,13 +11,23 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from caseshelf.domain.errors import BadRequest
 from caseshelf.ports import BlobStore, Index
-from caseshelf.services.registry import RegistryService
+
+if TYPE_CHECKING:
+    # Services are imported where they are built, so importing a handler stays cheap (cold start).
+    from caseshelf.services.diff import DiffService
+    from caseshelf.services.exports import ExportService
+    from caseshelf.services.imports import ImportService
+    from caseshelf.services.jobs import JobService
+    from caseshelf.services.recipes import RecipeService
+    from caseshelf.services.registry import RegistryService
+    from caseshelf.services.selection import SelectionService
+    from caseshelf.services.tasks import TaskImportService
 
 
 class Settings(BaseModel):
@@ -40,6 +50,8 @@ class Settings(BaseModel):
     gc_grace_seconds: int = Field(default=24 * 3600, ge=0)
     hf_endpoint: str = "https://huggingface.co"
     hf_viewer_url: str = "https://datasets-server.huggingface.co"
+    hf_token: SecretStr | None = None
+    hf_secret_prefix: str = "caseshelf/hf-token/"  # noqa: S105 - a name prefix, not a secret
 
 
 _ENV = {
@@ -58,6 +70,8 @@ _ENV = {
     "gc_grace_seconds": "CASESHELF_GC_GRACE_SECONDS",
     "hf_endpoint": "HF_ENDPOINT",
     "hf_viewer_url": "CASESHELF_HF_VIEWER_URL",
+    "hf_token": "HF_TOKEN",
+    "hf_secret_prefix": "CASESHELF_HF_SECRET_PREFIX",
 }
 
 
@@ -88,18 +102,32 @@ class Services:
     store: BlobStore
     index: Index
     registry: RegistryService
+    selection: SelectionService
+    diff: DiffService
+    exports: ExportService
+    recipes: RecipeService
+    imports: ImportService
+    jobs: JobService
+    tasks: TaskImportService
 
 
 def build_adapters(settings: Settings) -> tuple[BlobStore, Index]:
     if settings.backend == "aws":
         import boto3
+        from botocore.config import Config
 
         from caseshelf.adapters.dynamodb import DynamoIndex
         from caseshelf.adapters.s3 import S3BlobStore
 
         session = boto3.session.Session(region_name=settings.region)
-        s3 = session.client("s3", endpoint_url=settings.endpoint_url)
-        ddb = session.client("dynamodb", endpoint_url=settings.endpoint_url)
+        # SigV4 for presigned URLs: objects are SSE-KMS encrypted, which SigV2 cannot read.
+        s3_config = Config(signature_version="s3v4", retries={"mode": "standard"})
+        s3 = session.client("s3", endpoint_url=settings.endpoint_url, config=s3_config)
+        ddb = session.client(
+            "dynamodb",
+            endpoint_url=settings.endpoint_url,
+            config=Config(retries={"mode": "standard"}),
+        )
         assert settings.bucket and settings.table
         return S3BlobStore(s3, settings.bucket), DynamoIndex(ddb, settings.table)
     from caseshelf.adapters.localfs import LocalBlobStore
@@ -109,9 +137,28 @@ def build_adapters(settings: Settings) -> tuple[BlobStore, Index]:
     return LocalBlobStore(home / "objects"), SqliteIndex(home / "index.sqlite")
 
 
+def s3_store(settings: Settings, bucket: str) -> BlobStore:
+    """A store on any bucket (export targets, pulls), with the settings' region and endpoint."""
+    import boto3
+    from botocore.config import Config
+
+    from caseshelf.adapters.s3 import S3BlobStore
+
+    session = boto3.session.Session(region_name=settings.region)
+    config = Config(signature_version="s3v4", retries={"mode": "standard"}, max_pool_connections=32)
+    client = session.client("s3", endpoint_url=settings.endpoint_url, config=config)
+    return S3BlobStore(client, bucket)
+
+
 def build(
     settings: Settings, *, store: BlobStore | None = None, index: Index | None = None
 ) -> Services:
+    from caseshelf.services.diff import LOCAL_MAX_GAP_BYTES, REMOTE_MAX_GAP_BYTES, DiffService
+    from caseshelf.services.exports import ExportService
+    from caseshelf.services.registry import RegistryService
+    from caseshelf.services.selection import SelectionService
+    from caseshelf.services.tasks import TaskImportService
+
     if store is None or index is None:
         built_store, built_index = build_adapters(settings)
         store = store or built_store
@@ -122,7 +169,94 @@ def build(
         max_case_bytes=settings.max_case_bytes,
         presign_expiry=settings.presign_expiry,
     )
-    return Services(settings=settings, store=store, index=index, registry=registry)
+    # An answer carrying cases stays well inside the 6 MB a Lambda response may be.
+    selection = SelectionService(registry, max_case_bytes=settings.max_body_bytes * 4 // 5)
+    diff = DiffService(
+        registry,
+        max_gap_bytes=LOCAL_MAX_GAP_BYTES if settings.backend == "local" else REMOTE_MAX_GAP_BYTES,
+    )
+    exports = ExportService(
+        registry,
+        selection=selection,
+        bucket=settings.bucket if settings.backend == "aws" else None,
+        store_for_bucket=lambda bucket: s3_store(settings, bucket),
+        presign_expiry=settings.presign_expiry,
+    )
+    recipes, imports, jobs = build_import_services(settings, store, index, registry)
+    return Services(
+        settings=settings,
+        store=store,
+        index=index,
+        registry=registry,
+        selection=selection,
+        diff=diff,
+        exports=exports,
+        recipes=recipes,
+        imports=imports,
+        jobs=jobs,
+        tasks=TaskImportService(
+            registry,
+            store,
+            own_bucket=settings.bucket if settings.backend == "aws" else None,
+            store_for_bucket=lambda bucket: s3_store(settings, bucket),
+        ),
+    )
+
+
+def build_import_services(
+    settings: Settings, store: BlobStore, index: Index, registry: RegistryService
+) -> tuple[RecipeService, ImportService, JobService]:
+    """Recipes, imports and import jobs. Locally an import may read any path or URL; on AWS it
+    may read no local path, only the caller's own prefix of the bucket, and no private host."""
+    from caseshelf.adapters.huggingface import HuggingFace, SecretsManagerTokens, StaticToken
+    from caseshelf.adapters.sources import SourceReader, UrlPolicy, smart_opener
+    from caseshelf.catalog import load_catalog
+    from caseshelf.domain.identity import Identity
+    from caseshelf.services.imports import ImportService
+    from caseshelf.services.jobs import JobService
+    from caseshelf.services.recipes import RecipeService
+
+    recipes = RecipeService(store, index, catalog=load_catalog)
+    hf = HuggingFace(settings.hf_endpoint, settings.hf_viewer_url)
+    client = getattr(store, "client", None)
+    remote = smart_opener({"client": client} if client is not None else None)
+    tokens: SecretsManagerTokens | StaticToken
+    if settings.backend == "aws":
+        bucket = settings.bucket
+        tokens = SecretsManagerTokens(prefix=settings.hf_secret_prefix)
+
+        def reader_for(identity: Identity) -> SourceReader:
+            policy = UrlPolicy(
+                allow_local=False,
+                s3_prefixes=(f"s3://{bucket}/t/{identity.tenant}/",),
+                allow_private_hosts=False,
+            )
+            return SourceReader(remote, policy)
+
+        def object_url(key: str) -> str:
+            return f"s3://{bucket}/{key}"
+
+    else:
+        token = settings.hf_token.get_secret_value() if settings.hf_token else None
+        tokens = StaticToken(token)
+        objects = settings.home.expanduser().resolve() / "objects"
+
+        def reader_for(identity: Identity) -> SourceReader:
+            return SourceReader(remote)
+
+        def object_url(key: str) -> str:
+            return str(objects / key)
+
+    imports = ImportService(registry, recipes, reader_for=reader_for, hf=hf, tokens=tokens)
+    jobs = JobService(
+        index,
+        store,
+        imports,
+        object_url=object_url,
+        object_reader=SourceReader(remote),
+        presign_expiry=settings.presign_expiry,
+    )
+    return recipes, imports, jobs
 
 
 _lock = threading.Lock()

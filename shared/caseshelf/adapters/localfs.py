@@ -84,7 +84,8 @@ class LocalBlobStore:
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         base = self.root / prefix.rstrip("/") if prefix else self.root
-        start = base if base.is_dir() else base.parent
+        # `t/a/x` matches `t/a/x/...` and also a sibling `t/a/xy`: walk from the parent then.
+        start = base if not prefix or prefix.endswith("/") else base.parent
         if not start.exists():
             return
         found = []

@@ -6,12 +6,30 @@ service results by the `*_from` functions here and nowhere else.
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+import orjson
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
+from caseshelf.domain.diff import ABSENT, Change, to_pointer
+from caseshelf.domain.subset import SubsetStamp
 from caseshelf.domain.versions import VersionRecord
-from caseshelf.services.registry import DatasetSummary, RegisterResult, ValidateResult
+
+if TYPE_CHECKING:
+    # Only the converters' signatures name service results: keep handler imports light.
+    from caseshelf.services.diff import CaseBrief, DiffResult
+    from caseshelf.services.exports import ExportResult
+    from caseshelf.services.registry import DatasetSummary, RegisterResult, ValidateResult
+    from caseshelf.services.selection import SubsetResult
 
 T = TypeVar("T")
 
@@ -142,4 +160,207 @@ def dataset_out(s: DatasetSummary) -> DatasetOut:
         description=latest.description if latest else "",
         created_at=s.created_at,
         updated_at=s.updated_at,
+    )
+
+
+# -- subset and diff ---------------------------------------------------------------------------
+
+
+class SubsetOut(Wire):
+    """`stamp` is null only when nothing narrowed the version (the whole version)."""
+
+    stamp: SubsetStamp | None
+    case_ids: list[str]
+    cases: list[dict[str, Any]] | None = Field(
+        default=None, description="The selected cases, when asked for with `cases=true`."
+    )
+    registered: RegisterOut | None = Field(
+        default=None, description="The derived version, when `register_as` was given."
+    )
+
+
+class VersionRefOut(Wire):
+    id: str
+    version: str
+    content_digest: str
+
+
+class ChangeOut(Wire):
+    """One change. `before` or `after` is left out where the key or element is absent on that
+    side (a JSON null is a value and is written)."""
+
+    path: str = Field(description="RFC 6901 JSON pointer into the case (or the version).")
+    before: Any = Field(default=None, description="Absent when added.")
+    after: Any = Field(default=None, description="Absent when removed.")
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # The serializer below only leaves keys out: document the fields, not its dict.
+        plain = {k: v for k, v in core_schema.items() if k != "serialization"}
+        return handler(cast(CoreSchema, plain))
+
+    @model_serializer(mode="wrap")
+    def _omit_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for side in ("before", "after"):
+            if side not in self.model_fields_set:
+                data.pop(side, None)
+        return data
+
+
+class CaseBriefOut(Wire):
+    id: str
+    user: str | None = Field(description="A short text of `inputs.user`.")
+
+
+class CaseChangesOut(Wire):
+    id: str
+    changes: list[ChangeOut]
+
+
+class DiffSummaryOut(Wire):
+    added: int
+    removed: int
+    changed: int
+    unchanged: int
+
+
+class DiffMetaOut(Wire):
+    changes: list[ChangeOut] = Field(
+        description="Changes of description, tags and shared files (paths into the version)."
+    )
+    case_order_changed: bool = Field(
+        description="The cases both versions hold come in another order."
+    )
+
+
+class DiffOut(Wire):
+    """`added`, `removed` and `changed` are null in summary mode."""
+
+    base: VersionRefOut
+    candidate: VersionRefOut
+    summary: DiffSummaryOut
+    added: list[CaseBriefOut] | None
+    removed: list[CaseBriefOut] | None
+    changed: list[CaseChangesOut] | None
+    meta: DiffMetaOut
+
+
+SHORT_TEXT = 120
+
+
+def short_text(value: Any, width: int = SHORT_TEXT) -> str | None:
+    """A one-line display string of `inputs.user` (a string, a list of turns, or `{ref}`)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, list):
+        text = " | ".join(v if isinstance(v, str) else display_value(v) for v in value)
+    elif isinstance(value, dict) and isinstance(value.get("ref"), str):
+        text = f"(file {value['ref']})"
+    else:
+        text = display_value(value)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def display_value(value: Any) -> str:
+    """A JSON value as a display string (compact JSON; `ABSENT` as an empty string)."""
+    if value is ABSENT:
+        return ""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def change_out(change: Change, prefix: str = "") -> ChangeOut:
+    fields: dict[str, Any] = {"path": to_pointer(change.path, prefix)}
+    if change.before is not ABSENT:
+        fields["before"] = change.before
+    if change.after is not ABSENT:
+        fields["after"] = change.after
+    return ChangeOut(**fields)
+
+
+def version_ref_out(r: VersionRecord) -> VersionRefOut:
+    return VersionRefOut(id=r.name, version=r.version, content_digest=r.content_digest)
+
+
+def subset_out(res: SubsetResult) -> SubsetOut:
+    return SubsetOut(
+        stamp=res.subset.stamp,
+        case_ids=res.case_ids,
+        cases=res.cases,
+        registered=register_out(res.registered) if res.registered else None,
+    )
+
+
+def diff_out(res: DiffResult) -> DiffOut:
+    def briefs(items: list[CaseBrief] | None) -> list[CaseBriefOut] | None:
+        if items is None:
+            return None
+        return [CaseBriefOut(id=b.id, user=short_text(b.user)) for b in items]
+
+    changed = (
+        None
+        if res.changed is None
+        else [
+            CaseChangesOut(id=c.id, changes=[change_out(ch) for ch in c.changes])
+            for c in res.changed
+        ]
+    )
+    return DiffOut(
+        base=version_ref_out(res.base),
+        candidate=version_ref_out(res.candidate),
+        summary=DiffSummaryOut(**res.summary),
+        added=briefs(res.added),
+        removed=briefs(res.removed),
+        changed=changed,
+        meta=DiffMetaOut(
+            changes=[change_out(ch) for ch in res.plan.meta],
+            case_order_changed=res.plan.order_changed,
+        ),
+    )
+
+
+class S3LocationOut(Wire):
+    bucket: str
+    key: str
+
+
+class TestDataRefOut(Wire):
+    """The `test_data_ref` snippet an EvalHub benchmark takes as it is."""
+
+    s3: S3LocationOut
+
+
+class ExportOut(Wire):
+    export_id: str = Field(description="Content address: (content digest, subset, shared files).")
+    prefix: str = Field(description="Where the case directories are (`s3://bucket/key/`).")
+    case_count: int
+    file_count: int
+    manifest_key: str = Field(description="Written last: present only on a complete export.")
+    bundle_url: str | None = Field(
+        default=None, description="A presigned GET of `bundle.tar.gz` (every file in one object)."
+    )
+    test_data_ref: TestDataRefOut | None = None
+    reused: bool = Field(description="The same export existed already; nothing was written.")
+    warnings: list[str] = Field(default_factory=list, description="What was left out, and why.")
+    warning_count: int = 0
+
+
+def export_out(res: ExportResult) -> ExportOut:
+    ref = res.test_data_ref
+    return ExportOut(
+        export_id=res.export_id,
+        prefix=res.prefix,
+        case_count=res.case_count,
+        file_count=res.file_count,
+        manifest_key=res.manifest_key,
+        bundle_url=res.bundle_url,
+        test_data_ref=TestDataRefOut(s3=S3LocationOut(**ref["s3"])) if ref else None,
+        reused=res.reused,
+        warnings=res.warnings,
+        warning_count=res.warning_count,
     )

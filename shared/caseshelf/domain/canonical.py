@@ -16,19 +16,60 @@ import orjson
 
 from caseshelf.domain.errors import BadRequest
 
-_OPTS = orjson.OPT_SORT_KEYS
+# Canonical JSON is orjson's output with sorted keys: compact, UTF-8, no NaN (refused first).
+CANONICAL_OPTIONS = orjson.OPT_SORT_KEYS
+_OPTS = CANONICAL_OPTIONS
 
 
-def _check_finite(value: Any, path: str = "") -> None:
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise BadRequest(f"non-finite number at {path or '/'}", field=path or "/")
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _check_finite(v, f"{path}/{k}")
-    elif isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            _check_finite(v, f"{path}/{i}")
+# The integers canonical JSON can carry: orjson writes 64-bit integers only.
+INT_MIN = -(2**63)
+INT_MAX = 2**64 - 1
+
+
+def json_problem(value: Any) -> tuple[str, str] | None:
+    """What keeps `value` from being canonical JSON as it is: `(pointer, "number")` for the first
+    NaN, Infinity or integer beyond 64 bits, else `(pointer, "type")` for the first value of a
+    type JSON has no form for (datetime, bytes, set, a non-string key ...), else None. The pointer
+    is "" for the value itself."""
+    kind = type(value)
+    if kind is str or value is None or kind is bool:
+        return None
+    if kind is int:
+        return None if INT_MIN <= value <= INT_MAX else ("", "number")
+    if kind is float:
+        return None if math.isfinite(value) else ("", "number")
+    if kind is dict:
+        items: Iterable[tuple[Any, Any]] = value.items()
+    elif kind is list or kind is tuple:
+        items = enumerate(value)
+    else:
+        return ("", "type")
+    # a tuple serialises like a list, but the model should hold the list JSON gives back
+    first_type: tuple[str, str] | None = ("", "type") if kind is tuple else None
+    for key, item in items:
+        if kind is dict and type(key) is not str:
+            first_type = first_type or (f"/{key}", "type")
+        if item is None or type(item) is str:
+            continue
+        found = json_problem(item)
+        if found is not None:
+            if found[1] == "number":
+                return f"/{key}{found[0]}", "number"
+            first_type = first_type or (f"/{key}{found[0]}", "type")
+    return first_type
+
+
+def find_non_finite(value: Any) -> str | None:
+    """The JSON pointer ("" for the value itself) of the first number inside `value` that
+    canonical JSON cannot hold: NaN, Infinity, or an integer beyond 64 bits. None when clean."""
+    problem = json_problem(value)
+    return problem[0] if problem is not None and problem[1] == "number" else None
+
+
+def _check_finite(value: Any) -> None:
+    where = find_non_finite(value)
+    if where is not None:
+        raise BadRequest(f"non-finite or out-of-range number at {where or '/'}", field=where or "/")
 
 
 def canonical_json(value: Any, *, checked: bool = False) -> bytes:

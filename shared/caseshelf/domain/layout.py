@@ -11,7 +11,7 @@ SHARED_TENANT = "_shared"
 
 
 def check_tenant(tenant: str) -> str:
-    if not isinstance(tenant, str) or not _TENANT.match(tenant) or tenant in {".", ".."}:
+    if not isinstance(tenant, str) or not _TENANT.fullmatch(tenant) or tenant in {".", ".."}:
         raise BadRequest(f"invalid tenant {tenant!r}", field="tenant")
     return tenant
 

@@ -7,6 +7,10 @@ a tenth of the time. Pure: bytes in, bytes out.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import sys
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +19,7 @@ import orjson
 
 from caseshelf.domain.errors import BadRequest
 
-FORMAT = "caseshelf.manifest/1"
+FORMAT = "caseshelf.manifest/2"
 # A container name standing for a pack still being written: "?<pack number>".
 PENDING_PACK = "?"
 
@@ -29,8 +33,55 @@ class Location:
     length: int
 
 
+def _pack_ints(values: Sequence[int], code: str) -> str:
+    arr = values if isinstance(values, array) and values.typecode == code else array(code, values)
+    if sys.byteorder != "little":
+        arr = array(code, arr)
+        arr.byteswap()
+    return base64.b64encode(arr.tobytes()).decode("ascii")
+
+
+def _unpack_ints(text: str, code: str) -> array[int]:
+    arr = array(code)
+    arr.frombytes(base64.b64decode(text))
+    if sys.byteorder != "little":
+        arr.byteswap()
+    return arr
+
+
+class CaseTags(Sequence[Sequence[int]]):
+    """Each case's tag indices, stored compressed (CSR): `values[starts[i]:starts[i + 1]]`."""
+
+    def __init__(self, starts: array[int], values: array[int]) -> None:
+        self.starts = starts
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def __getitem__(self, i: int) -> Sequence[int]:  # type: ignore[override]
+        return self.values[self.starts[i] : self.starts[i + 1]]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(
+            list(a) == list(b) for a, b in zip(self, other, strict=True)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass
 class Manifest:
+    """In memory: lists of ids and digests, compact integer arrays for the rest.
+
+    On disk (format 2), every column is one JSON string so that parsing 100,000 cases costs a
+    handful of large strings instead of hundreds of thousands of small JSON values: ids joined by
+    newlines (a case id never holds a control character), digests concatenated (64 hex each),
+    integer columns as base64 of little-endian arrays, per-case tags as CSR arrays.
+    """
+
     content_digest: str
     description: str
     tags: list[str]
@@ -38,17 +89,17 @@ class Manifest:
     ids: list[str]
     digests: list[str]  # hex, without the sha256: prefix
     packs: list[str]
-    pack_index: list[int]
-    offsets: list[int]
-    lengths: list[int]
+    pack_index: Sequence[int]
+    offsets: Sequence[int]
+    lengths: Sequence[int]
     tag_names: list[str] = field(default_factory=list)
-    case_tags: list[list[int]] = field(default_factory=list)
+    case_tags: Sequence[Sequence[int]] = field(default_factory=list)
     # file bodies (companion and shared): digest hex -> container, offset, length
     blob_containers: list[str] = field(default_factory=list)
     blob_digests: list[str] = field(default_factory=list)
-    blob_container_index: list[int] = field(default_factory=list)
-    blob_offsets: list[int] = field(default_factory=list)
-    blob_lengths: list[int] = field(default_factory=list)
+    blob_container_index: Sequence[int] = field(default_factory=list)
+    blob_offsets: Sequence[int] = field(default_factory=list)
+    blob_lengths: Sequence[int] = field(default_factory=list)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -62,7 +113,7 @@ class Manifest:
         return "sha256:" + self.digests[i]
 
     def tags_of(self, i: int) -> list[str]:
-        return [self.tag_names[t] for t in self.case_tags[i]] if self.case_tags else []
+        return [self.tag_names[t] for t in self.case_tags[i]] if len(self.case_tags) else []
 
     def case_bytes(self) -> int:
         return sum(self.lengths)
@@ -88,7 +139,19 @@ class Manifest:
 
     # -- bytes -----------------------------------------------------------------------------
 
+    def _tag_columns(self) -> tuple[array[int], array[int]]:
+        if isinstance(self.case_tags, CaseTags):
+            return self.case_tags.starts, self.case_tags.values
+        starts, values = array("I", [0]), array("I")
+        for row in self.case_tags:
+            values.extend(row)
+            starts.append(len(values))
+        if not self.case_tags:
+            starts = array("I", [0] * (len(self.ids) + 1))
+        return starts, values
+
     def to_bytes(self) -> bytes:
+        starts, values = self._tag_columns()
         return orjson.dumps(
             {
                 "format": FORMAT,
@@ -97,21 +160,23 @@ class Manifest:
                 "tags": self.tags,
                 "shared_files": self.shared_files,
                 "cases": {
-                    "ids": self.ids,
-                    "digests": self.digests,
-                    "pack": self.pack_index,
-                    "offset": self.offsets,
-                    "length": self.lengths,
-                    "tags": self.case_tags,
+                    "count": len(self.ids),
+                    "ids": "\n".join(self.ids),
+                    "digests": "".join(self.digests),
+                    "pack": _pack_ints(self.pack_index, "I"),
+                    "offset": _pack_ints(self.offsets, "Q"),
+                    "length": _pack_ints(self.lengths, "I"),
+                    "tag_starts": _pack_ints(starts, "I"),
+                    "tag_values": _pack_ints(values, "I"),
                 },
                 "packs": self.packs,
                 "tag_names": self.tag_names,
                 "blobs": {
                     "containers": self.blob_containers,
-                    "digests": self.blob_digests,
-                    "container": self.blob_container_index,
-                    "offset": self.blob_offsets,
-                    "length": self.blob_lengths,
+                    "digests": "".join(self.blob_digests),
+                    "container": _pack_ints(self.blob_container_index, "I"),
+                    "offset": _pack_ints(self.blob_offsets, "Q"),
+                    "length": _pack_ints(self.blob_lengths, "Q"),
                 },
             }
         )
@@ -124,26 +189,42 @@ class Manifest:
                 raise ValueError(f"unknown manifest format {doc.get('format')!r}")
             cases = doc["cases"]
             blobs = doc["blobs"]
-            return cls(
+            count = int(cases["count"])
+            ids = cases["ids"].split("\n") if count else []
+            digests_text = cases["digests"]
+            blob_text = blobs["digests"]
+            if len(digests_text) != 64 * count or len(blob_text) % 64:
+                raise ValueError("digest column of the wrong length")
+            manifest = cls(
                 content_digest=doc["content_digest"],
                 description=doc["description"],
                 tags=doc["tags"],
                 shared_files=doc["shared_files"],
-                ids=cases["ids"],
-                digests=cases["digests"],
+                ids=ids,
+                digests=[digests_text[i : i + 64] for i in range(0, 64 * count, 64)],
                 packs=doc["packs"],
-                pack_index=cases["pack"],
-                offsets=cases["offset"],
-                lengths=cases["length"],
+                pack_index=_unpack_ints(cases["pack"], "I"),
+                offsets=_unpack_ints(cases["offset"], "Q"),
+                lengths=_unpack_ints(cases["length"], "I"),
                 tag_names=doc["tag_names"],
-                case_tags=cases["tags"],
+                case_tags=CaseTags(
+                    _unpack_ints(cases["tag_starts"], "I"), _unpack_ints(cases["tag_values"], "I")
+                ),
                 blob_containers=blobs["containers"],
-                blob_digests=blobs["digests"],
-                blob_container_index=blobs["container"],
-                blob_offsets=blobs["offset"],
-                blob_lengths=blobs["length"],
+                blob_digests=[blob_text[i : i + 64] for i in range(0, len(blob_text), 64)],
+                blob_container_index=_unpack_ints(blobs["container"], "I"),
+                blob_offsets=_unpack_ints(blobs["offset"], "Q"),
+                blob_lengths=_unpack_ints(blobs["length"], "Q"),
             )
-        except (KeyError, ValueError, TypeError) as exc:
+            columns = (manifest.digests, manifest.pack_index, manifest.offsets, manifest.lengths)
+            if (
+                len(ids) != count
+                or any(len(c) != count for c in columns)
+                or len(manifest.case_tags) != count
+            ):
+                raise ValueError("columns of different lengths")
+            return manifest
+        except (KeyError, ValueError, TypeError, AttributeError, binascii.Error) as exc:
             raise BadRequest(f"corrupt manifest: {exc}") from exc
 
 
@@ -152,22 +233,27 @@ class ManifestBuilder:
 
     def __init__(
         self, *, description: str, tags: Sequence[str], shared_files: list[dict[str, str]]
-    ):
-        self._m = Manifest(
-            content_digest="",
-            description=description,
-            tags=list(tags),
-            shared_files=shared_files,
-            ids=[],
-            digests=[],
-            packs=[],
-            pack_index=[],
-            offsets=[],
-            lengths=[],
-        )
-        self._packs: dict[str, int] = {}
-        self._tags: dict[str, int] = {}
-        self._containers: dict[str, int] = {}
+    ) -> None:
+        self._description = description
+        self._tags_of_version = list(tags)
+        self._shared_files = shared_files
+        self._ids: list[str] = []
+        self._digests: list[str] = []
+        self._packs: list[str] = []
+        self._pack_no: dict[str, int] = {}
+        self._pack_index = array("I")
+        self._offsets = array("Q")
+        self._lengths = array("I")
+        self._tag_names: list[str] = []
+        self._tag_no: dict[str, int] = {}
+        self._tag_starts = array("I", [0])
+        self._tag_values = array("I")
+        self._containers: list[str] = []
+        self._container_no: dict[str, int] = {}
+        self._blob_digests: list[str] = []
+        self._blob_container = array("I")
+        self._blob_offsets = array("Q")
+        self._blob_lengths = array("Q")
         self._blobs: set[str] = set()
 
     def add_case(
@@ -179,47 +265,60 @@ class ManifestBuilder:
         offset: int,
         length: int,
     ) -> None:
-        m = self._m
-        pi = self._packs.get(container)
+        pi = self._pack_no.get(container)
         if pi is None:
-            pi = self._packs[container] = len(m.packs)
-            m.packs.append(container)
-        tag_idx = []
+            pi = self._pack_no[container] = len(self._packs)
+            self._packs.append(container)
         for t in tags:
-            ti = self._tags.get(t)
+            ti = self._tag_no.get(t)
             if ti is None:
-                ti = self._tags[t] = len(m.tag_names)
-                m.tag_names.append(t)
-            tag_idx.append(ti)
-        m.ids.append(case_id)
-        m.digests.append(digest_hex)
-        m.pack_index.append(pi)
-        m.offsets.append(offset)
-        m.lengths.append(length)
-        m.case_tags.append(tag_idx)
+                ti = self._tag_no[t] = len(self._tag_names)
+                self._tag_names.append(t)
+            self._tag_values.append(ti)
+        self._tag_starts.append(len(self._tag_values))
+        self._ids.append(case_id)
+        self._digests.append(digest_hex)
+        self._pack_index.append(pi)
+        self._offsets.append(offset)
+        self._lengths.append(length)
 
     def resolve_pending(self, digest_of_pack: Callable[[int], str]) -> None:
         """Name the packs that were still being written when their cases were added."""
-        m = self._m
-        m.packs = [
+        self._packs = [
             digest_of_pack(int(p[len(PENDING_PACK) :])) if p.startswith(PENDING_PACK) else p
-            for p in m.packs
+            for p in self._packs
         ]
 
     def add_blob(self, digest_hex: str, loc: Location) -> None:
         if digest_hex in self._blobs:
             return
         self._blobs.add(digest_hex)
-        m = self._m
-        ci = self._containers.get(loc.container)
+        ci = self._container_no.get(loc.container)
         if ci is None:
-            ci = self._containers[loc.container] = len(m.blob_containers)
-            m.blob_containers.append(loc.container)
-        m.blob_digests.append(digest_hex)
-        m.blob_container_index.append(ci)
-        m.blob_offsets.append(loc.offset)
-        m.blob_lengths.append(loc.length)
+            ci = self._container_no[loc.container] = len(self._containers)
+            self._containers.append(loc.container)
+        self._blob_digests.append(digest_hex)
+        self._blob_container.append(ci)
+        self._blob_offsets.append(loc.offset)
+        self._blob_lengths.append(loc.length)
 
     def build(self, content_digest: str) -> Manifest:
-        self._m.content_digest = content_digest
-        return self._m
+        return Manifest(
+            content_digest=content_digest,
+            description=self._description,
+            tags=self._tags_of_version,
+            shared_files=self._shared_files,
+            ids=self._ids,
+            digests=self._digests,
+            packs=self._packs,
+            pack_index=self._pack_index,
+            offsets=self._offsets,
+            lengths=self._lengths,
+            tag_names=self._tag_names,
+            case_tags=CaseTags(self._tag_starts, self._tag_values),
+            blob_containers=self._containers,
+            blob_digests=self._blob_digests,
+            blob_container_index=self._blob_container,
+            blob_offsets=self._blob_offsets,
+            blob_lengths=self._blob_lengths,
+        )

@@ -11,6 +11,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -18,7 +19,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import to_jsonable_python
 
+from caseshelf.domain.canonical import INT_MAX, json_problem
 from caseshelf.domain.paths import check_relative_path, destination_problem
 
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
@@ -30,6 +33,31 @@ Label = Annotated[str, StringConstraints(pattern=LABEL_PATTERN)]
 DatasetId = Annotated[str, StringConstraints(pattern=DATASET_ID_PATTERN)]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _finite(value: Any) -> Any:
+    # `allow_inf_nan=False` covers float fields only; free-form JSON (ground truth, metadata,
+    # configs) is walked here, or a NaN would be serialised as `null` and hashed as such (and an
+    # integer beyond 64 bits could not be serialised at all). Values of other Python types (a
+    # datetime from a parquet row, say) are stored as their JSON form, so a case always holds
+    # exactly the JSON that is hashed.
+    if value is None or type(value) is str:
+        return value
+    problem = json_problem(value)
+    if problem is not None and problem[1] == "type":
+        value = to_jsonable_python(value)
+        problem = json_problem(value)
+    if problem is not None:
+        raise ValueError(
+            f"NaN, Infinity and integers beyond 64 bits are not allowed (at {problem[0] or '/'})"
+        )
+    return value
+
+
+# Free-form JSON values: anything JSON holds, except non-finite numbers.
+JsonAny = Annotated[Any, AfterValidator(_finite)]
+JsonObject = Annotated[dict[str, Any], AfterValidator(_finite)]
+JsonList = Annotated[list[Any], AfterValidator(_finite)]
 
 
 class Strict(BaseModel):
@@ -55,13 +83,13 @@ class FileRef(Strict):
 class ByTool(Strict):
     """Tool fixtures given inline, keyed by tool name (or `*` for every tool)."""
 
-    by_tool: dict[str, Any]
+    by_tool: JsonObject
 
 
 class Inputs(Strict):
     user: str | list[str] | FileRef | None = None
     hitl: list[str] = Field(default_factory=list)
-    memory_seeds: list[Any] | FileRef | str | None = None
+    memory_seeds: JsonList | FileRef | str | None = None
     session_id: str | None = None
     tool_fixtures: FileRef | ByTool | None = None
 
@@ -88,9 +116,9 @@ class Inputs(Strict):
 
 
 class Expectations(Strict):
-    ground_truth: Any = None
-    metrics: dict[str, Any] = Field(default_factory=dict)
-    details: dict[str, Any] = Field(default_factory=dict)
+    ground_truth: JsonAny = None
+    metrics: JsonObject = Field(default_factory=dict)
+    details: JsonObject = Field(default_factory=dict)
 
 
 # --- environment ----------------------------------------------------------------------------
@@ -145,10 +173,10 @@ Env = Annotated[RepoEnv | PromptEnv | BrowserEnv | OsUseEnv, Field(discriminator
 
 
 class Resources(Strict):
-    cpu_millicores: int | None = Field(default=None, ge=1)
-    memory_mb: int | None = Field(default=None, ge=1)
-    storage_mb: int | None = Field(default=None, ge=1)
-    gpus: int | None = Field(default=None, ge=1)
+    cpu_millicores: int | None = Field(default=None, ge=1, le=INT_MAX)
+    memory_mb: int | None = Field(default=None, ge=1, le=INT_MAX)
+    storage_mb: int | None = Field(default=None, ge=1, le=INT_MAX)
+    gpus: int | None = Field(default=None, ge=1, le=INT_MAX)
 
 
 class Network(Strict):
@@ -158,7 +186,7 @@ class Network(Strict):
 
 class Grader(Strict):
     id: str = Field(min_length=1)
-    config: dict[str, Any] = Field(default_factory=dict)
+    config: JsonObject = Field(default_factory=dict)
 
 
 # --- companion files ------------------------------------------------------------------------
@@ -168,7 +196,7 @@ class StoredFile(Strict):
     """A file body stored as a blob: what a registered case always carries."""
 
     digest: Digest
-    size: int = Field(ge=0)
+    size: int = Field(ge=0, le=INT_MAX)
 
 
 class InlineText(Strict):
@@ -200,10 +228,10 @@ class Case(Strict):
     image: str | None = None
     resources: Resources | None = None
     network: Network | None = None
-    timeout_sec: int = Field(default=DEFAULT_TIMEOUT_SEC, gt=0)
+    timeout_sec: int = Field(default=DEFAULT_TIMEOUT_SEC, gt=0, le=INT_MAX)
     graders: list[Grader] = Field(default_factory=list)
     tags: list[str] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
     files: dict[str, FileEntry] = Field(default_factory=dict)
 
     @field_validator("id")
@@ -274,7 +302,7 @@ class DatasetVersionInput(Strict):
     tags: list[str] = Field(default_factory=list)
     cases: list[Case]
     shared_files: list[SharedFileInput] = Field(default_factory=list)
-    produced_by: dict[str, Any] | None = None
+    produced_by: JsonObject | None = None
 
     @model_validator(mode="after")
     def _version_or_bump(self) -> DatasetVersionInput:

@@ -75,7 +75,7 @@ def case_dir_name(case_id: str) -> str:
     `~` + percent-encoding of its UTF-8 bytes, with only `[A-Za-z0-9_-]` left as they are, so the
     result never contains '/', never starts with '.', and can never equal '.' or '..'.
     """
-    if _SAFE_ID.match(case_id) and not case_id.startswith("."):
+    if _SAFE_ID.fullmatch(case_id) and not case_id.startswith("."):
         return case_id
     out = ["~"]
     for byte in case_id.encode("utf-8"):

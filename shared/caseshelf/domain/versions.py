@@ -26,7 +26,7 @@ _SEMVER = re.compile(
 
 
 def check_label(label: str) -> str:
-    if not isinstance(label, str) or not _LABEL.match(label) or label == "latest":
+    if not isinstance(label, str) or not _LABEL.fullmatch(label) or label == "latest":
         raise BadRequest(
             f"invalid version label {label!r}: 1-64 of [A-Za-z0-9._-], not 'latest'",
             field="version",
@@ -35,7 +35,7 @@ def check_label(label: str) -> str:
 
 
 def check_dataset_id(name: str) -> str:
-    if not isinstance(name, str) or not _DATASET_ID.match(name):
+    if not isinstance(name, str) or not _DATASET_ID.fullmatch(name):
         raise BadRequest(
             f"invalid id {name!r}: 1-128 of [A-Za-z0-9._-], starting with a letter or digit",
             field="id",
@@ -46,7 +46,7 @@ def check_dataset_id(name: str) -> str:
 def check_tags(tags: Iterable[str]) -> list[str]:
     out = []
     for tag in tags:
-        if not isinstance(tag, str) or not _LABEL.match(tag) or tag == "latest":
+        if not isinstance(tag, str) or not _LABEL.fullmatch(tag) or tag == "latest":
             raise BadRequest(
                 f"invalid version tag {tag!r}: 1-64 of [A-Za-z0-9._-], not 'latest'",
                 field="tags",
@@ -58,7 +58,7 @@ def check_tags(tags: Iterable[str]) -> list[str]:
 
 def semver(label: str) -> tuple[int, int, int, tuple[Any, ...]] | None:
     """A sort key by semver precedence, or None when the label is not semver."""
-    m = _SEMVER.match(label)
+    m = _SEMVER.fullmatch(label)
     if not m:
         return None
     major, minor, patch, pre = m.groups()
@@ -142,7 +142,7 @@ def resolve_ref(
     if ref == "latest":
         found = latest(pool)
     elif ref.startswith("sha256:"):
-        if not _DIGEST.match(ref):
+        if not _DIGEST.fullmatch(ref):
             raise BadRequest(f"invalid digest ref {ref!r}", field="ref")
         matches = [r for r in pool if r.content_digest == ref]
         found = max(matches, key=order_key) if matches else None

@@ -42,7 +42,7 @@ class PackWriter:
         self.bytes_written = 0
         self.objects_written = 0
 
-    def append(self, record: bytes) -> tuple[int, int]:
+    def append(self, record: bytes | memoryview) -> tuple[int, int]:
         where = (len(self._digests), len(self._buf))
         self._buf += record
         self._buf += b"\n"
@@ -111,7 +111,7 @@ class BlobWriter:
 
 
 def _spans(
-    wanted: Sequence[tuple[int, Location]],
+    wanted: Sequence[tuple[int, Location]], max_gap: int = MAX_GAP_BYTES
 ) -> Iterator[tuple[str, int, int, list[tuple[int, Location]]]]:
     """Group wanted records by container into contiguous read spans."""
     by_container: dict[str, list[tuple[int, Location]]] = defaultdict(list)
@@ -124,7 +124,7 @@ def _spans(
         group: list[tuple[int, Location]] = []
         for it in items:
             loc = it[1]
-            if group and loc.offset - end > MAX_GAP_BYTES:
+            if group and loc.offset - end > max_gap:
                 yield container, start, end - start, group
                 start, group = loc.offset, []
             group.append(it)
@@ -136,10 +136,13 @@ def read_records(
     store: BlobStore,
     key_for: Callable[[str], str],
     wanted: Sequence[tuple[int, Location]],
+    *,
+    max_gap: int = MAX_GAP_BYTES,
 ) -> dict[int, bytes]:
-    """Read records by ranged GETs, one per span of nearby records; keyed by the caller's tag."""
+    """Read records by ranged GETs, one per span of nearby records; keyed by the caller's tag.
+    `max_gap` is the most unwanted bytes read to save a request."""
     out: dict[int, bytes] = {}
-    for container, start, length, group in _spans(wanted):
+    for container, start, length, group in _spans(wanted, max_gap):
         data = store.get_range(key_for(container), start, length)
         for tag, loc in group:
             rel = loc.offset - start
@@ -148,11 +151,16 @@ def read_records(
 
 
 def read_cases(
-    store: BlobStore, tenant: str, manifest: Manifest, indices: Iterable[int]
+    store: BlobStore,
+    tenant: str,
+    manifest: Manifest,
+    indices: Iterable[int],
+    *,
+    max_gap: int = MAX_GAP_BYTES,
 ) -> dict[int, bytes]:
     """Canonical bytes of the manifest's cases at `indices`."""
     wanted = [(i, manifest.location(i)) for i in indices]
-    return read_records(store, lambda h: layout.pack_key(tenant, h), wanted)
+    return read_records(store, lambda h: layout.pack_key(tenant, h), wanted, max_gap=max_gap)
 
 
 def read_blobs(store: BlobStore, tenant: str, locations: dict[str, Location]) -> dict[str, bytes]:

@@ -1,0 +1,256 @@
+"""Diff two 100,000-case versions with 1% of the cases changed (one field each).
+
+On the embedded store and on moto (in-process `mock_aws`, bucket and table made from the
+template's properties), each in a fresh interpreter that registers the two versions once and
+then, alternating, measures:
+- `diff_versions` (manifests, digest comparison, ranged reads of the changed cases, field-level
+  changes) on freshly built services, so no manifest is cached;
+- the baseline: load both versions whole (every case read and parsed) and compare every case
+  canonically.
+
+Figures: wall ratio diff / baseline (target <= 0.1), object reads, and the case bytes the diff
+read / the case bytes of both versions (target <= 0.05). Manifest bytes are reported apart
+(`manifest_bytes_read`): they are read by every diff whatever the change.
+
+Usage: python bench/bench_diff.py [--cases N] [--runs R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import emit, gsm8k_cases, median, ratio, run_child
+
+NAME = "diff"
+WALL_TARGET = 0.1
+BYTES_TARGET = 0.05
+CHANGED_EVERY = 100  # 1% of the cases, one field (the ground truth) each
+MOTO_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+class CountingStore:
+    """A BlobStore that counts the objects read and the bytes they brought, by area."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.reset()
+
+    def reset(self) -> None:
+        self.reads = 0
+        self.case_bytes = 0
+        self.manifest_bytes = 0
+        self.other_bytes = 0
+
+    def _count(self, key: str, data: bytes) -> bytes:
+        self.reads += 1
+        if "/packs/" in key:
+            self.case_bytes += len(data)
+        elif "/manifests/" in key:
+            self.manifest_bytes += len(data)
+        else:
+            self.other_bytes += len(data)
+        return data
+
+    def get(self, key: str) -> bytes:
+        return self._count(key, self._inner.get(key))
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        return self._count(key, self._inner.get_range(key, offset, length))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def baseline(services: Any, me: Any, name: str) -> dict[str, int]:
+    """Load both versions whole and compare every case canonically."""
+    import orjson
+
+    from caseshelf.domain.canonical import canonical_json
+
+    reg = services.registry
+    loaded = []
+    for ref in ("1.0.0", "1.1.0"):
+        rec = reg.get_version(me, name, ref)
+        n = len(reg.manifest(rec))
+        loaded.append({c["id"]: c for _, c in reg.case_records(rec, list(range(n)))})
+    base, cand = loaded
+    changed = 0
+    for cid, case in cand.items():
+        other = base.get(cid)
+        if other is not None and canonical_json(other, checked=True) != canonical_json(
+            case, checked=True
+        ):
+            changed += 1
+    # Keep the comparison honest: the diff's own answer must be the same.
+    return {"changed": changed, "bytes": len(orjson.dumps(list(cand.values())))}
+
+
+def measure(settings: Any, store: Any, index: Any, n: int, runs: int) -> dict[str, Any]:
+    from caseshelf.bootstrap import build
+    from caseshelf.domain.identity import Identity
+    from caseshelf.services.registry import parse_dataset
+
+    me = Identity("bench", "bench")
+    name = "gsm8k-bench"
+    counting = CountingStore(store)
+    services = build(settings, store=counting, index=index)
+    t0 = time.perf_counter()
+    recs = []
+    for version, every in (("1.0.0", 0), ("1.1.0", CHANGED_EVERY)):
+        cases, _ = gsm8k_cases(n, changed_every=every)
+        body = {"id": name, "version": version, "description": "bench", "cases": cases}
+        recs.append(services.registry.register(me, parse_dataset(body)).record)
+    register_s = time.perf_counter() - t0
+    case_bytes_both = recs[0].bytes + recs[1].bytes
+
+    diffs, bases = [], []
+    for _ in range(runs):
+        fresh = build(settings, store=counting, index=index)
+        counting.reset()
+        t = time.perf_counter()
+        res = fresh.diff.diff_versions(me, name, "1.0.0", "1.1.0")
+        wall = time.perf_counter() - t
+        assert res.summary["changed"] == n // CHANGED_EVERY, res.summary
+        assert all(len(c.changes) == 1 for c in res.changed or [])
+        diffs.append(
+            {
+                "s": wall,
+                "reads": counting.reads,
+                "case_bytes": counting.case_bytes,
+                "manifest_bytes": counting.manifest_bytes,
+            }
+        )
+        fresh = build(settings, store=counting, index=index)
+        counting.reset()
+        t = time.perf_counter()
+        got = baseline(fresh, me, name)
+        bases.append(
+            {
+                "s": time.perf_counter() - t,
+                "reads": counting.reads,
+                "case_bytes": counting.case_bytes,
+            }
+        )
+        assert got["changed"] == n // CHANGED_EVERY
+    diff_s = median([d["s"] for d in diffs])
+    base_s = median([b["s"] for b in bases])
+    last = diffs[-1]
+    # The other side of the read planner's trade, once: the gap of the other backend.
+    from caseshelf.services.diff import LOCAL_MAX_GAP_BYTES, REMOTE_MAX_GAP_BYTES, DiffService
+
+    used = services.diff.max_gap_bytes
+    other_gap = REMOTE_MAX_GAP_BYTES if used == LOCAL_MAX_GAP_BYTES else LOCAL_MAX_GAP_BYTES
+    fresh = build(settings, store=counting, index=index)
+    other = DiffService(fresh.registry, max_gap_bytes=other_gap)
+    counting.reset()
+    t = time.perf_counter()
+    other.diff_versions(me, name, "1.0.0", "1.1.0")
+    other_s = time.perf_counter() - t
+    return {
+        "max_gap_bytes": used,
+        "other_gap": {
+            "max_gap_bytes": other_gap,
+            "diff_s": round(other_s, 4),
+            "wall_ratio": ratio(other_s, base_s),
+            "object_reads": counting.reads,
+            "bytes_ratio": ratio(counting.case_bytes, case_bytes_both),
+        },
+        "register_s": round(register_s, 2),
+        "diff_s": round(diff_s, 4),
+        "baseline_s": round(base_s, 4),
+        "wall_ratio": ratio(diff_s, base_s),
+        "object_reads": last["reads"],
+        "baseline_object_reads": bases[-1]["reads"],
+        "case_bytes_read": last["case_bytes"],
+        "manifest_bytes_read": last["manifest_bytes"],
+        "case_bytes_both_versions": case_bytes_both,
+        "bytes_ratio": ratio(last["case_bytes"], case_bytes_both),
+    }
+
+
+def child(backend: str, n: int, runs: int) -> None:
+    import tempfile
+
+    from caseshelf.bootstrap import build_adapters, load_settings
+
+    if backend == "embedded":
+        with tempfile.TemporaryDirectory(prefix="caseshelf-bench-diff-") as home:
+            settings = load_settings({}, home=home)
+            store, index = build_adapters(settings)
+            emit({"op": backend, **measure(settings, store, index, n, runs)})
+        return
+    import boto3
+    from bench_register import _template_table
+    from moto import mock_aws
+
+    with mock_aws():
+        bucket, table = "caseshelf-bench", "caseshelf-bench-index"
+        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
+        boto3.client("dynamodb", region_name="us-east-1").create_table(
+            TableName=table, **_template_table()
+        )
+        settings = load_settings({}, backend="aws", bucket=bucket, table=table)
+        store, index = build_adapters(settings)
+        emit({"op": backend, **measure(settings, store, index, n, runs)})
+
+
+def main(n: int, runs: int) -> int:
+    me = str(Path(__file__).resolve())
+    result: dict[str, Any] = {"bench": NAME, "cases": n, "changed": n // CHANGED_EVERY}
+    ok = True
+    for backend in ("embedded", "moto"):
+        env = MOTO_ENV if backend == "moto" else None
+        got = run_child([me, "--child", backend, "--cases", str(n), "--runs", str(runs)], env=env)
+        print(
+            f"{backend}: diff {got['diff_s']:.3f} s vs baseline {got['baseline_s']:.3f} s "
+            f"(ratio {got['wall_ratio']}), {got['object_reads']} object reads "
+            f"(baseline {got['baseline_object_reads']}), case bytes read "
+            f"{got['case_bytes_read']:,} of {got['case_bytes_both_versions']:,} "
+            f"(ratio {got['bytes_ratio']}), manifests {got['manifest_bytes_read']:,} bytes; "
+            f"registration of both {got['register_s']} s; read gap {got['max_gap_bytes']:,} B"
+        )
+        alt = got["other_gap"]
+        print(
+            f"  (with a {alt['max_gap_bytes']:,} B gap instead: {alt['diff_s']:.3f} s, ratio "
+            f"{alt['wall_ratio']}, {alt['object_reads']} reads, bytes ratio {alt['bytes_ratio']})"
+        )
+        for key in (
+            "diff_s",
+            "baseline_s",
+            "wall_ratio",
+            "object_reads",
+            "case_bytes_read",
+            "manifest_bytes_read",
+            "bytes_ratio",
+            "max_gap_bytes",
+        ):
+            result[f"{backend}_{key}"] = got[key]
+        result[f"{backend}_other_gap"] = alt
+        ok = ok and got["wall_ratio"] <= WALL_TARGET and got["bytes_ratio"] <= BYTES_TARGET
+    result["targets"] = {"wall_ratio": WALL_TARGET, "bytes_ratio": BYTES_TARGET}
+    result["pass"] = ok
+    emit(result)
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--child", choices=["embedded", "moto"])
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.cases, args.runs)
+        sys.exit(0)
+    sys.exit(main(args.cases, args.runs))

@@ -1,0 +1,187 @@
+"""Recipe-driven import: a 100,000-row jsonl into a registered version, and paging the viewer.
+
+Figures:
+- ours vs Hugging Face `datasets`: a 100,000-row jsonl built from GSM8K (each row distinct) is
+  imported through `recipes/gsm8k.yaml` into a registered version on the embedded store, whole
+  process (interpreter start to exit), side by side with
+  `datasets.load_dataset("json", data_files=...)` on the same file with a fresh cache dir,
+  alternating runs, median of R. Targets: our wall / theirs <= 0.67, our peak RSS / theirs <= 1.0.
+- the fake Hugging Face viewer, 10,000 rows: requests on the `/rows` path == ceil(rows / 100),
+  and exactly one file fetch on the parquet path.
+
+Usage: python bench/bench_import.py [--rows N] [--runs R] [--hf-rows M]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import REPO_ROOT, emit, gsm8k_rows, median, ratio, run_child
+
+NAME = "import"
+WALL_TARGET = 0.67
+RSS_TARGET = 1.0
+RECIPE = REPO_ROOT / "recipes" / "gsm8k.yaml"
+
+OURS = """
+import resource, sys, time
+t0 = time.perf_counter()
+import yaml
+from caseshelf.bootstrap import build, load_settings
+from caseshelf.domain.identity import Identity
+from caseshelf.services.imports import parse_import
+svc = build(load_settings({}, home=sys.argv[2]))
+recipe = yaml.safe_load(open(sys.argv[3], encoding="utf-8"))
+done = svc.imports.run(
+    Identity("local", "local"), parse_import({"recipe": recipe, "source": {"url": sys.argv[1]}})
+)
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+import json
+print(json.dumps({"cases": done.result.record.case_count, "rss_mb": round(rss, 1),
+                  "inner_s": round(time.perf_counter() - t0, 3)}))
+"""
+
+THEIRS = """
+import resource, sys, time
+t0 = time.perf_counter()
+import datasets
+datasets.disable_progress_bars()
+ds = datasets.load_dataset("json", data_files=sys.argv[1], cache_dir=sys.argv[2], split="train")
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+import json
+print(json.dumps({"cases": ds.num_rows, "rss_mb": round(rss, 1),
+                  "inner_s": round(time.perf_counter() - t0, 3)}))
+"""
+
+
+def write_rows(path: Path, n: int) -> str | None:
+    """`n` distinct GSM8K rows (a variant number on every pass after the first)."""
+    rows, note = gsm8k_rows()
+    with path.open("wb") as fh:
+        for i in range(n):
+            row = rows[i % len(rows)]
+            variant = i // len(rows)
+            question = row["question"] if variant == 0 else f"{row['question']} (variant {variant})"
+            fh.write(orjson.dumps({"question": question, "answer": row["answer"]}) + b"\n")
+    return note
+
+
+def timed_child(script: str, *args: str) -> tuple[float, dict[str, Any]]:
+    start = time.perf_counter()
+    out = run_child(["-c", script, *args])
+    return time.perf_counter() - start, out
+
+
+def compare(rows: int, runs: int, work: Path) -> dict[str, Any]:
+    data = work / "rows.jsonl"
+    note = write_rows(data, rows)
+    try:
+        import datasets  # noqa: F401
+    except ImportError:
+        return {"error": "the datasets package is not installed (pip install -e '.[dev]')"}
+    ours_s: list[float] = []
+    theirs_s: list[float] = []
+    ours_rss: list[float] = []
+    theirs_rss: list[float] = []
+    for i in range(runs):
+        # Alternate who goes first, so neither always runs on a warmer page cache.
+        order = ("ours", "theirs") if i % 2 == 0 else ("theirs", "ours")
+        for who in order:
+            if who == "ours":
+                wall, out = timed_child(OURS, str(data), str(work / f"home-{i}"), str(RECIPE))
+                assert out["cases"] == rows, out
+                ours_s.append(wall)
+                ours_rss.append(out["rss_mb"])
+            else:
+                wall, out = timed_child(THEIRS, str(data), str(work / f"cache-{i}"))
+                assert out["cases"] == rows, out
+                theirs_s.append(wall)
+                theirs_rss.append(out["rss_mb"])
+    result = {
+        "ours_s": round(median(ours_s), 3),
+        "theirs_s": round(median(theirs_s), 3),
+        "wall_ratio": ratio(median(ours_s), median(theirs_s)),
+        "ours_rss_mb": median(ours_rss),
+        "theirs_rss_mb": median(theirs_rss),
+        "rss_ratio": ratio(median(ours_rss), median(theirs_rss)),
+    }
+    if note:
+        result["note"] = note
+    return result
+
+
+def viewer(rows: int, work: Path) -> dict[str, Any]:
+    from caseshelf.adapters.huggingface import HuggingFace
+    from caseshelf.bootstrap import build, load_settings
+    from caseshelf.domain.identity import Identity
+    from caseshelf.services.imports import parse_import
+    from tests.hf_fake import FakeDataset, FakeHub, gsm8k_like
+
+    hub = FakeHub()
+    hub.add(FakeDataset("bench/rows", {("main", "test"): gsm8k_like(rows)}))
+    hub.add(FakeDataset("bench/parquet", {("main", "test"): gsm8k_like(rows)}, parquet=True))
+    hub.start()
+    try:
+        svc = build(load_settings({}, home=str(work / "hf-home")))
+        svc.imports.hf = HuggingFace(hub.url, hub.url)
+        me = Identity("local", "local")
+        out: dict[str, Any] = {}
+        for name, via in (("bench/rows", "rows"), ("bench/parquet", "parquet")):
+            hub.reset_counts()
+            start = time.perf_counter()
+            req = {"recipe": "gsm8k", "source": {"url": f"hf://{name}"}, "dataset": via}
+            done = svc.imports.run(me, parse_import(req))
+            assert done.result.record.case_count == rows, done
+            assert done.produced_by["source"]["via"] == via, done.produced_by
+            out[f"hf_{via}_s"] = round(time.perf_counter() - start, 3)
+            if via == "rows":
+                out["hf_rows_requests"] = hub.counts["rows"]
+            else:
+                out["hf_parquet_file_fetches"] = hub.counts["file"]
+                out["hf_parquet_rows_requests"] = hub.counts["rows"]
+        out["hf_rows_expected"] = math.ceil(rows / 100)
+        return out
+    finally:
+        hub.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--hf-rows", type=int, default=10_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="caseshelf-bench-import-") as tmp:
+        work = Path(tmp)
+        figures: dict[str, Any] = {"bench": NAME, "rows": args.rows}
+        figures.update(compare(args.rows, args.runs, work))
+        figures["hf_rows"] = args.hf_rows
+        figures.update(viewer(args.hf_rows, work))
+    ok_paging = (
+        figures["hf_rows_requests"] == figures["hf_rows_expected"]
+        and figures["hf_parquet_file_fetches"] == 1
+        and figures["hf_parquet_rows_requests"] == 0
+    )
+    ok_speed = (
+        "error" not in figures
+        and figures["wall_ratio"] <= WALL_TARGET
+        and figures["rss_ratio"] <= RSS_TARGET
+    )
+    figures["targets"] = {"wall_ratio": WALL_TARGET, "rss_ratio": RSS_TARGET}
+    figures["pass"] = bool(ok_paging and ok_speed)
+    emit(figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""Register a 100,000-case GSM8K-shaped dataset, then v2 of it with 1% of the cases changed.
+
+Figures (each measured operation in a fresh interpreter, so its peak RSS is its own):
+- embedded store: cases/s, peak RSS, and the wall time of `load file + parse_dataset + register`
+  divided by the floor (`floor_parse_hash.py`: orjson parse + sha256 of each case's canonical
+  JSON) measured in the same run, alternating floor and register, median of 3. Target <= 3.
+- v2 with 1% changed: case bytes written for v2 / case bytes written for v1, on the embedded store
+  and on moto (in-process `mock_aws`, bucket and table made like the template's). Target <= 0.03.
+- moto: cases/s and peak RSS of the v1 registration.
+
+Usage: python bench/bench_register.py [--cases N] [--runs R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (
+    BENCH_DIR,
+    REPO_ROOT,
+    emit,
+    median,
+    peak_rss_mb,
+    ratio,
+    run_child,
+    write_dataset,
+)
+
+NAME = "register"
+WALL_TARGET = 3.0
+DEDUP_TARGET = 0.03
+CHANGED_EVERY = 100  # 1% of the cases
+MOTO_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+# -- children: one measured operation each ---------------------------------------------------
+
+
+def _register_pair(registry: Any, v1: str, v2: str) -> dict[str, Any]:
+    """Time `load + parse_dataset + register` of v1, then register v2 (for the dedup ratio)."""
+    import orjson
+
+    from caseshelf.domain.identity import Identity
+    from caseshelf.services.registry import parse_dataset
+
+    me = Identity("bench", "bench")
+    start, cpu = time.perf_counter(), time.process_time()
+    body = parse_dataset(orjson.loads(Path(v1).read_bytes()))
+    first = registry.register(me, body)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    rss = peak_rss_mb()
+    cases = first.record.case_count
+    del body
+    second = registry.register(me, parse_dataset(orjson.loads(Path(v2).read_bytes())))
+    assert first.created and second.created
+    return {
+        "cases": cases,
+        "seconds": round(elapsed, 4),
+        "cpu_seconds": round(cpu, 4),
+        "cases_per_s": round(cases / elapsed),
+        "peak_rss_mb": rss,
+        "v1_case_bytes": first.stats.case_bytes_written,
+        "v2_case_bytes": second.stats.case_bytes_written,
+        "v2_cases_reused": second.stats.cases_reused,
+    }
+
+
+def _registry(**settings: Any) -> Any:
+    """The registry over the adapters the settings name (only what registration needs)."""
+    from caseshelf.bootstrap import build_adapters, load_settings
+    from caseshelf.services.registry import RegistryService
+
+    return RegistryService(*build_adapters(load_settings({}, **settings)))
+
+
+def child_embedded(v1: str, v2: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="caseshelf-bench-") as home:
+        emit({"op": "register-embedded", **_register_pair(_registry(home=home), v1, v2)})
+
+
+def _template_table() -> dict[str, Any]:
+    """The IndexTable properties of `infra/template.yaml` that a moto table needs."""
+    import yaml
+
+    class CfnLoader(yaml.SafeLoader):
+        pass
+
+    def any_tag(loader: yaml.SafeLoader, _suffix: str, node: yaml.Node) -> Any:
+        if isinstance(node, yaml.ScalarNode):
+            return loader.construct_scalar(node)
+        if isinstance(node, yaml.SequenceNode):
+            return loader.construct_sequence(node)
+        return loader.construct_mapping(node)  # type: ignore[arg-type]
+
+    CfnLoader.add_multi_constructor("!", any_tag)
+    doc = yaml.load((REPO_ROOT / "infra" / "template.yaml").read_text(), Loader=CfnLoader)
+    props = doc["Resources"]["IndexTable"]["Properties"]
+    return {
+        "AttributeDefinitions": props["AttributeDefinitions"],
+        "KeySchema": props["KeySchema"],
+        "BillingMode": props["BillingMode"],
+    }
+
+
+def child_moto(v1: str, v2: str) -> None:
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        bucket, table = "caseshelf-bench", "caseshelf-bench-index"
+        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
+        boto3.client("dynamodb", region_name="us-east-1").create_table(
+            TableName=table, **_template_table()
+        )
+        registry = _registry(backend="aws", bucket=bucket, table=table)
+        emit({"op": "register-moto", **_register_pair(registry, v1, v2)})
+
+
+# -- the parent -----------------------------------------------------------------------------
+
+
+def _aws_adapters_present() -> bool:
+    pkg = REPO_ROOT / "shared" / "caseshelf" / "adapters"
+    return (pkg / "s3.py").is_file() and (pkg / "dynamodb.py").is_file()
+
+
+def main(n: int, runs: int) -> int:
+    me = str(Path(__file__).resolve())
+    floor_script = str(BENCH_DIR / "floor_parse_hash.py")
+    with tempfile.TemporaryDirectory(prefix="caseshelf-bench-data-") as tmp:
+        v1, v2 = Path(tmp) / "v1.json", Path(tmp) / "v2.json"
+        note = write_dataset(v1, n=n, version="1.0.0")
+        write_dataset(v2, n=n, version="1.1.0", changed_every=CHANGED_EVERY)
+        if note:
+            print(f"note: {note}")
+        print(f"dataset: {n} cases, {v1.stat().st_size / 1e6:.1f} MB of JSON")
+
+        floors, regs = [], []
+        for i in range(runs):
+            floor = run_child([floor_script, str(v1)])
+            reg = run_child([me, "--child", "embedded", str(v1), str(v2)])
+            floors.append(floor)
+            regs.append(reg)
+            print(
+                f"run {i + 1}: floor {floor['seconds']:.3f} s, register {reg['seconds']:.3f} s "
+                f"({reg['cases_per_s']} cases/s, peak RSS {reg['peak_rss_mb']} MB)"
+            )
+        floor_s = median([f["seconds"] for f in floors])
+        reg_s = median([r["seconds"] for r in regs])
+        last = regs[-1]
+        result: dict[str, Any] = {
+            "bench": NAME,
+            "cases": n,
+            "floor_s": round(floor_s, 3),
+            "embedded_register_s": round(reg_s, 3),
+            "embedded_cases_per_s": round(n / reg_s),
+            "embedded_peak_rss_mb": median([r["peak_rss_mb"] for r in regs]),
+            "floor_peak_rss_mb": median([f["peak_rss_mb"] for f in floors]),
+            "embedded_wall_ratio": ratio(reg_s, floor_s),
+            # the same pairs, run by run, and in CPU time (less sensitive to a busy machine)
+            "embedded_wall_ratio_per_run": [
+                ratio(r["seconds"], f["seconds"]) for r, f in zip(regs, floors, strict=True)
+            ],
+            "embedded_cpu_ratio": ratio(
+                median([r["cpu_seconds"] for r in regs]), median([f["cpu_seconds"] for f in floors])
+            ),
+            "embedded_v2_bytes_ratio": ratio(last["v2_case_bytes"], last["v1_case_bytes"]),
+        }
+        ok = (
+            result["embedded_wall_ratio"] <= WALL_TARGET
+            and result["embedded_v2_bytes_ratio"] <= DEDUP_TARGET
+        )
+        if _aws_adapters_present():
+            moto = run_child([me, "--child", "moto", str(v1), str(v2)], env=MOTO_ENV)
+            print(
+                f"moto: register {moto['seconds']:.3f} s ({moto['cases_per_s']} cases/s, "
+                f"peak RSS {moto['peak_rss_mb']} MB)"
+            )
+            result["moto_cases_per_s"] = moto["cases_per_s"]
+            result["moto_peak_rss_mb"] = moto["peak_rss_mb"]
+            result["moto_v2_bytes_ratio"] = ratio(moto["v2_case_bytes"], moto["v1_case_bytes"])
+            ok = ok and result["moto_v2_bytes_ratio"] <= DEDUP_TARGET
+        else:
+            print("moto: the S3/DynamoDB adapters are not there yet; moto figures skipped")
+            result["moto_skipped"] = True
+            ok = False
+        result["targets"] = {"embedded_wall_ratio": WALL_TARGET, "v2_bytes_ratio": DEDUP_TARGET}
+        if note:
+            result["note"] = note
+        result["pass"] = ok
+        emit(result)
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--child", choices=["embedded", "moto"])
+    parser.add_argument("files", nargs="*")
+    args = parser.parse_args()
+    if args.child == "embedded":
+        child_embedded(*args.files)
+    elif args.child == "moto":
+        child_moto(*args.files)
+    else:
+        sys.exit(main(args.cases, args.runs))

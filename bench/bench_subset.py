@@ -1,0 +1,167 @@
+"""Subset of a 100,000-case version: by tags + limit, and by a seeded sample of 1,000.
+
+On the embedded store and on moto (in-process `mock_aws`), each in a fresh interpreter that
+registers the version once and then, alternating, measures on freshly built services (so the
+manifest is not cached):
+- `select_subset` by tags + limit, and by `sample=1000`;
+- the baseline: load the version's cases whole (every case read and parsed).
+
+Figures: wall ratio subset / baseline for each selection (target <= 0.05), and the objects and
+bytes each read. A warm figure (manifest already cached, as in a warm Lambda) is reported too.
+
+Usage: python bench/bench_subset.py [--cases N] [--runs R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_diff import MOTO_ENV, CountingStore
+from common import emit, gsm8k_cases, median, ratio, run_child
+
+NAME = "subset"
+WALL_TARGET = 0.05
+SELECTIONS: dict[str, dict[str, Any]] = {
+    "tags_limit": {"tags": ["level-3", "hard"], "limit": 5000},
+    "sample": {"sample": 1000, "seed": 2026},
+}
+
+
+def tagged_cases(n: int) -> list[dict[str, Any]]:
+    cases, _ = gsm8k_cases(n)
+    for i, case in enumerate(cases):
+        case["tags"] = ["gsm8k", f"level-{i % 5}"] + (["hard"] if i % 7 == 0 else [])
+    return cases
+
+
+def measure(settings: Any, store: Any, index: Any, n: int, runs: int) -> dict[str, Any]:
+    from caseshelf.bootstrap import build
+    from caseshelf.domain.identity import Identity
+    from caseshelf.domain.subset import SubsetRequest
+    from caseshelf.services.registry import parse_dataset
+
+    me = Identity("bench", "bench")
+    name = "subset-bench"
+    counting = CountingStore(store)
+    services = build(settings, store=counting, index=index)
+    body = {"id": name, "version": "1.0.0", "cases": tagged_cases(n)}
+    rec = services.registry.register(me, parse_dataset(body)).record
+
+    def load_whole() -> None:
+        fresh = build(settings, store=counting, index=index)
+        got = list(fresh.registry.case_records(rec, list(range(rec.case_count))))
+        assert len(got) == n
+
+    times: dict[str, list[float]] = {k: [] for k in SELECTIONS}
+    reads: dict[str, tuple[int, int]] = {}
+    selected: dict[str, int] = {}
+    base_times: list[float] = []
+    warm: dict[str, float] = {}
+    for _ in range(runs):
+        counting.reset()
+        t = time.perf_counter()
+        load_whole()
+        base_times.append(time.perf_counter() - t)
+        base_reads = (counting.reads, counting.case_bytes + counting.manifest_bytes)
+        for key, selection in SELECTIONS.items():
+            fresh = build(settings, store=counting, index=index)
+            request = SubsetRequest.model_validate(selection)
+            counting.reset()
+            t = time.perf_counter()
+            res = fresh.selection.select_subset(me, name, "1.0.0", request)
+            times[key].append(time.perf_counter() - t)
+            reads[key] = (counting.reads, counting.case_bytes + counting.manifest_bytes)
+            assert res.subset.stamp is not None
+            selected[key] = res.subset.stamp.selected
+            t = time.perf_counter()
+            fresh.selection.select_subset(me, name, "1.0.0", request)
+            warm[key] = time.perf_counter() - t
+    base_s = median(base_times)
+    out: dict[str, Any] = {
+        "baseline_s": round(base_s, 4),
+        "baseline_object_reads": base_reads[0],
+        "baseline_bytes_read": base_reads[1],
+    }
+    for key in SELECTIONS:
+        s = median(times[key])
+        out[key] = {
+            "selected": selected[key],
+            "subset_s": round(s, 4),
+            "wall_ratio": ratio(s, base_s),
+            "warm_s": round(warm[key], 4),
+            "object_reads": reads[key][0],
+            "bytes_read": reads[key][1],
+        }
+    return out
+
+
+def child(backend: str, n: int, runs: int) -> None:
+    import tempfile
+
+    from caseshelf.bootstrap import build_adapters, load_settings
+
+    if backend == "embedded":
+        with tempfile.TemporaryDirectory(prefix="caseshelf-bench-subset-") as home:
+            settings = load_settings({}, home=home)
+            store, index = build_adapters(settings)
+            emit({"op": backend, **measure(settings, store, index, n, runs)})
+        return
+    import boto3
+    from bench_register import _template_table
+    from moto import mock_aws
+
+    with mock_aws():
+        bucket, table = "caseshelf-bench", "caseshelf-bench-index"
+        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
+        boto3.client("dynamodb", region_name="us-east-1").create_table(
+            TableName=table, **_template_table()
+        )
+        settings = load_settings({}, backend="aws", bucket=bucket, table=table)
+        store, index = build_adapters(settings)
+        emit({"op": backend, **measure(settings, store, index, n, runs)})
+
+
+def main(n: int, runs: int) -> int:
+    me = str(Path(__file__).resolve())
+    result: dict[str, Any] = {"bench": NAME, "cases": n}
+    ok = True
+    for backend in ("embedded", "moto"):
+        env = MOTO_ENV if backend == "moto" else None
+        got = run_child([me, "--child", backend, "--cases", str(n), "--runs", str(runs)], env=env)
+        result[f"{backend}_baseline_s"] = got["baseline_s"]
+        for key in SELECTIONS:
+            fig = got[key]
+            print(
+                f"{backend} {key}: {fig['selected']} selected in {fig['subset_s']:.4f} s "
+                f"(warm {fig['warm_s']:.4f} s) vs loading all {got['baseline_s']:.3f} s: ratio "
+                f"{fig['wall_ratio']}; {fig['object_reads']} object reads, "
+                f"{fig['bytes_read']:,} bytes (baseline {got['baseline_object_reads']} reads, "
+                f"{got['baseline_bytes_read']:,} bytes)"
+            )
+            result[f"{backend}_{key}_s"] = fig["subset_s"]
+            result[f"{backend}_{key}_warm_s"] = fig["warm_s"]
+            result[f"{backend}_{key}_wall_ratio"] = fig["wall_ratio"]
+            result[f"{backend}_{key}_bytes_read"] = fig["bytes_read"]
+            ok = ok and fig["wall_ratio"] <= WALL_TARGET
+    result["targets"] = {"wall_ratio": WALL_TARGET}
+    result["pass"] = ok
+    emit(result)
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--child", choices=["embedded", "moto"])
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.cases, args.runs)
+        sys.exit(0)
+    sys.exit(main(args.cases, args.runs))

@@ -1,0 +1,158 @@
+"""Helpers shared by the benchmarks: timing, peak memory, child processes, and the dataset.
+
+Every measured operation runs in a fresh interpreter (`run_child`), so its peak RSS is its own and
+no cache or allocator state leaks between runs. A child prints one JSON object on its last line of
+stdout; the parent collects those and reports medians.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+SHARED_DATA = (REPO_ROOT / ".." / "shared" / "data").resolve()
+GSM8K = SHARED_DATA / "gsm8k" / "test.jsonl"
+
+
+# -- measuring ------------------------------------------------------------------------------
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, in MiB (ru_maxrss is KiB on Linux)."""
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if sys.platform == "darwin":  # bytes there
+        kib //= 1024
+    return round(kib / 1024, 1)
+
+
+@contextmanager
+def stopwatch() -> Iterator[dict[str, float]]:
+    """`with stopwatch() as t: ...` then `t["s"]` is the elapsed wall time in seconds."""
+    box: dict[str, float] = {}
+    start = time.perf_counter()
+    try:
+        yield box
+    finally:
+        box["s"] = time.perf_counter() - start
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def emit(result: dict[str, Any]) -> None:
+    """The one JSON line a child (or a benchmark) ends with."""
+    print(json.dumps(result, sort_keys=False), flush=True)
+
+
+def run_child(
+    argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 600
+) -> dict[str, Any]:
+    """Run `argv` in a fresh interpreter and return the JSON object on its last stdout line."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    proc = subprocess.run(
+        [sys.executable, *argv],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=REPO_ROOT,
+        timeout=timeout,
+        check=False,
+    )
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+        raise RuntimeError(f"child {argv} failed with exit code {proc.returncode}")
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    if not lines:
+        raise RuntimeError(f"child {argv} printed nothing")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def ratio(num: float, den: float) -> float:
+    return round(num / den, 3) if den else float("inf")
+
+
+# -- the dataset ----------------------------------------------------------------------------
+
+
+def gsm8k_rows() -> tuple[list[dict[str, str]], str | None]:
+    """The GSM8K test rows, or synthetic rows of the same shape (with a note) when the shared
+    data is absent."""
+    if GSM8K.is_file():
+        with GSM8K.open("rb") as fh:
+            return [orjson.loads(line) for line in fh if line.strip()], None
+    rows = []
+    for i in range(1319):
+        a, b = 3 + i % 97, 7 + i % 89
+        rows.append(
+            {
+                "question": (
+                    f"A farmer has {a} crates with {b} apples in each crate and sells "
+                    f"{i % 11} crates at the market. How many apples does the farmer have left?"
+                ),
+                "answer": f"{a} - {i % 11} = <<{a}-{i % 11}={a - i % 11}>> crates.\n"
+                f"#### {(a - i % 11) * b}",
+            }
+        )
+    return rows, f"{GSM8K} is absent: synthetic GSM8K-shaped rows were used"
+
+
+def final_answer(answer: str) -> str:
+    return answer.rsplit("####", 1)[-1].strip()
+
+
+def gsm8k_cases(n: int, *, changed_every: int = 0) -> tuple[list[dict[str, Any]], str | None]:
+    """`n` distinct envelope cases shaped like GSM8K rows (cycling the 1319 rows, with a variant
+    number in the question after the first pass). With `changed_every=k`, every k-th case gets a
+    different ground truth: the "v2 with 1% changed" of the benchmarks."""
+    rows, note = gsm8k_rows()
+    cases = []
+    for i in range(n):
+        row = rows[i % len(rows)]
+        variant = i // len(rows)
+        question = row["question"] if variant == 0 else f"{row['question']} (variant {variant})"
+        truth = final_answer(row["answer"])
+        if changed_every and i % changed_every == 0:
+            truth = f"{truth} (revised)"
+        cases.append(
+            {
+                "id": f"test-{i:06d}",
+                "inputs": {"user": question},
+                "expectations": {"ground_truth": truth},
+                "metadata": {"row": i % len(rows), "source_index": i},
+                "tags": ["gsm8k"],
+            }
+        )
+    return cases, note
+
+
+def write_dataset(
+    path: Path, *, n: int, version: str, changed_every: int = 0, dataset_id: str = "gsm8k-bench"
+) -> str | None:
+    """Write a dataset document (what `caseshelf register` takes) to `path`; returns the note."""
+    cases, note = gsm8k_cases(n, changed_every=changed_every)
+    doc = {
+        "id": dataset_id,
+        "version": version,
+        "description": "GSM8K-shaped benchmark dataset",
+        "tags": ["bench"],
+        "cases": cases,
+    }
+    path.write_bytes(orjson.dumps(doc))
+    return note

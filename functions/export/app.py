@@ -1,0 +1,72 @@
+"""The export Lambda: materialize a version as per-case directories for evaluation pods.
+
+Writes only under the tenant's `t/<tenant>/exports/<export id>/` of the registry bucket (its role
+allows nothing else); asking again for the same version, subset, shared files and format returns
+the existing export. Status codes for errors come from `caseshelf.api.errors`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.openapi.params import Body
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from caseshelf import bootstrap
+from caseshelf.api import dto
+from caseshelf.api.app import (
+    count,
+    current_identity,
+    logger,
+    make_resolver,
+    metrics,
+    problems,
+    tracer,
+)
+from caseshelf.services.exports import ExportRequest
+
+app = make_resolver(
+    "caseshelf export",
+    description="Exports of dataset versions as per-case directories for evaluation pods.",
+)
+
+TAGS = ["export"]
+
+
+@app.post(
+    "/datasets/<id>/versions/<ref>/exports",
+    summary="Export a version as per-case directories",
+    description="Writes `{prefix}/{case dir}/input.yaml, answers.yaml, annotations.yaml, "
+    "reference.md`, companion and shared files (regular files only), a `bundle.tar.gz` and, "
+    "last, `manifest.json` (case id -> directory -> file digests). Content-addressed by "
+    "(content digest, subset, shared files, format): asking again returns the existing export "
+    "(`reused`, 200) without writing; a new export answers 201. `test_data_ref` is ready for an "
+    "EvalHub benchmark.",
+    tags=TAGS,
+    responses={
+        201: {"description": "A new export was written."},
+        **problems(400, 403, 404, 409, 413),
+    },
+)
+def export(id: str, ref: str, body: Annotated[ExportRequest, Body()]) -> Response[dto.ExportOut]:
+    res = bootstrap.services().exports.export_version(current_identity(app), id, ref, body)
+    if res.warning_count:
+        logger.warning(
+            "export left files out",
+            extra={"export_id": res.export_id, "count": res.warning_count, "why": res.warnings},
+        )
+    if not res.reused:
+        count("ExportsWritten")
+    return Response(
+        status_code=200 if res.reused else 201,
+        content_type="application/json",
+        body=dto.export_out(res),
+    )
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, context)

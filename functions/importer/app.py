@@ -1,0 +1,339 @@
+"""The importer Lambda: recipe-driven benchmark imports, the recipe registry, Hugging Face
+discovery, presigned uploads and import jobs; and, for S3 events, the import worker.
+
+Each route parses its input (the resolver validates it against the models), calls one service
+method and returns a wire model. Status codes for errors come from `caseshelf.api.errors`.
+An S3 event (a bucket notification, or the same delivered through EventBridge) is handed to the
+job service object by object; its keys are URL-encoded, so each is `unquote_plus`ed first.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import unquote_plus
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.openapi.params import Body, Query
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from caseshelf import bootstrap
+from caseshelf.api import dto
+from caseshelf.api import import_dto as out
+from caseshelf.api.app import (
+    count,
+    current_identity,
+    logger,
+    make_resolver,
+    metrics,
+    problems,
+    tracer,
+)
+from caseshelf.domain.recipe import Recipe
+from caseshelf.services.imports import ImportRequest
+from caseshelf.services.jobs import UploadRequest
+
+app = make_resolver(
+    "caseshelf importer",
+    description="Recipe-driven imports of benchmarks, recipes, uploads and import jobs.",
+)
+
+BENCH = ["benchmarks"]
+RECIPES = ["recipes"]
+JOBS = ["uploads"]
+
+Cursor = Annotated[
+    str | None, Query(description="The `next_cursor` of the previous page.", max_length=512)
+]
+IncludeDeleted = Annotated[bool, Query(description="Also show tombstoned versions.")]
+
+
+def svc() -> bootstrap.Services:
+    return bootstrap.services()
+
+
+# -- benchmarks ------------------------------------------------------------------------------
+
+
+@app.get(
+    "/benchmarks",
+    summary="The first-party benchmark catalog",
+    description="Recipes shipped with caseshelf and served from `_shared`; import one by id.",
+    tags=BENCH,
+    responses=problems(403),
+)
+def list_benchmarks() -> dto.PageOut[out.BenchmarkOut]:
+    items = [out.benchmark_out(r) for r in svc().recipes.benchmarks()]
+    return dto.PageOut[out.BenchmarkOut](items=items, next_cursor=None)
+
+
+@app.post(
+    "/benchmarks/preview",
+    summary="Preview an import",
+    description="The first rows of the source, the fields found, and the cases they would "
+    "become (rows that do not map are listed with their error). Registers nothing.",
+    tags=BENCH,
+    responses=problems(400, 403, 404, 502),
+)
+def preview(body: Annotated[ImportRequest, Body()]) -> out.PreviewOut:
+    return out.preview_out(svc().imports.preview(current_identity(app), body))
+
+
+@app.post(
+    "/benchmarks/import",
+    summary="Import a benchmark as a dataset version",
+    description="Reads the whole source (paging to exhaustion) unless `limit` is given, which "
+    "is stamped in `produced_by`. 201 for a new version; 200 with `created: false` when the "
+    "label already holds the same content. Nothing is registered on any error.",
+    tags=BENCH,
+    status_code=201,
+    responses={
+        200: {
+            "description": "Already registered with the same content (`created: false`).",
+            "content": {"application/json": {"model": out.ImportOut}},
+        },
+        **problems(400, 403, 404, 409, 413, 502, ok=201, description="A new version."),
+    },
+)
+def import_benchmark(body: Annotated[ImportRequest, Body()]) -> Response[out.ImportOut]:
+    done = svc().imports.run(current_identity(app), body)
+    if done.result.created:
+        count("ImportsRegistered")
+        count("CasesImported", done.result.record.case_count)
+    return Response(
+        status_code=201 if done.result.created else 200,
+        content_type="application/json",
+        body=out.import_out(done),
+    )
+
+
+@app.get(
+    "/benchmarks/hf/search",
+    summary="Search Hugging Face datasets",
+    tags=BENCH,
+    responses=problems(400, 403, 502),
+)
+def hf_search(
+    q: Annotated[str, Query(min_length=1, max_length=200, description="Search terms.")],
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+) -> dto.PageOut[out.HfDatasetOut]:
+    found = svc().imports.hf_search(current_identity(app), q, limit=limit)
+    return dto.PageOut[out.HfDatasetOut](
+        items=[out.HfDatasetOut(**d) for d in found if "id" in d], next_cursor=None
+    )
+
+
+@app.get(
+    "/benchmarks/hf/splits",
+    summary="A Hugging Face dataset's configs and splits",
+    tags=BENCH,
+    responses=problems(400, 403, 404, 502),
+)
+def hf_splits(
+    dataset: Annotated[str, Query(min_length=1, max_length=200, description="owner/name")],
+) -> dto.PageOut[out.HfSplitOut]:
+    splits = svc().imports.hf_splits(current_identity(app), dataset)
+    return dto.PageOut[out.HfSplitOut](
+        items=[out.HfSplitOut(**s) for s in splits], next_cursor=None
+    )
+
+
+@app.get(
+    "/benchmarks/hf/files",
+    summary="A Hugging Face dataset's files at a revision",
+    tags=BENCH,
+    responses=problems(400, 403, 404, 502),
+)
+def hf_files(
+    dataset: Annotated[str, Query(min_length=1, max_length=200, description="owner/name")],
+    revision: Annotated[str | None, Query(max_length=128)] = None,
+) -> out.HfFilesOut:
+    sha, files = svc().imports.hf_files(current_identity(app), dataset, revision=revision)
+    return out.HfFilesOut(dataset=dataset, revision=sha, files=files)
+
+
+# -- recipes ---------------------------------------------------------------------------------
+
+
+@app.post(
+    "/recipes",
+    summary="Register a recipe version",
+    description="201 when new; 200 with `created: false` when this id and version already "
+    "hold the same recipe; 409 naming both digests when they hold another.",
+    tags=RECIPES,
+    status_code=201,
+    responses={
+        200: {
+            "description": "Already registered with the same content (`created: false`).",
+            "content": {"application/json": {"model": out.RecipeRegisterOut}},
+        },
+        **problems(400, 403, 409, ok=201, description="A new recipe version."),
+    },
+)
+def register_recipe(body: Annotated[Recipe, Body()]) -> Response[out.RecipeRegisterOut]:
+    res = svc().recipes.register(current_identity(app), body)
+    if res.created:
+        count("RecipesRegistered")
+    return Response(
+        status_code=201 if res.created else 200,
+        content_type="application/json",
+        body=out.recipe_register_out(res),
+    )
+
+
+@app.post(
+    "/recipes/validate",
+    summary="Validate a recipe (dry run)",
+    tags=RECIPES,
+    responses=problems(400, 403),
+)
+def validate_recipe(body: Annotated[Recipe, Body()]) -> out.RecipeValidateOut:
+    return out.recipe_validate_out(svc().recipes.validate(current_identity(app), body))
+
+
+@app.get(
+    "/recipes",
+    summary="List recipes",
+    description="The caller's recipes in id order, or with `shared=true` the `_shared` ones.",
+    tags=RECIPES,
+    responses=problems(400, 403),
+)
+def list_recipes(
+    cursor: Cursor = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    shared: Annotated[bool, Query(description="List the `_shared` tenant.")] = False,
+) -> dto.PageOut[out.RecipeSummaryOut]:
+    page = svc().recipes.list_recipes(
+        current_identity(app), shared=shared, cursor=cursor, limit=limit
+    )
+    return dto.PageOut[out.RecipeSummaryOut](
+        items=[out.recipe_summary_out(s) for s in page.items], next_cursor=page.next_cursor
+    )
+
+
+@app.get(
+    "/recipes/<id>",
+    summary="A recipe's latest version",
+    description="Own tenant first, then `_shared`, then the first-party catalog.",
+    tags=RECIPES,
+    responses=problems(400, 403, 404),
+)
+def get_recipe(id: str) -> out.RecipeOut:
+    return out.recipe_out(svc().recipes.get(current_identity(app), id))
+
+
+@app.get(
+    "/recipes/<id>/versions",
+    summary="List a recipe's versions, newest first",
+    tags=RECIPES,
+    responses=problems(400, 403, 404),
+)
+def list_recipe_versions(
+    id: str,
+    cursor: Cursor = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    include_deleted: IncludeDeleted = False,
+) -> dto.PageOut[out.RecipeVersionOut]:
+    page = svc().recipes.list_versions(
+        current_identity(app), id, include_deleted=include_deleted, cursor=cursor, limit=limit
+    )
+    return dto.PageOut[out.RecipeVersionOut](
+        items=[out.recipe_version_out(r) for r in page.items], next_cursor=page.next_cursor
+    )
+
+
+@app.get(
+    "/recipes/<id>/versions/<ref>",
+    summary="One recipe version",
+    description="`ref` is a version, `latest`, a version tag or `sha256:<hex>`.",
+    tags=RECIPES,
+    responses=problems(400, 403, 404),
+)
+def get_recipe_version(id: str, ref: str, include_deleted: IncludeDeleted = False) -> out.RecipeOut:
+    found = svc().recipes.get(current_identity(app), id, ref, include_deleted=include_deleted)
+    return out.recipe_out(found)
+
+
+@app.delete(
+    "/recipes/<id>/versions/<ref>",
+    summary="Tombstone a recipe version",
+    description="`ref` is the version. Hidden from listings and `latest`; content kept; the "
+    "creator or an admin only.",
+    tags=RECIPES,
+    responses=problems(400, 403, 404),
+)
+def delete_recipe_version(id: str, ref: str) -> out.RecipeVersionOut:
+    return out.recipe_version_out(svc().recipes.delete(current_identity(app), id, ref))
+
+
+# -- uploads and jobs ------------------------------------------------------------------------
+
+
+@app.post(
+    "/uploads",
+    summary="Start an import from a large file",
+    description="Creates a pending import job and answers a presigned PUT for the file. Once "
+    "the file lands, the import runs by itself; follow it with `GET /jobs/{id}`.",
+    tags=JOBS,
+    status_code=201,
+    responses=problems(400, 403, 404, ok=201, description="The job and its upload URL."),
+)
+def create_upload(body: Annotated[UploadRequest, Body()]) -> Response[out.UploadOut]:
+    up = svc().jobs.create_upload(current_identity(app), body)
+    count("UploadsStarted")
+    return Response(status_code=201, content_type="application/json", body=out.upload_out(up))
+
+
+@app.get(
+    "/jobs/<id>",
+    summary="An import job's state",
+    description="pending -> running -> succeeded (with the version) or failed (with the error).",
+    tags=JOBS,
+    responses=problems(403, 404),
+)
+def get_job(id: str) -> out.JobOut:
+    return out.job_out(svc().jobs.get(current_identity(app), id))
+
+
+# -- the S3 worker ---------------------------------------------------------------------------
+
+
+def s3_objects(event: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """(unquoted key, etag) of every object an S3 event names: bucket notifications
+    (`Records[].s3`) and EventBridge `Object Created` events (`detail`)."""
+    found: list[tuple[str, str | None]] = []
+    for record in event.get("Records") or []:
+        obj = (record.get("s3") or {}).get("object") or {}
+        if record.get("eventSource") == "aws:s3" and obj.get("key"):
+            found.append((unquote_plus(obj["key"]), obj.get("eTag")))
+    if event.get("source") == "aws.s3" and event.get("detail-type") == "Object Created":
+        obj = (event.get("detail") or {}).get("object") or {}
+        if obj.get("key"):
+            found.append((unquote_plus(obj["key"]), obj.get("etag")))
+    return found
+
+
+def handle_s3_event(event: dict[str, Any]) -> dict[str, Any]:
+    jobs = svc().jobs
+    outcomes = []
+    for key, etag in s3_objects(event):
+        outcome = jobs.handle_object(key, etag=etag)
+        logger.info(
+            "import object handled",
+            extra={"key": key, "status": outcome.status, "job_id": outcome.job_id},
+        )
+        count(f"ImportJobs{outcome.status.capitalize()}")
+        outcomes.append({"key": key, "status": outcome.status, "job_id": outcome.job_id})
+    return {"objects": outcomes}
+
+
+def is_s3_event(event: dict[str, Any]) -> bool:
+    return bool(event.get("Records")) or event.get("source") == "aws.s3"
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if is_s3_event(event):
+        return handle_s3_event(event)
+    return app.resolve(event, context)

@@ -1,0 +1,163 @@
+"""BlobStore on an S3 bucket (or anything that speaks its API, e.g. moto via `AWS_ENDPOINT_URL`).
+
+Encryption is the bucket's default (see `infra/template.yaml`); no key is ever passed here.
+`ClientError` codes are translated into domain errors in this module and nowhere else.
+
+Objects written under a tenant's transient areas (`t/<tenant>/uploads/...`,
+`t/<tenant>/exports/...`) carry the tag `caseshelf-area=<area>`: S3 lifecycle prefixes are literal,
+so a prefix rule cannot reach them below `t/<tenant>/`, and the bucket's expiry rules filter on
+this tag instead.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode
+
+from botocore.exceptions import ClientError
+
+from caseshelf.domain.errors import NotFound, TooLarge, Upstream
+from caseshelf.ports import ObjectInfo
+
+AREA_TAG = "caseshelf-area"
+TRANSIENT_AREAS = ("uploads", "exports")
+_AREA = re.compile(r"^t/[^/]+/(uploads|exports)/")
+
+_MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
+_ALREADY_THERE = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
+_UNAVAILABLE = frozenset(
+    {
+        "SlowDown",
+        "ServiceUnavailable",
+        "InternalError",
+        "RequestTimeout",
+        "RequestTimeTooSkewed",
+        "NoSuchBucket",
+        "AccessDenied",
+        "500",
+        "503",
+    }
+)
+# Above this size, ask HEAD first: a refused conditional PUT still uploads every byte.
+_HEAD_FIRST_BYTES = 1024 * 1024
+
+
+def area_of(key: str) -> str | None:
+    """The transient area (`uploads` or `exports`) a key lies in, or None."""
+    m = _AREA.match(key)
+    return m.group(1) if m else None
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _translate(exc: ClientError, key: str) -> Exception:
+    code = _code(exc)
+    if code in _MISSING:
+        return NotFound(f"no object {key}", key=key)
+    if code == "EntityTooLarge":
+        return TooLarge(f"object {key} is larger than the store accepts", key=key)
+    if code in _UNAVAILABLE:
+        return Upstream(f"object store unavailable ({code}) for {key}", key=key)
+    return exc
+
+
+class S3BlobStore:
+    def __init__(self, client: Any, bucket: str) -> None:
+        self.client = client
+        self.bucket = bucket
+
+    def _write_args(self, key: str, content_type: str | None) -> dict[str, Any]:
+        args: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
+        area = area_of(key)
+        if area:
+            args["Tagging"] = urlencode({AREA_TAG: area})
+        if content_type:
+            args["ContentType"] = content_type
+        return args
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        if len(data) > _HEAD_FIRST_BYTES and self.head(key) is not None:
+            return False
+        try:
+            self.client.put_object(Body=data, IfNoneMatch="*", **self._write_args(key, None))
+        except ClientError as exc:
+            if _code(exc) in _ALREADY_THERE:
+                return False
+            raise _translate(exc, key) from exc
+        return True
+
+    def put(self, key: str, data: bytes, *, content_type: str | None = None) -> None:
+        try:
+            self.client.put_object(Body=data, **self._write_args(key, content_type))
+        except ClientError as exc:
+            raise _translate(exc, key) from exc
+
+    def get(self, key: str) -> bytes:
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=key)
+            return bytes(resp["Body"].read())
+        except ClientError as exc:
+            raise _translate(exc, key) from exc
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise ValueError(f"bad range {offset}+{length} for {key}")
+        if length == 0:
+            if self.head(key) is None:
+                raise NotFound(f"no object {key}", key=key)
+            return b""
+        try:
+            resp = self.client.get_object(
+                Bucket=self.bucket, Key=key, Range=f"bytes={offset}-{offset + length - 1}"
+            )
+            return bytes(resp["Body"].read())
+        except ClientError as exc:
+            if _code(exc) == "InvalidRange":  # offset at or past the end, as a file read gives
+                return b""
+            raise _translate(exc, key) from exc
+
+    def exists(self, key: str) -> bool:
+        return self.head(key) is not None
+
+    def head(self, key: str) -> ObjectInfo | None:
+        try:
+            resp = self.client.head_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if _code(exc) in _MISSING:
+                return None
+            raise _translate(exc, key) from exc
+        return ObjectInfo(key, int(resp["ContentLength"]), resp["LastModified"].timestamp())
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        paginator = self.client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                for obj in page.get("Contents", ()):
+                    yield ObjectInfo(obj["Key"], int(obj["Size"]), obj["LastModified"].timestamp())
+        except ClientError as exc:
+            raise _translate(exc, prefix) from exc
+
+    def delete(self, key: str) -> None:
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            err = _translate(exc, key)
+            if not isinstance(err, NotFound):
+                raise err from exc
+
+    def presign_get(self, key: str, *, expires: int = 900) -> str | None:
+        url: str = self.client.generate_presigned_url(
+            "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires
+        )
+        return url
+
+    def presign_put(self, key: str, *, expires: int = 900) -> str | None:
+        # No tag is signed into the URL: S3 would then demand the header from every uploader.
+        url: str = self.client.generate_presigned_url(
+            "put_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires
+        )
+        return url

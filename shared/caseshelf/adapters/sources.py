@@ -1,0 +1,316 @@
+"""Row sources: jsonl, csv and parquet, by URL (local path, `s3://`, `https://`) or inline text.
+
+Every source is streamed: rows are yielded one at a time as `(row index, row)` and nothing is
+loaded whole unless the format needs it (parquet reads one row group at a time). `.gz`, `.bz2`
+and `.zst` are decompressed transparently. Remote URLs go through smart_open; local files are
+opened directly (the same decompressors, without smart_open's import cost on the CLI's hot path).
+
+Errors name the source and the line: a malformed JSON line, a CSV row with the wrong number of
+cells, a truncated or corrupt compressed stream.
+"""
+
+from __future__ import annotations
+
+import bz2
+import codecs
+import csv
+import gzip
+import io
+import ipaddress
+import socket
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from caseshelf.domain.errors import BadRequest, Forbidden, NotFound
+from caseshelf.domain.recipe import CsvSource, JsonlSource, ParquetSource, display_url
+
+Rows = Iterator[tuple[int, dict[str, Any]]]
+Opener = Callable[[str], IO[bytes]]
+
+_DECODE_ERRORS: tuple[type[BaseException], ...] = (EOFError, zlib.error, OSError, ValueError)
+
+
+display_name = display_url
+
+
+@dataclass(frozen=True)
+class UrlPolicy:
+    """Which source URLs an import may read. The CLI may read local files and any URL; the API
+    may not read the server's disk, may read `s3://` only under the caller's own prefix of the
+    registry's bucket, and may not reach private, loopback or link-local addresses."""
+
+    allow_local: bool = True
+    s3_prefixes: tuple[str, ...] | None = None  # None: any s3 URL
+    allow_private_hosts: bool = True
+
+    def check(self, url: str) -> str:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme in ("", "file") or (len(scheme) == 1 and url[1:3] in (":\\", ":/")):
+            if not self.allow_local:
+                raise Forbidden(
+                    f"source {url!r}: local paths are not readable through the API; upload the "
+                    "file (POST /uploads) or give an s3:// or https:// URL",
+                    field="source.url",
+                )
+            return url
+        if scheme == "s3":
+            if self.s3_prefixes is not None and not any(
+                url.startswith(p) for p in self.s3_prefixes
+            ):
+                raise Forbidden(
+                    f"source {display_name(url)}: only objects under your own prefix of the "
+                    "registry's bucket are readable",
+                    field="source.url",
+                )
+            return url
+        if scheme in ("http", "https"):
+            if not self.allow_private_hosts:
+                _check_public_host(parts.hostname or "", url)
+            return url
+        raise BadRequest(
+            f"source {display_name(url)}: unsupported scheme {scheme!r} (local path, s3://, "
+            "https://)",
+            field="source.url",
+        )
+
+
+def _check_public_host(host: str, url: str) -> None:
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        raise BadRequest(f"source {display_name(url)}: cannot resolve {host!r}") from None
+    for info in infos:
+        addr = ipaddress.ip_address(info[4][0])
+        if addr.is_private or addr.is_loopback or addr.is_link_local or addr.is_reserved:
+            raise Forbidden(
+                f"source {display_name(url)}: {host} is not a public address",
+                field="source.url",
+            )
+
+
+def _is_local(url: str) -> bool:
+    scheme = urlsplit(url).scheme.lower()
+    return scheme in ("", "file") or len(scheme) == 1
+
+
+def _decompressor(name: str, raw: IO[bytes]) -> IO[bytes]:
+    lower = name.lower().split("?", 1)[0]
+    if lower.endswith(".gz"):
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    if lower.endswith(".bz2"):
+        return bz2.BZ2File(raw, mode="rb")
+    if lower.endswith(".zst"):
+        import zstandard
+
+        reader = zstandard.ZstdDecompressor().stream_reader(raw)
+        return io.BufferedReader(reader)
+    return raw
+
+
+def open_local(url: str) -> IO[bytes]:
+    path = Path(url.removeprefix("file://")).expanduser()
+    try:
+        raw = path.open("rb")
+    except FileNotFoundError:
+        raise NotFound(f"source {url}: no such file", field="source.url") from None
+    except IsADirectoryError:
+        raise BadRequest(f"source {url}: is a directory", field="source.url") from None
+    return _decompressor(path.name, raw)
+
+
+def smart_opener(transport_params: dict[str, Any] | None = None) -> Opener:
+    """Remote URLs through smart_open (`s3://` with the registry's client, `https://`)."""
+
+    def open_remote(url: str) -> IO[bytes]:
+        import smart_open
+
+        try:
+            return smart_open.open(
+                url,
+                "rb",
+                transport_params=transport_params or {},
+                compression="infer_from_extension",
+            )
+        except FileNotFoundError:
+            raise NotFound(f"source {display_name(url)}: not found", field="source.url") from None
+        except OSError as exc:
+            raise NotFound(
+                f"source {display_name(url)}: cannot be opened ({type(exc).__name__})",
+                field="source.url",
+            ) from None
+
+    return open_remote
+
+
+@dataclass
+class SourceReader:
+    """Opens sources by URL: local files directly, others with `remote`."""
+
+    remote: Opener
+    policy: UrlPolicy = UrlPolicy()
+
+    def open(self, url: str) -> IO[bytes]:
+        self.policy.check(url)
+        return open_local(url) if _is_local(url) else self.remote(url)
+
+    def rows(
+        self, source: JsonlSource | CsvSource | ParquetSource, *, name: str | None = None
+    ) -> Rows:
+        """Rows of a file source, by URL or inline text."""
+        text = getattr(source, "text", None)
+        if text is not None:
+            return rows_from_bytes(source, text.encode("utf-8"), name="inline text")
+        if source.url is None:
+            raise BadRequest(
+                f"the {source.kind} source has no url or text: give the file to import",
+                field="source.url",
+            )
+        url = source.url
+        return _rows_from_stream(source, lambda: self.open(url), name or display_name(url))
+
+
+def rows_from_bytes(
+    source: JsonlSource | CsvSource | ParquetSource, data: bytes, *, name: str
+) -> Rows:
+    """Rows of a source whose (possibly compressed) bytes are at hand."""
+    return _rows_from_stream(source, lambda: _decompressor(name, io.BytesIO(data)), name)
+
+
+@contextmanager
+def _reading(name: str) -> Iterator[None]:
+    try:
+        yield
+    except (BadRequest, NotFound, Forbidden):
+        raise
+    except _DECODE_ERRORS as exc:
+        raise BadRequest(
+            f"source {name}: the stream is truncated or corrupt ({type(exc).__name__}: {exc})",
+            source=name,
+        ) from None
+
+
+def _rows_from_stream(
+    source: JsonlSource | CsvSource | ParquetSource,
+    open_stream: Callable[[], IO[bytes]],
+    name: str,
+) -> Rows:
+    if isinstance(source, JsonlSource):
+        return _jsonl(open_stream, name)
+    if isinstance(source, CsvSource):
+        return _csv(source, open_stream, name)
+    return _parquet(open_stream, name)
+
+
+def _jsonl(open_stream: Callable[[], IO[bytes]], name: str) -> Rows:
+    loads = orjson.loads
+    with _reading(name), open_stream() as fh:
+        index = 0
+        for line_no, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise BadRequest(
+                    f"source {name}: line {line_no}: malformed JSON ({exc})",
+                    source=name,
+                    line=line_no,
+                ) from None
+            if not isinstance(row, dict):
+                raise BadRequest(
+                    f"source {name}: line {line_no}: a row must be a JSON object",
+                    source=name,
+                    line=line_no,
+                )
+            yield index, row
+            index += 1
+
+
+def _csv(source: CsvSource, open_stream: Callable[[], IO[bytes]], name: str) -> Rows:
+    with _reading(name), open_stream() as raw:
+        text = codecs.getreader("utf-8-sig")(raw, "strict")
+        reader = csv.reader(text, delimiter=source.delimiter, strict=True)
+        columns = list(source.columns) if source.columns else None
+        if source.header:
+            try:
+                header = next(reader)
+            except StopIteration:
+                return
+            if columns is None:
+                columns = header
+        assert columns is not None
+        width = len(columns)
+        index = 0
+        try:
+            for cells in reader:
+                if not cells:
+                    continue
+                if len(cells) != width:
+                    raise BadRequest(
+                        f"source {name}: line {reader.line_num}: {len(cells)} cells, expected "
+                        f"{width} ({', '.join(columns)})",
+                        source=name,
+                        line=reader.line_num,
+                    )
+                yield index, dict(zip(columns, cells, strict=True))
+                index += 1
+        except csv.Error as exc:
+            raise BadRequest(
+                f"source {name}: line {reader.line_num}: {exc}", source=name, line=reader.line_num
+            ) from None
+        except UnicodeDecodeError as exc:
+            raise BadRequest(f"source {name}: not UTF-8 text ({exc.reason})", source=name) from None
+
+
+def _parquet(open_stream: Callable[[], IO[bytes]], name: str) -> Rows:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:  # pragma: no cover - pyarrow is a runtime dependency
+        raise BadRequest("parquet sources need pyarrow installed") from None
+    import pyarrow as pa
+
+    with _reading(name), open_stream() as fh:
+        if not fh.seekable():
+            fh = io.BytesIO(fh.read())
+        try:
+            pf = pq.ParquetFile(fh)
+        except (pa.ArrowInvalid, pa.ArrowException) as exc:
+            raise BadRequest(f"source {name}: not a parquet file ({exc})", source=name) from None
+        index = 0
+        for batch in pf.iter_batches(batch_size=2048):
+            for row in batch.to_pylist():
+                yield index, row
+                index += 1
+
+
+def parquet_rows(data: bytes, *, name: str) -> Rows:
+    return _parquet(lambda: io.BytesIO(data), name)
+
+
+def rows_of_file(data: bytes, filename: str) -> Rows:
+    """Rows of a downloaded file, by its extension (`.jsonl`, `.csv`, `.parquet`, compressed
+    variants too)."""
+    base = filename.lower()
+    for ext in (".gz", ".bz2", ".zst"):
+        base = base.removesuffix(ext)
+    source: JsonlSource | CsvSource | ParquetSource
+    if base.endswith((".jsonl", ".ndjson")):
+        source = JsonlSource(kind="jsonl")
+    elif base.endswith(".csv"):
+        source = CsvSource(kind="csv")
+    elif base.endswith(".parquet"):
+        return parquet_rows(data, name=filename)
+    else:
+        raise BadRequest(
+            f"{filename}: unknown file type (jsonl, csv or parquet, optionally compressed)",
+            field="source.file",
+        )
+    return rows_from_bytes(source, data, name=filename)

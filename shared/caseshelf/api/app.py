@@ -1,0 +1,286 @@
+"""What every Lambda function's resolver shares: validation, error mapping, the body size guard,
+the caller's identity, and Powertools' Logger, Metrics and Tracer.
+
+Importing this module does no I/O and stays light (the registry function's cold start is
+measured against importing only boto3, pydantic and the Powertools event handler). On Lambda
+the Tracer is the X-Ray one; elsewhere (tests, the local server, or POWERTOOLS_TRACE_DISABLED)
+it gets a no-op provider, so the X-Ray SDK is never imported for nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from collections.abc import Generator, Mapping, Sequence
+from typing import Any
+
+import orjson
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.shared.functions import resolve_truthy_env_var_choice
+from aws_lambda_powertools.tracing.base import BaseProvider, BaseSegment
+
+from caseshelf.api.auth import identity_from_event
+from caseshelf.api.dto import Problem
+from caseshelf.api.errors import PROBLEM_JSON, dumps, problem, register_error_handlers
+from caseshelf.domain.identity import Identity
+
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "caseshelf"
+NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "caseshelf"
+API_VERSION = "1.0.0"
+AUTHORIZER = "CognitoAuthorizer"
+UPLOADS_ROUTE = "POST /uploads"
+
+# Requests that change nothing emit no metric; that is expected, not worth a warning each time.
+warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
+
+
+# -- tracing ---------------------------------------------------------------------------------
+
+
+class _NoopSegment(BaseSegment):
+    def close(self, end_time: int | None = None) -> None:
+        return None
+
+    def add_subsegment(self, subsegment: Any) -> None:
+        return None
+
+    def remove_subsegment(self, subsegment: Any) -> None:
+        return None
+
+    def put_annotation(self, key: str, value: Any) -> None:
+        return None
+
+    def put_metadata(self, key: str, value: Any, namespace: str = "default") -> None:
+        return None
+
+    def add_exception(self, exception: BaseException, stack: Any, remote: bool = False) -> None:
+        return None
+
+
+class NoopTracingProvider(BaseProvider):
+    """A tracing provider that records nothing: used wherever X-Ray is not listening."""
+
+    @contextlib.contextmanager
+    def in_subsegment(self, name: Any = None, **kwargs: Any) -> Generator[BaseSegment, None, None]:
+        yield _NoopSegment()
+
+    @contextlib.asynccontextmanager
+    async def in_subsegment_async(self, name: Any = None, **kwargs: Any) -> Any:
+        yield _NoopSegment()
+
+    def put_annotation(self, key: str, value: Any) -> None:
+        return None
+
+    def put_metadata(self, key: str, value: Any, namespace: str = "default") -> None:
+        return None
+
+    def patch(self, modules: Sequence[str]) -> None:
+        return None
+
+    def patch_all(self) -> None:
+        return None
+
+
+def tracing_enabled(env: Mapping[str, str] | None = None) -> bool:
+    """True only on Lambda proper (not SAM local) and when POWERTOOLS_TRACE_DISABLED is not
+    set."""
+    env = os.environ if env is None else env
+    if resolve_truthy_env_var_choice(env=env.get("POWERTOOLS_TRACE_DISABLED", "false")):
+        return False
+    on_lambda = bool(env.get("LAMBDA_TASK_ROOT") or env.get("AWS_LAMBDA_FUNCTION_NAME"))
+    return on_lambda and not env.get("AWS_SAM_LOCAL")
+
+
+def make_tracer() -> Tracer:
+    if tracing_enabled():
+        return Tracer(service=SERVICE)
+    return Tracer(service=SERVICE, disabled=True, auto_patch=False, provider=NoopTracingProvider())
+
+
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+tracer = make_tracer()
+
+
+def count(name: str, value: float = 1) -> None:
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+
+def _count_errors(status: int) -> None:
+    count("ServerErrors" if status >= 500 else "ClientErrors")
+
+
+# -- serialization ---------------------------------------------------------------------------
+
+
+def serialize(obj: Any) -> str:
+    return orjson.dumps(obj, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+# -- the resolver ----------------------------------------------------------------------------
+
+
+def body_size(event: Mapping[str, Any]) -> int:
+    """Bytes of the request body as the client sent it (decoded size for base64 bodies)."""
+    body = event.get("body")
+    if not body:
+        return 0
+    if isinstance(body, bytes | bytearray):
+        return len(body)
+    if event.get("isBase64Encoded"):
+        return len(body) * 3 // 4
+    return len(body) if body.isascii() else len(body.encode("utf-8"))
+
+
+def max_body_bytes() -> int:
+    from caseshelf import bootstrap
+
+    return bootstrap.services().settings.max_body_bytes
+
+
+def too_large(size: int, limit: int) -> dict[str, Any]:
+    """The proxy response for a body over the limit, built before any parsing happens."""
+    body = problem(
+        413,
+        f"the request body is {size} bytes; the limit is {limit}. Send larger input through "
+        f"{UPLOADS_ROUTE} (a presigned upload, then an import job).",
+        limit=limit,
+        size=size,
+        upload_route=UPLOADS_ROUTE,
+    )
+    return {
+        "statusCode": 413,
+        "multiValueHeaders": {"Content-Type": [PROBLEM_JSON]},
+        "body": dumps(body),
+        "isBase64Encoded": False,
+    }
+
+
+class CaseshelfResolver(APIGatewayRestResolver):
+    """A REST API resolver that refuses oversized bodies before parsing them.
+
+    The OpenAPI settings and the Swagger UI route are applied on first use, not at import:
+    Powertools' OpenAPI models cost more to import than the rest of a handler module, and a
+    function serves a request long before anyone asks it for its document (if ever)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._openapi_settings: dict[str, Any] | None = None
+        self._swagger: tuple[str, dict[str, Any]] | None = None
+
+    def resolve(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        size = body_size(event)
+        if size:
+            limit = max_body_bytes()
+            if size > limit:
+                _count_errors(413)
+                return too_large(size, limit)
+        if self._swagger is not None and str(event.get("path", "")).rstrip("/").endswith(
+            self._swagger[0]
+        ):
+            self._install_swagger()
+        return super().resolve(event, context)
+
+    def configure_openapi_later(self, **settings: Any) -> None:
+        """`configure_openapi(**settings)`, deferred until the document is first built."""
+        self._openapi_settings = settings
+
+    def _apply_openapi_settings(self) -> None:
+        if self._openapi_settings is not None:
+            settings, self._openapi_settings = self._openapi_settings, None
+            self.configure_openapi(**{k: v() if callable(v) else v for k, v in settings.items()})
+
+    def enable_swagger(self, *, path: str = "/swagger", **kwargs: Any) -> None:
+        """Serve Swagger UI (assets bundled, no network) at `path`; registered on first use."""
+        self._swagger = (path.rstrip("/") or "/", kwargs)
+
+    def _install_swagger(self) -> None:
+        if self._swagger is not None:
+            (path, kwargs), self._swagger = self._swagger, None
+            self._apply_openapi_settings()
+            super().enable_swagger(path=path, **kwargs)
+
+    def get_openapi_schema(self, *args: Any, **kwargs: Any) -> Any:
+        self._apply_openapi_settings()
+        return tidy_openapi(super().get_openapi_schema(*args, **kwargs))
+
+
+def _security_schemes() -> dict[str, Any]:
+    from aws_lambda_powertools.event_handler.openapi.models import APIKey, APIKeyIn
+
+    return {
+        AUTHORIZER: APIKey(
+            name="Authorization",
+            in_=APIKeyIn.header,
+            description="A Cognito user-pool ID token; the tenant is its custom:tenant.",
+        )
+    }
+
+
+def make_resolver(title: str, description: str | None = None) -> CaseshelfResolver:
+    """A resolver with request validation, problem+json errors and the authorizer's security
+    scheme declared in its OpenAPI document."""
+    app = CaseshelfResolver(
+        enable_validation=True,
+        serializer=serialize,
+        json_body_deserializer=orjson.loads,
+    )
+    app.configure_openapi_later(
+        title=title,
+        version=API_VERSION,
+        description=description,
+        security_schemes=_security_schemes,
+        security=[{AUTHORIZER: []}],
+    )
+    register_error_handlers(app, on_error=_count_errors)
+    return app
+
+
+def current_identity(app: APIGatewayRestResolver) -> Identity:
+    """The caller of the request being handled, from the authorizer context only."""
+    return identity_from_event(app.current_event.raw_event)
+
+
+_METHODS = ("get", "put", "post", "delete", "patch", "options", "head", "trace")
+_UNUSED = ("HTTPValidationError", "ValidationError", "ResponseValidationError")
+
+
+def tidy_openapi(schema: Any) -> Any:
+    """Drop the resolver's generic 422 answers: validation errors here are 400 problem+json,
+    which every route declares itself."""
+    for item in (schema.paths or {}).values():
+        for method in _METHODS:
+            op = getattr(item, method, None)
+            if op is not None and op.responses:
+                op.responses.pop(422, None)
+    if schema.components is not None and schema.components.schemas:
+        for name in _UNUSED:
+            schema.components.schemas.pop(name, None)
+    return schema
+
+
+def problems(
+    *statuses: int, ok: int | None = 200, description: str = "Success"
+) -> dict[int, OpenAPIResponse]:
+    """OpenAPI answers of a route: its success (`ok`, described by the return type) and the
+    problem+json answers it can give."""
+    descriptions = {
+        400: "Invalid input; the body names the field (and case id, row) at fault.",
+        403: "Not allowed (no tenant in the authorizer context, or not the creator).",
+        404: "No such dataset or version for this tenant.",
+        409: "The label is registered with other content; both digests are named.",
+        413: f"Request body over the limit; use {UPLOADS_ROUTE}.",
+    }
+    out: dict[int, OpenAPIResponse] = {}
+    if ok is not None:
+        out[ok] = {"description": description}
+    for s in statuses:
+        out[s] = {
+            "description": descriptions.get(s, "Error"),
+            "content": {PROBLEM_JSON: {"model": Problem}},
+        }
+    return out

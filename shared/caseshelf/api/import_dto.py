@@ -1,0 +1,251 @@
+"""Wire shapes of the importer's responses (recipes, imports, previews, uploads, jobs), built
+from service results by the `*_out` functions here and nowhere else. Requests are the models in
+`caseshelf.domain.recipe` and `caseshelf.services.imports` / `caseshelf.services.jobs`."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from caseshelf.domain.recipe import Recipe, recipe_plain
+from caseshelf.domain.versions import VersionRecord
+from caseshelf.services.imports import ImportResult, Preview
+from caseshelf.services.jobs import Upload
+from caseshelf.services.recipes import (
+    RecipeRegistered,
+    RecipeSummary,
+    RecipeValidated,
+    StoredRecipe,
+)
+
+
+class Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ImportOut(Wire):
+    id: str
+    version: str
+    content_digest: str
+    case_count: int
+    created: bool
+    rows_read: int
+    produced_by: dict[str, Any]
+
+
+class PreviewOut(Wire):
+    recipe: dict[str, Any] = Field(description="{id, version, content_digest, owner}")
+    source: dict[str, Any]
+    fields: list[str]
+    rows: list[dict[str, Any]]
+    cases: list[dict[str, Any]]
+    errors: list[dict[str, Any]] = Field(description="Rows that did not map: {row, detail}.")
+
+
+class RecipeOut(Wire):
+    id: str
+    version: str
+    owner: str
+    content_digest: str
+    created_at: str | None = None
+    created_by: str | None = None
+    deleted_at: str | None = None
+    recipe: dict[str, Any] = Field(description="The recipe, snake_case, defaults omitted.")
+
+
+class RecipeVersionOut(Wire):
+    id: str
+    version: str
+    owner: str
+    content_digest: str
+    category: str
+    description: str
+    created_at: str
+    created_by: str
+    deleted_at: str | None = None
+    deleted_by: str | None = None
+
+
+class RecipeRegisterOut(Wire):
+    id: str
+    version: str
+    content_digest: str
+    created: bool
+
+
+class RecipeValidateOut(Wire):
+    valid: bool = True
+    id: str
+    version: str
+    content_digest: str
+    would_conflict: bool
+
+
+class RecipeSummaryOut(Wire):
+    id: str
+    owner: str
+    latest: str | None
+    category: str
+    description: str
+    version_count: int
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+class BenchmarkOut(Wire):
+    id: str
+    version: str
+    category: str
+    description: str
+    origin: dict[str, Any]
+    source: dict[str, Any]
+
+
+class HfDatasetOut(Wire):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+
+
+class HfSplitOut(Wire):
+    config: str
+    split: str
+
+
+class HfFilesOut(Wire):
+    dataset: str
+    revision: str
+    files: list[str]
+
+
+class UploadOut(Wire):
+    job_id: str
+    upload_url: str | None = Field(description="Presigned PUT; null on the embedded store.")
+    key: str
+    expires_in: int
+    state: Literal["pending"] = "pending"
+
+
+class JobOut(Wire):
+    id: str
+    state: Literal["pending", "running", "succeeded", "failed"]
+    via: str
+    filename: str
+    created_at: str
+    updated_at: str
+    request: dict[str, Any]
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+def import_out(done: ImportResult) -> ImportOut:
+    r = done.result.record
+    return ImportOut(
+        id=r.name,
+        version=r.version,
+        content_digest=r.content_digest,
+        case_count=r.case_count,
+        created=done.result.created,
+        rows_read=done.rows_read,
+        produced_by=done.produced_by,
+    )
+
+
+def preview_out(p: Preview) -> PreviewOut:
+    return PreviewOut(
+        recipe=p.recipe.stamp(),
+        source=p.source,
+        fields=p.fields,
+        rows=p.rows,
+        cases=p.cases,
+        errors=p.errors,
+    )
+
+
+def recipe_out(found: StoredRecipe) -> RecipeOut:
+    rec = found.record
+    return RecipeOut(
+        id=found.recipe.id,
+        version=found.recipe.version,
+        owner=found.owner,
+        content_digest=found.content_digest,
+        created_at=rec.created_at if rec else None,
+        created_by=rec.created_by if rec else None,
+        deleted_at=rec.deleted_at if rec else None,
+        recipe=recipe_plain(found.recipe),
+    )
+
+
+def recipe_version_out(r: VersionRecord) -> RecipeVersionOut:
+    return RecipeVersionOut(
+        id=r.name,
+        version=r.version,
+        owner=r.tenant,
+        content_digest=r.content_digest,
+        category=str(r.extra.get("category", "")),
+        description=r.description,
+        created_at=r.created_at,
+        created_by=r.created_by,
+        deleted_at=r.deleted_at,
+        deleted_by=r.deleted_by,
+    )
+
+
+def recipe_register_out(res: RecipeRegistered) -> RecipeRegisterOut:
+    r = res.record
+    return RecipeRegisterOut(
+        id=r.name, version=r.version, content_digest=r.content_digest, created=res.created
+    )
+
+
+def recipe_validate_out(res: RecipeValidated) -> RecipeValidateOut:
+    return RecipeValidateOut(
+        id=res.id,
+        version=res.version,
+        content_digest=res.content_digest,
+        would_conflict=res.would_conflict,
+    )
+
+
+def recipe_summary_out(s: RecipeSummary) -> RecipeSummaryOut:
+    return RecipeSummaryOut(
+        id=s.id,
+        owner=s.owner,
+        latest=s.latest,
+        category=s.category,
+        description=s.description,
+        version_count=s.version_count,
+        created_at=s.created_at,
+        updated_at=s.updated_at,
+    )
+
+
+def benchmark_out(r: Recipe) -> BenchmarkOut:
+    plain = recipe_plain(r)
+    return BenchmarkOut(
+        id=r.id,
+        version=r.version,
+        category=r.category,
+        description=r.description,
+        origin=plain.get("origin", {}),
+        source=plain["source"],
+    )
+
+
+def upload_out(u: Upload) -> UploadOut:
+    return UploadOut(job_id=u.job["id"], upload_url=u.url, key=u.key, expires_in=u.expires_in)
+
+
+def job_out(job: dict[str, Any]) -> JobOut:
+    return JobOut(
+        id=job["id"],
+        state=job["state"],
+        via=job.get("via", "upload"),
+        filename=job["filename"],
+        created_at=job["created_at"],
+        updated_at=job["updated_at"],
+        request=job["request"],
+        result=job.get("result"),
+        error=job.get("error"),
+    )

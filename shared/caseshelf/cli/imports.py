@@ -1,0 +1,368 @@
+"""Import commands: benchmarks through recipes, and the recipe registry.
+
+    caseshelf import SOURCE --recipe R [--dataset ID] [--version V | --bump K] [--limit N]
+                            [--config C --split S] [--revision REV] [--kind K]
+    caseshelf preview SOURCE --recipe R [--limit N]
+    caseshelf benchmarks
+    caseshelf recipes register|validate FILE
+    caseshelf recipes ls [--shared] | get ID[@VERSION] | rm ID@VERSION
+
+SOURCE is a local path (`.gz`, `.bz2`, `.zst` too), an `s3://` or `https://` URL, or
+`hf://owner/name` for a Hugging Face dataset. R is a recipe file (YAML or JSON) or the id of a
+registered or catalog recipe (`id@version` pins one). With `--api`, a local file is uploaded
+(`POST /uploads`) and the command follows the import job to its end.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from caseshelf.cli import (
+    abort,
+    client,
+    command,
+    emit,
+    fields_table,
+    note,
+    progress,
+    say,
+    short,
+    state,
+    table,
+)
+from caseshelf.cli.registry import Bump, BumpKind, DatasetOpt, VersionOpt, parse_ref, parse_version
+from caseshelf.domain.errors import BadRequest, Upstream
+
+JOB_POLL_SECONDS = 1.0
+
+SourceArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="SOURCE",
+        help="A file (local path, s3://, https://) or hf://owner/name.",
+        show_default=False,
+    ),
+]
+RecipeOpt = Annotated[
+    str,
+    typer.Option(
+        "--recipe",
+        "-r",
+        metavar="R",
+        help="A recipe file (YAML/JSON) or a recipe id (registered or catalog; id@version).",
+        show_default=False,
+    ),
+]
+LimitOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--limit", min=1, help="Take only the first N rows (stamped).", show_default=False
+    ),
+]
+ConfigOpt = Annotated[
+    str | None, typer.Option("--config", help="Hugging Face config.", show_default=False)
+]
+SplitOpt = Annotated[
+    str | None, typer.Option("--split", help="Hugging Face split.", show_default=False)
+]
+RevisionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--revision", help="Hugging Face revision (branch, tag or sha).", show_default=False
+    ),
+]
+KindOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--kind",
+        help="The file's format when its name does not tell (jsonl, csv, parquet).",
+        show_default=False,
+    ),
+]
+WaitOpt = Annotated[
+    float,
+    typer.Option("--wait", metavar="SECONDS", help="With --api: how long to follow an upload."),
+]
+RecipeFileArg = Annotated[
+    Path, typer.Argument(metavar="FILE", help="A recipe file (YAML or JSON).", show_default=False)
+]
+
+
+def load_recipe_file(path: Path) -> dict[str, Any]:
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise BadRequest(f"{path}: not YAML or JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise BadRequest(f"{path}: a recipe is a mapping of keys")
+    return doc
+
+
+def recipe_spec(value: str) -> str | dict[str, Any]:
+    """A recipe file's document, or an id (`id@version`) for the registry to resolve."""
+    path = Path(value).expanduser()
+    if path.is_file() or value.endswith((".yaml", ".yml", ".json")):
+        return load_recipe_file(path)
+    return value
+
+
+def _is_local(source: str) -> bool:
+    return "://" not in source
+
+
+def _source(
+    source: str,
+    *,
+    config: str | None,
+    split: str | None,
+    revision: str | None,
+    kind: str | None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"url": source}
+    for key, value in (("config", config), ("split", split), ("revision", revision)):
+        if value is not None:
+            out[key] = value
+    if kind is not None:
+        out["kind"] = kind
+    if not source.startswith("hf://") and (config or split or revision):
+        raise typer.BadParameter("--config, --split and --revision go with an hf:// source")
+    return out
+
+
+def _target(
+    dataset: str | None, version: str | None, bump: BumpKind | None, limit: int | None
+) -> dict[str, Any]:
+    if version is not None and bump is not None:
+        raise typer.BadParameter("give either --version or --bump, not both")
+    out: dict[str, Any] = {}
+    if dataset is not None:
+        out["dataset"] = dataset
+    if version is not None:
+        out["version"] = version
+    if bump is not None:
+        out["bump"] = str(bump)
+    if limit is not None:
+        out["limit"] = limit
+    return out
+
+
+def _show_import(out: dict[str, Any]) -> None:
+    what = "new version" if out.get("created") else "already registered, unchanged"
+    say(f"[bold]{out['id']}@{out['version']}[/]  {what}")
+    src = out.get("produced_by", {}).get("source", {})
+    where = src.get("url") or src.get("dataset") or ("inline" if src.get("inline") else "")
+    pairs: list[tuple[str, Any]] = [
+        ("version", out["version"]),
+        ("cases", out["case_count"]),
+        ("content digest", out["content_digest"]),
+        ("rows read", out.get("rows_read")),
+        ("source", f"{src.get('kind', '')} {where}".strip()),
+    ]
+    if src.get("revision"):
+        pairs.append(("revision", src["revision"]))
+    limit = out.get("produced_by", {}).get("limit")
+    if limit is not None:
+        pairs.append(("limit", f"{limit} (a partial import)"))
+    fields_table(pairs)
+
+
+def _upload_and_follow(path: Path, body: dict[str, Any], wait: float) -> dict[str, Any]:
+    """With --api: upload a local file through a presigned URL and follow its import job."""
+    from caseshelf.cli.client import put_url
+
+    if not path.is_file():
+        raise BadRequest(f"{path}: no such file", field="source")
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", path.name).lstrip(".-") or "upload"
+    upload_body = {k: v for k, v in body.items() if k != "source"}
+    kind = body.get("source", {}).get("kind")
+    if kind is not None:
+        upload_body["kind"] = kind
+    c = client()
+    up = c.create_upload({"filename": name, **upload_body})
+    if not up.get("upload_url"):
+        raise BadRequest(
+            "this API takes no uploads (an embedded store): run the import without --api"
+        )
+    note(f"uploading {path} as job {up['job_id']}")
+    put_url(up["upload_url"], path.read_bytes())
+    deadline = time.monotonic() + wait
+    with progress(f"importing {path.name}"):
+        while True:
+            job = c.get_job(up["job_id"])
+            if job["state"] == "succeeded":
+                result = dict(job["result"])
+                version = c.get_version(result["id"], result["version"])
+                return {
+                    "id": result["id"],
+                    "version": result["version"],
+                    "content_digest": result["content_digest"],
+                    "case_count": result["case_count"],
+                    "created": result.get("created", True),
+                    "rows_read": result.get("rows_read", result["case_count"]),
+                    "produced_by": version.get("produced_by") or {},
+                    "job_id": up["job_id"],
+                }
+            if job["state"] == "failed":
+                abort(f"import job {up['job_id']} failed: {job['error'].get('detail')}")
+            if time.monotonic() > deadline:
+                raise Upstream(
+                    f"import job {up['job_id']} is still {job['state']} after {wait:.0f} s; "
+                    f"follow it with GET /jobs/{up['job_id']}"
+                )
+            time.sleep(JOB_POLL_SECONDS)
+
+
+def register_commands(app: typer.Typer) -> None:
+    recipes = typer.Typer(
+        help="Manage recipes: register, validate, ls, get, rm.", no_args_is_help=True
+    )
+    app.add_typer(recipes, name="recipes")
+
+    @command(app, "import")
+    def import_(
+        source: SourceArg,
+        recipe: RecipeOpt,
+        dataset: DatasetOpt = None,
+        version: VersionOpt = None,
+        bump: Bump = None,
+        limit: LimitOpt = None,
+        config: ConfigOpt = None,
+        split: SplitOpt = None,
+        revision: RevisionOpt = None,
+        kind: KindOpt = None,
+        wait: WaitOpt = 900.0,
+    ) -> None:
+        """Import a benchmark's rows through a recipe and register them as a dataset version."""
+        body = {
+            "recipe": recipe_spec(recipe),
+            "source": _source(source, config=config, split=split, revision=revision, kind=kind),
+            **_target(dataset, version, bump, limit),
+        }
+        if state().api and _is_local(source):
+            out = _upload_and_follow(Path(source).expanduser(), body, wait)
+        else:
+            with progress("importing rows") as bar:
+                seen = [0]
+
+                def on_rows(n: int) -> None:
+                    bar.advance(n - seen[0])
+                    seen[0] = n
+
+                out = client().import_benchmark(body, on_rows=on_rows)
+        emit(out, _show_import)
+
+    @command(app, "preview")
+    def preview(
+        source: SourceArg,
+        recipe: RecipeOpt,
+        limit: LimitOpt = None,
+        config: ConfigOpt = None,
+        split: SplitOpt = None,
+        revision: RevisionOpt = None,
+        kind: KindOpt = None,
+    ) -> None:
+        """The first rows of a source, the fields found, and the cases they would become."""
+        body: dict[str, Any] = {
+            "recipe": recipe_spec(recipe),
+            "source": _source(source, config=config, split=split, revision=revision, kind=kind),
+        }
+        if limit is not None:
+            body["limit"] = limit
+        out = client().preview_benchmark(body)
+
+        def render(p: dict[str, Any]) -> None:
+            from caseshelf.cli import dumps
+
+            say(f"[bold]fields[/]  {', '.join(p['fields'])}")
+            for case in p["cases"]:
+                say(dumps(case))
+            for err in p["errors"]:
+                say(f"[red]row {err['row']}[/]  {err['detail']}")
+            note(f"{len(p['cases'])} of {len(p['rows'])} rows mapped; nothing was registered")
+
+        emit(out, render)
+
+    @command(app, "benchmarks")
+    def benchmarks() -> None:
+        """The first-party benchmark catalog (import one with `--recipe ID`)."""
+        out = client().list_benchmarks()
+
+        def render(page: dict[str, Any]) -> None:
+            rows = [
+                [
+                    b["id"],
+                    b["version"],
+                    b["category"],
+                    b["source"].get("dataset", ""),
+                    b["description"][:70],
+                ]
+                for b in page["items"]
+            ]
+            table(["id", "version", "category", "source", "description"], rows)
+
+        emit(out, render)
+
+    @command(recipes, "register")
+    def register(file: RecipeFileArg) -> None:
+        """Register a recipe version (idempotent for the same content)."""
+        out = client().register_recipe(load_recipe_file(file))
+        what = "registered" if out["created"] else "already registered, unchanged"
+        emit(out, lambda o: say(f"{what} {o['id']}@{o['version']}  {short(o['content_digest'])}"))
+
+    @command(recipes, "validate")
+    def validate(file: RecipeFileArg) -> None:
+        """Check a recipe without registering it."""
+        out = client().validate_recipe(load_recipe_file(file))
+
+        def render(o: dict[str, Any]) -> None:
+            clash = "  (would conflict with the registered version)" if o["would_conflict"] else ""
+            say(f"valid {o['id']}@{o['version']}  {short(o['content_digest'])}{clash}")
+
+        emit(out, render)
+
+    @command(recipes, "ls")
+    def ls(
+        shared: Annotated[bool, typer.Option("--shared", help="List the _shared tenant.")] = False,
+        limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
+        cursor: Annotated[str | None, typer.Option("--cursor", show_default=False)] = None,
+    ) -> None:
+        """The tenant's recipes (or the shared ones)."""
+        out = client().list_recipes(shared=shared, cursor=cursor, limit=limit)
+
+        def render(page: dict[str, Any]) -> None:
+            rows = [
+                [r["id"], r["latest"], r["category"], r["version_count"], r["description"][:60]]
+                for r in page["items"]
+            ]
+            table(["id", "latest", "category", "versions", "description"], rows)
+            if page.get("next_cursor"):
+                note(f"more: --cursor {page['next_cursor']}")
+
+        emit(out, render)
+
+    @command(recipes, "get")
+    def get(
+        ref: Annotated[str, typer.Argument(metavar="ID@REF", help="ID alone means latest.")],
+    ) -> None:
+        """A recipe (own, shared, or from the catalog), as YAML."""
+        name, at = parse_ref(ref, what="ID@REF")
+        out = client().get_recipe(name, at)
+
+        def render(o: dict[str, Any]) -> None:
+            note(f"{o['id']}@{o['version']} from {o['owner']}  {short(o['content_digest'])}")
+            say(yaml.safe_dump(o["recipe"], sort_keys=False, allow_unicode=True).rstrip())
+
+        emit(out, render)
+
+    @command(recipes, "rm")
+    def rm(ref: Annotated[str, typer.Argument(metavar="ID@VERSION")]) -> None:
+        """Tombstone a recipe version (the creator or an admin)."""
+        name, version = parse_version(ref, what="ID@VERSION")
+        out = client().delete_recipe(name, version)
+        emit(out, lambda o: say(f"deleted {o['id']}@{o['version']}"))

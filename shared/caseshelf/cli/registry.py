@@ -1,0 +1,578 @@
+"""Registry commands: register, validate, ls, versions, get, cases, tag, rm, revive, download,
+serve, gc."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from caseshelf.cli import (
+    abort,
+    client,
+    command,
+    emit,
+    fields_table,
+    json_mode,
+    note,
+    progress,
+    say,
+    short,
+    state,
+    table,
+    warn,
+)
+from caseshelf.domain.models import DATASET_ID_PATTERN, DIGEST_PATTERN, LABEL_PATTERN
+
+_ID = re.compile(DATASET_ID_PATTERN)
+_LABEL = re.compile(LABEL_PATTERN)
+_DIGEST = re.compile(DIGEST_PATTERN)
+
+PAGE_MAX = 1000
+
+
+# -- ID@REF ---------------------------------------------------------------------------------
+
+
+def parse_ref(value: str, *, what: str = "ID@REF") -> tuple[str, str]:
+    """`ID` or `ID@REF`, strictly: REF is a label, a version tag, `latest` or `sha256:<hex>`;
+    ID alone means `latest`."""
+    name, at, ref = value.partition("@")
+    if not _ID.match(name):
+        raise typer.BadParameter(
+            f"{value!r}: the id must be 1-128 of [A-Za-z0-9._-], starting with a letter or digit",
+            param_hint=what,
+        )
+    if not at:
+        return name, "latest"
+    if ref.startswith("sha256:"):
+        if not _DIGEST.match(ref):
+            raise typer.BadParameter(
+                f"{value!r}: a digest ref is sha256: and 64 lowercase hex digits", param_hint=what
+            )
+        return name, ref
+    if not _LABEL.match(ref):
+        raise typer.BadParameter(
+            f"{value!r}: the ref must be a version label, a version tag, latest or "
+            "sha256:<hex> (1-64 of [A-Za-z0-9._-])",
+            param_hint=what,
+        )
+    return name, ref
+
+
+def parse_version(value: str, *, what: str = "ID@VERSION") -> tuple[str, str]:
+    """`ID@VERSION` with an explicit version label (changes never guess which version)."""
+    name, ref = parse_ref(value, what=what)
+    if "@" not in value or ref == "latest" or ref.startswith("sha256:"):
+        raise typer.BadParameter(
+            f"{value!r}: name the version label explicitly, e.g. {name}@1.0.0", param_hint=what
+        )
+    return name, ref
+
+
+# -- dataset files --------------------------------------------------------------------------
+
+
+class BumpKind(StrEnum):
+    major = "major"
+    minor = "minor"
+    patch = "patch"
+
+
+Bump = Annotated[
+    BumpKind | None,
+    typer.Option(
+        "--bump",
+        help="Take the next semver label instead of a fixed version.",
+        show_default=False,
+    ),
+]
+VersionOpt = Annotated[
+    str | None,
+    typer.Option("--version", help="The version label (overrides the file's).", show_default=False),
+]
+DatasetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dataset", metavar="ID", help="The dataset id (overrides the file's).", show_default=False
+    ),
+]
+BaseOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--base",
+        metavar="REF",
+        help="Reuse the stored cases of this version (default: the latest live one).",
+        show_default=False,
+    ),
+]
+DeletedOpt = Annotated[
+    bool, typer.Option("--deleted", help="Also resolve deleted (tombstoned) versions.")
+]
+FileArg = Annotated[
+    Path,
+    typer.Argument(
+        metavar="FILE", help="A dataset file: .json, .jsonl or .yaml.", show_default=False
+    ),
+]
+
+
+def load_body(
+    file: Path,
+    *,
+    dataset: str | None,
+    version: str | None,
+    bump: BumpKind | str | None,
+    base: str | None,
+) -> dict[str, Any]:
+    """The dataset document from `file`, with the command-line overrides applied."""
+    from caseshelf.services.loaders import load_dataset
+
+    if version is not None and bump is not None:
+        raise typer.BadParameter("give either --version or --bump, not both")
+    doc, notices = load_dataset(file)
+    for line in notices:  # deprecated shapes still load; say so once per file and code
+        warn(line)
+    body = dict(doc)
+    if dataset is not None:
+        body["id"] = dataset
+    if version is not None:
+        body["version"] = version
+        body.pop("bump", None)
+    if bump is not None:
+        body["bump"] = str(bump)
+        body.pop("version", None)
+    if base is not None:
+        body["base"] = base
+    if "id" not in body:
+        raise typer.BadParameter(f"{file} names no dataset id; give --dataset ID")
+    if body.get("version") is None and body.get("bump") is None:
+        raise typer.BadParameter(f"{file} names no version; give --version LABEL or --bump")
+    return body
+
+
+def _case_count(body: dict[str, Any]) -> int | None:
+    cases = body.get("cases")
+    return len(cases) if isinstance(cases, list) else None
+
+
+# -- rendering ------------------------------------------------------------------------------
+
+
+def _when(ts: str | None) -> str:
+    return (ts or "").replace("T", " ").removesuffix("Z")[:19]
+
+
+def _version_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
+    return [
+        [
+            v["version"],
+            short(v["content_digest"]),
+            v["case_count"],
+            ", ".join(v.get("version_tags") or []),
+            _when(v["created_at"]),
+            v["created_by"],
+            "deleted" if v.get("deleted_at") else "live",
+        ]
+        for v in items
+    ]
+
+
+VERSION_COLUMNS = ("version", "digest", "cases", "tags", "created", "by", "state")
+
+
+def _show_version(v: dict[str, Any]) -> None:
+    fields_table(
+        [
+            ("id", v["id"]),
+            ("version", v["version"]),
+            ("owner", v.get("owner")),
+            ("content_digest", v["content_digest"]),
+            ("cases", v["case_count"]),
+            ("bytes", v.get("bytes")),
+            ("description", v.get("description")),
+            ("tags", ", ".join(v.get("tags") or [])),
+            ("version_tags", ", ".join(v.get("version_tags") or [])),
+            ("created", f"{_when(v['created_at'])} by {v['created_by']}"),
+            *(
+                [("deleted", f"{_when(v['deleted_at'])} by {v.get('deleted_by') or ''}")]
+                if v.get("deleted_at")
+                else []
+            ),
+            *([("produced_by", v["produced_by"])] if v.get("produced_by") else []),
+        ]
+    )
+
+
+def _clip(value: Any, width: int = 60) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        import orjson
+
+        value = orjson.dumps(value).decode()
+    value = " ".join(value.split())
+    return value if len(value) <= width else value[: width - 1] + "…"
+
+
+def _user_text(case: dict[str, Any]) -> Any:
+    user = (case.get("inputs") or {}).get("user")
+    if isinstance(user, list):
+        return " | ".join(str(u) for u in user)
+    return user
+
+
+def _case_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
+    return [
+        [
+            c["id"],
+            _clip(_user_text(c)),
+            _clip((c.get("expectations") or {}).get("ground_truth"), 30),
+            ", ".join(c.get("tags") or []),
+        ]
+        for c in items
+    ]
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+def register_commands(app: typer.Typer) -> None:
+    @command(app, "register")
+    def register(
+        file: FileArg,
+        dataset: DatasetOpt = None,
+        version: VersionOpt = None,
+        bump: Bump = None,
+        base: BaseOpt = None,
+    ) -> None:
+        """Register a dataset version from FILE (idempotent for the same content)."""
+        body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
+        n = _case_count(body)
+        with progress(f"registering {body['id']} ({n} cases)" if n is not None else "registering"):
+            out = client().register(body)
+
+        def render(o: dict[str, Any]) -> None:
+            verb = "registered" if o["created"] else "unchanged, already registered"
+            say(f"{verb} {o['id']}@{o['version']}  {o['content_digest']}  {o['case_count']} cases")
+
+        emit(out, render)
+
+    @command(app, "validate")
+    def validate(
+        file: FileArg,
+        dataset: DatasetOpt = None,
+        version: VersionOpt = None,
+        bump: Bump = None,
+        base: BaseOpt = None,
+    ) -> None:
+        """Check FILE as `register` would, without storing anything.
+
+        Exits 1 when registering it would conflict with a registered version.
+        """
+        body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
+        with progress(f"validating {body['id']}"):
+            out = client().validate(body)
+
+        def render(o: dict[str, Any]) -> None:
+            say(
+                f"valid {body['id']}@{o['version']}  {o['content_digest']}  {o['case_count']} cases"
+            )
+
+        emit(out, render)
+        if out.get("would_conflict"):
+            abort(
+                f"{body['id']}@{out['version']} is already registered with other content; "
+                "registering this file would conflict"
+            )
+
+    @command(app, "ls")
+    def ls(
+        shared: Annotated[
+            bool, typer.Option("--shared", help="List the _shared tenant's datasets.")
+        ] = False,
+        limit: Annotated[
+            int | None,
+            typer.Option("--limit", min=1, max=PAGE_MAX, help="One page of this size."),
+        ] = None,
+        cursor: Annotated[
+            str | None, typer.Option("--cursor", help="Continue from a next_cursor.")
+        ] = None,
+    ) -> None:
+        """List datasets (every page, unless --limit or --cursor asks for one)."""
+        c = client()
+        if limit is not None or cursor is not None:
+            out = c.list_datasets(shared=shared, cursor=cursor, limit=limit or 50)
+        else:
+            items: list[dict[str, Any]] = []
+            nxt: str | None = None
+            while True:
+                page = c.list_datasets(shared=shared, cursor=nxt, limit=PAGE_MAX)
+                items.extend(page["items"])
+                nxt = page.get("next_cursor")
+                if not nxt:
+                    break
+            out = {"items": items, "next_cursor": None}
+
+        def render(o: dict[str, Any]) -> None:
+            if not o["items"]:
+                note("no datasets" + (" in _shared" if shared else ""))
+            else:
+                table(
+                    ("id", "latest", "digest", "cases", "versions", "updated", "description"),
+                    [
+                        [
+                            d["id"],
+                            d.get("latest") or "",
+                            short(d.get("latest_digest")),
+                            d.get("case_count"),
+                            d["version_count"],
+                            _when(d["updated_at"]),
+                            _clip(d.get("description"), 40),
+                        ]
+                        for d in o["items"]
+                    ],
+                )
+            if o.get("next_cursor"):
+                note(f"more: --cursor {o['next_cursor']}")
+
+        emit(out, render)
+
+    @command(app, "versions")
+    def versions(
+        name: Annotated[str, typer.Argument(metavar="ID", help="The dataset id.")],
+        all_: Annotated[
+            bool, typer.Option("--all", help="Include deleted (tombstoned) versions.")
+        ] = False,
+    ) -> None:
+        """List the versions of a dataset, newest first."""
+        if "@" in name:
+            raise typer.BadParameter(f"{name!r}: give the dataset id alone", param_hint="ID")
+        dataset_id, _ = parse_ref(name, what="ID")
+        c = client()
+        items: list[dict[str, Any]] = []
+        nxt: str | None = None
+        while True:
+            page = c.list_versions(dataset_id, include_deleted=all_, cursor=nxt, limit=PAGE_MAX)
+            items.extend(page["items"])
+            nxt = page.get("next_cursor")
+            if not nxt:
+                break
+
+        def render(o: dict[str, Any]) -> None:
+            if not o["items"]:
+                note(f"{dataset_id} has no live versions (see --all)")
+                return
+            table(VERSION_COLUMNS, _version_rows(o["items"]))
+
+        emit({"items": items, "next_cursor": None}, render)
+
+    @command(app, "get")
+    def get(
+        ref: Annotated[str, typer.Argument(metavar="ID@REF", help="ID alone means latest.")],
+        deleted: DeletedOpt = False,
+    ) -> None:
+        """Show one version's metadata."""
+        name, r = parse_ref(ref)
+        emit(client().get_version(name, r, include_deleted=deleted), _show_version)
+
+    @command(app, "cases")
+    def cases(
+        ref: Annotated[str, typer.Argument(metavar="ID@REF", help="ID alone means latest.")],
+        limit: Annotated[
+            int, typer.Option("--limit", min=1, max=PAGE_MAX, help="Cases per page.")
+        ] = 100,
+        cursor: Annotated[
+            str | None, typer.Option("--cursor", help="Continue from a next_cursor.")
+        ] = None,
+        all_: Annotated[bool, typer.Option("--all", help="Page through every case.")] = False,
+        deleted: DeletedOpt = False,
+    ) -> None:
+        """Show the cases of a version, one page at a time (or --all)."""
+        name, r = parse_ref(ref)
+        c = client()
+        if all_:
+            if cursor is not None:
+                raise typer.BadParameter("--all starts from the first case; drop --cursor")
+            # Pin the version by its digest so that every page comes from the same content.
+            meta = c.get_version(name, r, include_deleted=deleted)
+            pinned = meta["content_digest"]
+            items: list[dict[str, Any]] = []
+            nxt: str | None = None
+            size = limit if limit != 100 else PAGE_MAX
+            with progress(f"reading {name}@{meta['version']}", total=meta["case_count"]) as bar:
+                while True:
+                    page = c.list_cases(
+                        name, pinned, cursor=nxt, limit=size, include_deleted=deleted
+                    )
+                    items.extend(page["items"])
+                    bar.advance(len(page["items"]))
+                    nxt = page.get("next_cursor")
+                    if not nxt:
+                        break
+            out: dict[str, Any] = {"items": items, "next_cursor": None}
+        else:
+            out = c.list_cases(name, r, cursor=cursor, limit=limit, include_deleted=deleted)
+
+        def render(o: dict[str, Any]) -> None:
+            table(("id", "user", "ground_truth", "tags"), _case_rows(o["items"]))
+            if o.get("next_cursor"):
+                note(f"more: caseshelf cases {ref} --cursor {o['next_cursor']}")
+
+        emit(out, render)
+
+    @command(app, "tag")
+    def tag(
+        ref: Annotated[str, typer.Argument(metavar="ID@VERSION")],
+        tags: Annotated[
+            list[str] | None,
+            typer.Argument(metavar="TAG", help="The version's tags (replaces the list)."),
+        ] = None,
+        clear: Annotated[bool, typer.Option("--clear", help="Remove every tag.")] = False,
+    ) -> None:
+        """Replace a version's tags (e.g. stable prod), or --clear them."""
+        name, version = parse_version(ref)
+        if clear and tags:
+            raise typer.BadParameter("give tags or --clear, not both")
+        if not clear and not tags:
+            raise typer.BadParameter("give one or more tags, or --clear")
+        out = client().set_tags(name, version, [] if clear else list(tags or []))
+
+        def render(o: dict[str, Any]) -> None:
+            now = ", ".join(o.get("version_tags") or []) or "(none)"
+            say(f"{o['id']}@{o['version']} tags: {now}")
+
+        emit(out, render)
+
+    @command(app, "rm")
+    def rm(ref: Annotated[str, typer.Argument(metavar="ID@VERSION")]) -> None:
+        """Delete a version (a tombstone: hidden, content kept; `revive` undoes it)."""
+        name, version = parse_version(ref)
+        out = client().delete_version(name, version)
+        emit(out, lambda o: say(f"deleted {o['id']}@{o['version']} (revive undoes it)"))
+
+    @command(app, "revive")
+    def revive(ref: Annotated[str, typer.Argument(metavar="ID@VERSION")]) -> None:
+        """Restore a deleted version."""
+        name, version = parse_version(ref)
+        out = client().revive_version(name, version)
+        emit(out, lambda o: say(f"revived {o['id']}@{o['version']}"))
+
+    @command(app, "download")
+    def download(
+        ref: Annotated[str, typer.Argument(metavar="ID@REF", help="ID alone means latest.")],
+        output: Annotated[
+            Path | None,
+            typer.Option(
+                "-o",
+                "--output",
+                metavar="FILE",
+                help="Where to write it ('-' for stdout; default: ID-VERSION.json here).",
+                show_default=False,
+            ),
+        ] = None,
+        deleted: DeletedOpt = False,
+    ) -> None:
+        """Download a whole version as one dataset JSON file that `register` accepts as is."""
+        name, r = parse_ref(ref)
+        with progress(f"downloading {name}@{r}"):
+            got = client().download(name, r, include_deleted=deleted)
+        if output is not None and str(output) == "-":
+            if json_mode():
+                raise typer.BadParameter("-o - writes the document itself; drop --json")
+            sys.stdout.buffer.write(got.body)
+            sys.stdout.flush()
+            return
+        target = output if output is not None else Path(got.filename)
+        target.write_bytes(got.body)
+        emit(
+            {"file": str(target), "bytes": len(got.body)},
+            lambda o: say(f"wrote {o['file']} ({o['bytes']} bytes)"),
+        )
+
+    @command(app, "serve")
+    def serve(
+        host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
+        port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port.")] = 8000,
+    ) -> None:
+        """Serve the local API (dev mode) on the embedded store, with Swagger UI at /swagger."""
+        st = state()
+        if st.api:
+            raise typer.BadParameter("serve runs the API itself; drop --api")
+        try:
+            from caseshelf import devserver
+        except ImportError as exc:
+            abort(f"the local server is not available: {exc}")
+        devserver.serve(st.settings(), host, port)
+
+    @command(app, "gc")
+    def gc(
+        delete: Annotated[
+            bool, typer.Option("--delete", help="Remove what is found (default: only list it).")
+        ] = False,
+        grace_hours: Annotated[
+            float | None,
+            typer.Option(
+                "--grace-hours",
+                min=0,
+                metavar="H",
+                help="Spare objects younger than this (default: CASESHELF_GC_GRACE_SECONDS, 24 h).",
+                show_default=False,
+            ),
+        ] = None,
+    ) -> None:
+        """Find (with --delete, remove) stored objects no committed version references.
+
+        Such as the packs of a crashed registration; objects younger than the grace period are
+        spared, since a registration may still be writing them.
+        """
+        from caseshelf import bootstrap
+        from caseshelf.services.gc import collect_garbage
+
+        st = state()
+        if st.api:
+            raise typer.BadParameter(
+                "gc works on the store itself (CASESHELF_HOME, or CASESHELF_BACKEND=aws); "
+                "drop --api"
+            )
+        settings = st.settings()
+        grace = settings.gc_grace_seconds if grace_hours is None else int(grace_hours * 3600)
+        svc = bootstrap.build(settings)
+        with progress("collecting garbage") as bar:
+            report = collect_garbage(
+                svc.store,
+                svc.index,
+                now=time.time(),
+                grace_seconds=grace,
+                delete=delete,
+                on_tenant=lambda _t: bar.advance(),
+            )
+        out = report.to_dict()
+
+        def render(o: dict[str, Any]) -> None:
+            if o["orphans"]:
+                table(
+                    ("key", "bytes", "age (h)"),
+                    [
+                        [x["key"], x["bytes"], f"{x['age_seconds'] / 3600:.1f}"]
+                        for x in o["orphans"]
+                    ],
+                )
+            verb = "deleted" if o["deleted"] else "found"
+            hours = grace / 3600
+            say(
+                f"{verb} {o['orphan_count']} unreferenced objects ({o['orphan_bytes']} bytes); "
+                f"{o['referenced_count']} referenced; {o['fresh_count']} spared as younger than "
+                f"{hours:g} h; tenants scanned: {o['tenant_count']}"
+            )
+            for problem in o["problems"]:
+                note(f"warning: {problem}")
+            if o["orphans"] and not o["deleted"]:
+                note("run with --delete to remove them")
+
+        emit(out, render)

@@ -1,0 +1,217 @@
+"""Subset and diff commands.
+
+    caseshelf subset ID@REF [--ids a,b] [--tags x,y] [--limit N] [--sample N --seed S]
+                            [--register-as ID[@VERSION] [--bump minor]] [--cases] [--json]
+    caseshelf diff A@REF [B@]REF [--summary-only] [--include-deleted] [--json]
+
+`subset` prints the selected case ids on stdout, one a line (the cases as JSON lines with
+`--cases`), and its stamp on stderr, so the ids pipe cleanly. `diff` prints a coloured, git-like
+view; `--json` prints the wire answer of either.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.markup import escape
+
+from caseshelf.api.dto import display_value
+from caseshelf.cli import client, command, emit, note, say, short
+from caseshelf.cli.registry import BumpKind, parse_ref, parse_version
+
+# A display value longer than this is cut (the whole value is in `--json`).
+VALUE_WIDTH = 160
+
+
+def _split(value: str | None, what: str) -> list[str] | None:
+    if value is None:
+        return None
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise typer.BadParameter(f"{value!r}: give at least one value", param_hint=what)
+    return items
+
+
+def _seed(value: str | None) -> int | str | None:
+    # The sample rule hashes the seed's text, so 7 and "7" draw the same sample; a number is
+    # kept a number in the stamp.
+    if value is None:
+        return None
+    return int(value) if value.isdigit() and len(value) < 19 else value
+
+
+def _register_as(value: str | None, bump: BumpKind | None) -> dict[str, Any] | None:
+    if value is None:
+        if bump is not None:
+            raise typer.BadParameter("--bump goes with --register-as", param_hint="--bump")
+        return None
+    if "@" in value:
+        if bump is not None:
+            raise typer.BadParameter(
+                "give either ID@VERSION or --bump, not both", param_hint="--register-as"
+            )
+        name, version = parse_version(value, what="--register-as")
+        return {"id": name, "version": version}
+    name, _ = parse_ref(value, what="--register-as")
+    return {"id": name, "bump": (bump or BumpKind.minor).value}
+
+
+def _stamp_line(out: dict[str, Any]) -> str:
+    stamp = out["stamp"]
+    if stamp is None:
+        return f"the whole version: {len(out['case_ids'])} cases (no selection, no stamp)"
+    chosen = ", ".join(
+        f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}"
+        for k in ("ids", "tags", "limit", "sample", "seed")
+        if (v := stamp.get(k)) is not None
+    )
+    return (
+        f"selected {stamp['selected']} of {stamp['total']} cases of "
+        f"{stamp['id']}@{stamp['version']} ({short(stamp['content_digest'])}): {chosen}"
+    )
+
+
+def _clip(text: str, width: int = VALUE_WIDTH) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _render_diff(d: dict[str, Any]) -> None:
+    b, c = d["base"], d["candidate"]
+    same_id = b["id"] == c["id"]
+    cand_name = c["version"] if same_id else f"{c['id']}@{c['version']}"
+    say(
+        f"[bold]diff {escape(b['id'])}@{escape(b['version'])} {short(b['content_digest'])} → "
+        f"{escape(cand_name)} {short(c['content_digest'])}[/]"
+    )
+    meta = d["meta"]
+    for ch in meta["changes"]:
+        _render_change(ch, indent="")
+    if meta["case_order_changed"]:
+        say("[yellow]~ the cases come in another order[/]")
+    for item in d["added"] or []:
+        say(f"[green]+ {escape(item['id'])}[/]  {escape(item['user'] or '')}")
+    for item in d["removed"] or []:
+        say(f"[red]- {escape(item['id'])}[/]  {escape(item['user'] or '')}")
+    for entry in d["changed"] or []:
+        say(f"[yellow]~ {escape(entry['id'])}[/]")
+        for ch in entry["changes"]:
+            _render_change(ch, indent="    ")
+    s = d["summary"]
+    say(
+        f"[green]{s['added']} added[/], [red]{s['removed']} removed[/], "
+        f"[yellow]{s['changed']} changed[/], {s['unchanged']} unchanged"
+    )
+
+
+def _render_change(ch: dict[str, Any], *, indent: str) -> None:
+    say(f"{indent}[cyan]{escape(ch['path'])}[/]")
+    if "before" in ch:
+        say(f"{indent}[red]-  {escape(_clip(display_value(ch['before'])))}[/]")
+    if "after" in ch:
+        say(f"{indent}[green]+  {escape(_clip(display_value(ch['after'])))}[/]")
+
+
+def register_commands(app: typer.Typer) -> None:
+    @command(app, "subset")
+    def subset(
+        ref: Annotated[str, typer.Argument(metavar="ID@REF", help="ID alone means latest.")],
+        ids: Annotated[
+            str | None, typer.Option("--ids", metavar="A,B", help="Exactly these case ids.")
+        ] = None,
+        tags: Annotated[
+            str | None, typer.Option("--tags", metavar="X,Y", help="Cases with any of these tags.")
+        ] = None,
+        limit: Annotated[
+            int | None, typer.Option("--limit", min=1, help="The first N, in dataset order.")
+        ] = None,
+        sample: Annotated[
+            int | None, typer.Option("--sample", min=1, help="N cases by the seeded sample rule.")
+        ] = None,
+        seed: Annotated[
+            str | None, typer.Option("--seed", help="Seed of the sample rule (default 0).")
+        ] = None,
+        register_as: Annotated[
+            str | None,
+            typer.Option(
+                "--register-as",
+                metavar="ID[@VERSION]",
+                help="Register the selection as a derived version (no case bytes copied).",
+            ),
+        ] = None,
+        bump: Annotated[
+            BumpKind | None,
+            typer.Option("--bump", help="With --register-as ID: the bump (default minor)."),
+        ] = None,
+        cases: Annotated[
+            bool, typer.Option("--cases", help="Print the selected cases as JSON lines.")
+        ] = False,
+        include_deleted: Annotated[
+            bool, typer.Option("--include-deleted", help="Allow a tombstoned version.")
+        ] = False,
+    ) -> None:
+        """Select a stamped subset of a version: ids -> tags -> limit -> sample."""
+        name, r = parse_ref(ref)
+        body: dict[str, Any] = {
+            "ids": _split(ids, "--ids"),
+            "tags": _split(tags, "--tags"),
+            "limit": limit,
+            "sample": sample,
+            "seed": _seed(seed),
+            "register_as": _register_as(register_as, bump),
+        }
+        body = {k: v for k, v in body.items() if v is not None}
+        out = client().subset(name, r, body, cases=cases, include_deleted=include_deleted)
+
+        def render(o: dict[str, Any]) -> None:
+            note(_stamp_line(o))
+            if o["cases"] is not None:
+                for case in o["cases"]:
+                    sys.stdout.write(orjson.dumps(case).decode() + "\n")
+            else:
+                sys.stdout.write("".join(f"{cid}\n" for cid in o["case_ids"]))
+            sys.stdout.flush()
+            reg = o.get("registered")
+            if reg is not None:
+                verb = "registered" if reg["created"] else "already registered"
+                note(
+                    f"{verb} {reg['id']}@{reg['version']}  {reg['content_digest']}  "
+                    f"{reg['case_count']} cases"
+                )
+
+        emit(out, render)
+
+    @command(app, "diff")
+    def diff(
+        base: Annotated[str, typer.Argument(metavar="A@REF", help="The base version.")],
+        candidate: Annotated[
+            str,
+            typer.Argument(
+                metavar="[B@]REF", help="The candidate: a ref of A, or B@REF of another dataset."
+            ),
+        ],
+        summary_only: Annotated[
+            bool,
+            typer.Option("--summary-only", help="Counts and metadata changes only (no case read)."),
+        ] = False,
+        include_deleted: Annotated[
+            bool, typer.Option("--include-deleted", help="Allow tombstoned versions.")
+        ] = False,
+    ) -> None:
+        """What changed between two versions: added, removed, changed (field by field)."""
+        name, base_ref = parse_ref(base, what="A@REF")
+        if "@" in candidate:
+            cand_name, cand_ref = parse_ref(candidate, what="[B@]REF")
+        else:
+            cand_name, cand_ref = name, parse_ref(f"{name}@{candidate}", what="[B@]REF")[1]
+        out = client().diff(
+            name,
+            base_ref,
+            cand_ref,
+            candidate_name=cand_name if cand_name != name else None,
+            summary=summary_only,
+            include_deleted=include_deleted,
+        )
+        emit(out, _render_diff)

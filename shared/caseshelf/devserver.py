@@ -1,0 +1,557 @@
+"""The local API: the same Lambda handlers, behind a small HTTP server.
+
+Routes come from `infra/template.yaml` (every `AWS::Serverless::Function`'s `Api` events), so
+the local server answers exactly what the deployed API would. Each request becomes an API
+Gateway REST proxy event with an authorizer context and is handed to the function's
+`lambda_handler`; its answer is written back as it is.
+
+Identity: the server's `--tenant`/`--principal` (settings), overridden per request by the
+dev-only headers `X-Caseshelf-Tenant`, `X-Caseshelf-Principal` and `X-Caseshelf-Roles` (a comma
+list). The deployed API never reads them: there the authorizer alone says who is calling.
+
+`/swagger` is served by the registry function (Swagger UI, assets inlined, no network needed)
+and `/openapi.json` is the merged document of every function.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import yaml
+
+from caseshelf import bootstrap
+from caseshelf.bootstrap import Settings
+
+DEV_TENANT = "x-caseshelf-tenant"
+DEV_PRINCIPAL = "x-caseshelf-principal"
+DEV_ROLES = "x-caseshelf-roles"
+DEV_HEADERS = frozenset({DEV_TENANT, DEV_PRINCIPAL, DEV_ROLES})
+STAGE = "local"
+SWAGGER_PATH = "/swagger"
+OPENAPI_PATH = "/openapi.json"
+SWAGGER_FUNCTION = "RegistryFunction"
+DRAIN_LIMIT = 64 * 1024 * 1024  # an oversized body up to this is read and dropped, not kept
+_PARAM = re.compile(r"\{([A-Za-z0-9_]+)(\+?)\}")
+
+
+def default_template() -> Path:
+    from caseshelf.api.openapi import repo_root
+
+    return repo_root() / "infra" / "template.yaml"
+
+
+# -- routes from the template -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str  # upper case, or ANY
+    path: str  # the template's resource path, e.g. /datasets/{id}
+    function: str  # the function's logical id
+    module_path: Path
+    handler_name: str
+    memory_mb: int = 1024
+    regex: re.Pattern[str] = field(init=False, compare=False, repr=False)
+    params: int = field(init=False, compare=False, repr=False)
+    greedy: bool = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        parts: list[str] = []
+        pos = 0
+        for m in _PARAM.finditer(self.path):
+            parts.append(re.escape(self.path[pos : m.start()]))
+            parts.append(f"(?P<{m.group(1)}>.+)" if m.group(2) else f"(?P<{m.group(1)}>[^/]+)")
+            pos = m.end()
+        parts.append(re.escape(self.path[pos:]))
+        object.__setattr__(self, "regex", re.compile("^" + "".join(parts) + "$"))
+        object.__setattr__(self, "params", len(_PARAM.findall(self.path)))
+        object.__setattr__(self, "greedy", "+}" in self.path)
+
+    def specificity(self) -> tuple[int, int, int]:
+        """API Gateway prefers literal segments over parameters, and parameters over greedy
+        ones."""
+        return (int(self.greedy), self.params, -len(self.path))
+
+
+class _CfnLoader(yaml.SafeLoader):
+    """A safe loader that keeps CloudFormation's short tags (!Ref, !Sub, !GetAtt, ...) as plain
+    `{tag: value}` mappings instead of failing on them."""
+
+
+def _cfn_tag(loader: Any, suffix: str, node: Any) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    return {suffix: value}
+
+
+_CfnLoader.add_multi_constructor("!", _cfn_tag)
+
+
+def load_template(path: Path) -> dict[str, Any]:
+    with path.open(encoding="utf-8") as fh:
+        doc = yaml.load(fh, Loader=_CfnLoader)  # noqa: S506 - a SafeLoader subclass
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: not a template")
+    return doc
+
+
+def _handler_file(code_dir: Path, handler: str) -> tuple[Path, str]:
+    module, _, attr = handler.rpartition(".")
+    if not module or not attr:
+        raise ValueError(f"handler {handler!r} is not module.function")
+    return code_dir.joinpath(*module.split(".")).with_suffix(".py"), attr
+
+
+def load_routes(template: Path) -> list[Route]:
+    """Every API route of every serverless function in the template."""
+    doc = load_template(template)
+    glob = ((doc.get("Globals") or {}).get("Function")) or {}
+    routes: list[Route] = []
+    for name, res in (doc.get("Resources") or {}).items():
+        if not isinstance(res, dict) or res.get("Type") != "AWS::Serverless::Function":
+            continue
+        props = res.get("Properties") or {}
+        code_uri = props.get("CodeUri", glob.get("CodeUri"))
+        handler = props.get("Handler", glob.get("Handler"))
+        if not isinstance(code_uri, str) or not isinstance(handler, str):
+            continue
+        module_path, attr = _handler_file((template.parent / code_uri).resolve(), handler)
+        memory = props.get("MemorySize", glob.get("MemorySize", 1024))
+        for event in (props.get("Events") or {}).values():
+            if not isinstance(event, dict) or event.get("Type") != "Api":
+                continue
+            ep = event.get("Properties") or {}
+            path, method = ep.get("Path"), ep.get("Method")
+            if not isinstance(path, str) or not isinstance(method, str):
+                continue
+            routes.append(
+                Route(
+                    method=method.upper(),
+                    path=path,
+                    function=name,
+                    module_path=module_path,
+                    handler_name=attr,
+                    memory_mb=memory if isinstance(memory, int) else 1024,
+                )
+            )
+    return routes
+
+
+def match(
+    routes: list[Route], method: str, path: str
+) -> tuple[Route | None, dict[str, str], set[str]]:
+    """(route, path parameters, methods allowed on that path). No route and an empty set: no
+    such path; no route and a non-empty set: 405."""
+    found: list[tuple[Route, dict[str, str]]] = []
+    for route in routes:
+        m = route.regex.match(path)
+        if m is not None:
+            found.append((route, {k: unquote(v) for k, v in m.groupdict().items()}))
+    found.sort(key=lambda rp: rp[0].specificity())
+    for route, params in found:
+        if route.method in (method, "ANY"):
+            return route, params, set()
+    return None, {}, {r.method for r, _ in found}
+
+
+# -- events and the Lambda context ------------------------------------------------------------
+
+
+@dataclass
+class FakeLambdaContext:
+    function_name: str
+    memory_limit_in_mb: int = 1024
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    function_version: str = "$LATEST"
+    log_group_name: str = ""
+    log_stream_name: str = "local"
+    timeout_ms: int = 29_000
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def invoked_function_arn(self) -> str:
+        return f"arn:aws:lambda:us-east-1:000000000000:function:{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, self.timeout_ms - int((time.monotonic() - self.started) * 1000))
+
+
+def build_event(
+    *,
+    method: str,
+    path: str,
+    resource: str,
+    path_params: Mapping[str, str] | None,
+    query: str,
+    headers: list[tuple[str, str]],
+    body: bytes,
+    tenant: str,
+    principal: str,
+    roles: str,
+    request_id: str,
+    source_ip: str = "127.0.0.1",
+) -> dict[str, Any]:
+    """An API Gateway REST (v1) proxy event, as the deployed API would hand it to the
+    function, with a Lambda-authorizer context carrying the identity."""
+    single: dict[str, str] = {}
+    multi: dict[str, list[str]] = {}
+    for k, v in headers:
+        single[k] = v
+        multi.setdefault(k, []).append(v)
+    qs = parse_qs(query, keep_blank_values=True)
+    text: str | None
+    encoded = False
+    if not body:
+        text = None
+    else:
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            text, encoded = base64.b64encode(body).decode("ascii"), True
+    return {
+        "resource": resource,
+        "path": path,
+        "httpMethod": method,
+        "headers": single or None,
+        "multiValueHeaders": multi or None,
+        "queryStringParameters": {k: v[-1] for k, v in qs.items()} or None,
+        "multiValueQueryStringParameters": qs or None,
+        "pathParameters": dict(path_params) if path_params else None,
+        "stageVariables": None,
+        "requestContext": {
+            "resourcePath": resource,
+            "httpMethod": method,
+            "path": path,
+            "stage": STAGE,
+            "requestId": request_id,
+            "requestTimeEpoch": int(time.time() * 1000),
+            "protocol": "HTTP/1.1",
+            "accountId": "000000000000",
+            "apiId": "local",
+            "identity": {"sourceIp": source_ip},
+            "authorizer": {"tenant": tenant, "principalId": principal, "roles": roles},
+        },
+        "body": text,
+        "isBase64Encoded": encoded,
+    }
+
+
+# -- the server -------------------------------------------------------------------------------
+
+
+Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+
+class DevServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        settings: Settings,
+        routes: list[Route],
+        *,
+        quiet: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.routes = routes
+        self.quiet = quiet
+        # Powertools keeps the current event on the resolver class: like Lambda, one request
+        # at a time reaches a handler.
+        self.invoke_lock = threading.Lock()
+        self._openapi: bytes | None = None
+        super().__init__(address, _RequestHandler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def handler_for(self, route: Route) -> Handler:
+        from caseshelf.api.openapi import load_function
+
+        fn = getattr(load_function(route.module_path), route.handler_name, None)
+        if not callable(fn):
+            raise LookupError(f"{route.module_path} has no {route.handler_name}")
+        return fn
+
+    def swagger_route(self) -> Route | None:
+        owner = next((r for r in self.routes if r.function == SWAGGER_FUNCTION), None)
+        owner = owner or (self.routes[0] if self.routes else None)
+        if owner is None:
+            return None
+        return Route(
+            method="GET",
+            path=SWAGGER_PATH,
+            function=owner.function,
+            module_path=owner.module_path,
+            handler_name=owner.handler_name,
+            memory_mb=owner.memory_mb,
+        )
+
+    def openapi_document(self) -> bytes:
+        if self._openapi is None:
+            from caseshelf.api.openapi import merged_schema
+
+            with self.invoke_lock:
+                self._openapi = merged_schema().encode("utf-8")
+        return self._openapi
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    server: DevServer
+    protocol_version = "HTTP/1.1"
+    server_version = "caseshelf-dev"
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    def do_PATCH(self) -> None:
+        self._dispatch()
+
+    def do_HEAD(self) -> None:
+        self._dispatch()
+
+    def do_OPTIONS(self) -> None:
+        self._dispatch()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if not self.server.quiet:
+            super().log_message(format, *args)
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        headers: list[tuple[str, str]] | None = None,
+        *,
+        close: bool = False,
+    ) -> None:
+        self.send_response(status)
+        sent = set()
+        for k, v in headers or []:
+            if k.lower() in {"content-length", "connection", "transfer-encoding"}:
+                continue
+            self.send_header(k, v)
+            sent.add(k.lower())
+        self.send_header("Content-Length", str(len(body)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _problem(
+        self,
+        status: int,
+        detail: str,
+        *,
+        headers: list[tuple[str, str]] | None = None,
+        **fields: Any,
+    ) -> None:
+        from caseshelf.api.errors import PROBLEM_JSON, dumps, problem
+
+        body = dumps(problem(status, detail, **fields)).encode("utf-8")
+        self._send(status, body, [("Content-Type", PROBLEM_JSON), *(headers or [])])
+
+    def _read_body(self) -> bytes | None:
+        """The request body, or None after answering 413 for one over the limit (the body is
+        drained, not kept, so the client reads the answer instead of a reset connection)."""
+        length = int(self.headers.get("Content-Length") or 0)
+        limit = self.server.settings.max_body_bytes
+        if length > limit:
+            from caseshelf.api.app import too_large
+
+            drain = length <= DRAIN_LIMIT
+            left = length if drain else 0
+            while left > 0:
+                chunk = self.rfile.read(min(left, 1 << 16))
+                if not chunk:
+                    break
+                left -= len(chunk)
+            resp = too_large(length, limit)
+            self._send(
+                413,
+                resp["body"].encode("utf-8"),
+                [("Content-Type", resp["multiValueHeaders"]["Content-Type"][0])],
+                close=not drain,
+            )
+            return None
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _dispatch(self) -> None:
+        split = urlsplit(self.path)
+        raw_path = split.path or "/"
+        path = unquote(raw_path)
+        method = self.command.upper()
+        if method in {"GET", "HEAD"} and path == OPENAPI_PATH:
+            self._send(200, self.server.openapi_document(), [("Content-Type", "application/json")])
+            return
+        route: Route | None
+        params: dict[str, str] = {}
+        if method in {"GET", "HEAD"} and path == SWAGGER_PATH:
+            route = self.server.swagger_route()
+        else:
+            route, params, allowed = match(self.server.routes, method, raw_path)
+            if route is None:
+                body = self._read_body()
+                if body is None:
+                    return
+                if allowed:
+                    self._problem(
+                        405,
+                        f"{method} is not allowed on {path}; allowed: {', '.join(sorted(allowed))}",
+                        headers=[("Allow", ", ".join(sorted(allowed)))],
+                        allowed=sorted(allowed),
+                    )
+                else:
+                    self._problem(404, f"no route {method} {path}", problem_type="no-route")
+                return
+        if route is None:
+            self._problem(404, f"no route {method} {path}", problem_type="no-route")
+            return
+        body = self._read_body()
+        if body is None:
+            return
+        self._invoke(route, method, path, params, split.query, body)
+
+    def _invoke(
+        self,
+        route: Route,
+        method: str,
+        path: str,
+        params: dict[str, str],
+        query: str,
+        body: bytes,
+    ) -> None:
+        settings = self.server.settings
+        headers: list[tuple[str, str]] = []
+        dev: dict[str, str] = {}
+        for k, v in self.headers.items():
+            if k.lower() in DEV_HEADERS:
+                dev[k.lower()] = v.strip()
+            else:
+                headers.append((k, v))
+        request_id = str(uuid.uuid4())
+        event = build_event(
+            method="GET" if method == "HEAD" else method,
+            path=path,
+            resource=route.path,
+            path_params=params,
+            query=query,
+            headers=headers,
+            body=body,
+            tenant=dev.get(DEV_TENANT) or settings.tenant,
+            principal=dev.get(DEV_PRINCIPAL) or settings.principal,
+            roles=dev.get(DEV_ROLES, ",".join(settings.roles)),
+            request_id=request_id,
+            source_ip=str(self.client_address[0]),
+        )
+        context = FakeLambdaContext(
+            function_name=route.function,
+            memory_limit_in_mb=route.memory_mb,
+            aws_request_id=request_id,
+            log_group_name=f"/aws/lambda/{route.function}",
+        )
+        try:
+            handler = self.server.handler_for(route)
+            with self.server.invoke_lock:
+                result = handler(event, context)
+        except Exception as exc:  # the handler's own errors are already problem+json
+            print(f"caseshelf serve: {route.function} failed: {exc!r}", file=sys.stderr)
+            self._problem(
+                502,
+                f"function {route.function} failed; see the server log (request {request_id})",
+                problem_type="function-error",
+                request_id=request_id,
+            )
+            return
+        self._write_result(result)
+
+    def _write_result(self, result: Mapping[str, Any]) -> None:
+        status = int(result.get("statusCode") or 200)
+        out: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        for k, values in (result.get("multiValueHeaders") or {}).items():
+            for v in values if isinstance(values, list) else [values]:
+                out.append((k, str(v)))
+            seen.add(k.lower())
+        for k, v in (result.get("headers") or {}).items():
+            if k.lower() not in seen:
+                out.append((k, str(v)))
+        raw = result.get("body")
+        if raw is None:
+            data = b""
+        elif result.get("isBase64Encoded"):
+            data = base64.b64decode(raw)
+        else:
+            data = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
+        self._send(status, data, out)
+
+
+def make_server(
+    settings: Settings,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    template: Path | None = None,
+    quiet: bool = False,
+) -> DevServer:
+    """A server bound to (host, port) (port 0 picks a free one) over the services that
+    `settings` build; call `serve_forever()` on it (tests run it in a thread)."""
+    routes = load_routes(template or default_template())
+    bootstrap.use(bootstrap.build(settings))
+    return DevServer((host, port), settings, routes, quiet=quiet)
+
+
+def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Serve the local API until interrupted."""
+    server = make_server(settings, host, port)
+    where = settings.home if settings.backend == "local" else f"s3://{settings.bucket}"
+    print(f"caseshelf API on {server.url}  (store: {where}, tenant: {settings.tenant})")
+    print(f"Swagger UI: {server.url}{SWAGGER_PATH}   OpenAPI: {server.url}{OPENAPI_PATH}")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+__all__ = [
+    "DevServer",
+    "FakeLambdaContext",
+    "Route",
+    "build_event",
+    "load_routes",
+    "make_server",
+    "match",
+    "serve",
+]

@@ -1,0 +1,262 @@
+"""Diff of two dataset versions (DESIGN §6 "Diff"). Pure.
+
+Two steps, with I/O between them in the service:
+
+1. `plan_diff(base, candidate)` compares the manifests only. Cases are matched by id; equal case
+   digests mean unchanged, without reading a body. The plan names which bodies must be read:
+   both sides of every changed case, and the added and removed cases (for their `inputs.user`).
+2. `field_changes(before, after)` compares two plain JSON values and lists `Change`s.
+
+A `Change` is `(path, before, after)`. `path` is a tuple of tokens (a dict key, a list position,
+or a `Keyed` element of a list matched by id); `to_pointer` renders it as an RFC 6901 JSON
+pointer. `before`/`after` are JSON values, or `ABSENT` when the key or element does not exist on
+that side: absent is distinct from `null`. Display strings are not made here.
+
+Rules: key order is never a change (dicts compare by key). Lists whose elements are all objects
+carrying a unique string `id` (graders, for instance) are matched by id: an element only on one
+side is added or removed, a common one is compared field by field; when the common elements come
+in another order, the whole list is reported as one change. Every other list is compared by
+position. Values of different JSON types are one change at their path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import compress, pairwise
+from operator import ne
+from typing import Any, Final
+
+import orjson
+
+from caseshelf.domain.manifest import Manifest
+
+
+class _Absent:
+    """The value on a side where a key or element does not exist (distinct from JSON null)."""
+
+    _instance: _Absent | None = None
+
+    def __new__(cls) -> _Absent:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __reduce__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Final = _Absent()
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """An element of a list matched by id, at its position on each side (None where absent)."""
+
+    key: str
+    before: int | None
+    after: int | None
+
+    def mirrored(self) -> Keyed:
+        return Keyed(self.key, self.after, self.before)
+
+
+Token = str | int | Keyed
+
+
+@dataclass(frozen=True)
+class Change:
+    path: tuple[Token, ...]
+    before: Any
+    after: Any
+
+    def mirrored(self) -> Change:
+        path = tuple(t.mirrored() if isinstance(t, Keyed) else t for t in self.path)
+        return Change(path, self.after, self.before)
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def to_pointer(path: Sequence[Token], prefix: str = "") -> str:
+    """RFC 6901 pointer. A `Keyed` element is addressed by its position in the candidate, or
+    in the base when it exists only there (a removal), so the pointer resolves in the document
+    that holds the value it names."""
+    parts = [prefix] if prefix else []
+    for t in path:
+        if isinstance(t, Keyed):
+            pos = t.after if t.after is not None else t.before
+            parts.append("/" + str(pos))
+        elif isinstance(t, int):
+            parts.append("/" + str(t))
+        else:
+            parts.append("/" + _escape(t))
+    return "".join(parts)
+
+
+# -- field-level changes ------------------------------------------------------------------
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """JSON equality: `true` is not `1`, `1` is not `1.0` and `-0.0` is not `0.0`, at any
+    depth. Python's `==` (fast, in C) rules out most differences; equal containers are confirmed
+    by their canonical bytes."""
+    if type(a) is not type(b) or a != b:
+        return False
+    if isinstance(a, dict | list):
+        return orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == orjson.dumps(
+            b, option=orjson.OPT_SORT_KEYS
+        )
+    if isinstance(a, float):
+        return repr(a) == repr(b)
+    return True
+
+
+def _id_keys(items: list[Any]) -> list[str] | None:
+    if not items or not all(isinstance(x, dict) and isinstance(x.get("id"), str) for x in items):
+        return None
+    keys = [x["id"] for x in items]
+    return keys if len(set(keys)) == len(keys) else None
+
+
+def _walk(before: Any, after: Any, path: tuple[Token, ...], out: list[Change]) -> None:
+    if isinstance(before, dict) and isinstance(after, dict):
+        for k in sorted(before.keys() | after.keys()):
+            b = before.get(k, ABSENT)
+            a = after.get(k, ABSENT)
+            if b is ABSENT or a is ABSENT:
+                out.append(Change((*path, k), b, a))
+            elif not _equal(b, a):
+                _walk(b, a, (*path, k), out)
+        return
+    if isinstance(before, list) and isinstance(after, list):
+        _walk_list(before, after, path, out)
+        return
+    if not _equal(before, after):
+        out.append(Change(path, before, after))
+
+
+def _walk_list(
+    before: list[Any], after: list[Any], path: tuple[Token, ...], out: list[Change]
+) -> None:
+    if _equal(before, after):
+        return
+    kb, ka = _id_keys(before), _id_keys(after)
+    if kb is not None and ka is not None:
+        pos_b = {k: i for i, k in enumerate(kb)}
+        pos_a = {k: i for i, k in enumerate(ka)}
+        common_b = [k for k in kb if k in pos_a]
+        common_a = [k for k in ka if k in pos_b]
+        if common_b != common_a:
+            out.append(Change(path, before, after))
+            return
+        for k in sorted(pos_b.keys() | pos_a.keys()):
+            ib, ia = pos_b.get(k), pos_a.get(k)
+            tok = Keyed(k, ib, ia)
+            if ib is None:
+                out.append(Change((*path, tok), ABSENT, after[ia]))  # type: ignore[index]
+            elif ia is None:
+                out.append(Change((*path, tok), before[ib], ABSENT))
+            else:
+                _walk(before[ib], after[ia], (*path, tok), out)
+        return
+    for i in range(max(len(before), len(after))):
+        b = before[i] if i < len(before) else ABSENT
+        a = after[i] if i < len(after) else ABSENT
+        if b is ABSENT or a is ABSENT:
+            out.append(Change((*path, i), b, a))
+        else:
+            _walk(b, a, (*path, i), out)
+
+
+def field_changes(before: Any, after: Any) -> list[Change]:
+    """Every change between two plain JSON values, in a stable order (keys sorted)."""
+    out: list[Change] = []
+    _walk(before, after, (), out)
+    return out
+
+
+# -- the manifest-level plan --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DiffPlan:
+    """What differs between two manifests, before any case body is read."""
+
+    added: list[int]  # candidate positions, in candidate order
+    removed: list[int]  # base positions, in base order
+    changed: list[tuple[int, int]]  # (base position, candidate position), in candidate order
+    unchanged: int
+    order_changed: bool  # the cases both sides share come in another order
+    meta: list[Change] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.changed or self.meta or self.order_changed)
+
+
+def meta_changes(base: Manifest, candidate: Manifest) -> list[Change]:
+    """Changes of the version's own content: description, tags (a set) and shared files
+    (matched by destination, like an id)."""
+    out: list[Change] = []
+    if base.description != candidate.description:
+        out.append(Change(("description",), base.description, candidate.description))
+    if sorted(base.tags) != sorted(candidate.tags):
+        out.append(Change(("tags",), sorted(base.tags), sorted(candidate.tags)))
+    shared_b = [{"id": s["dest"], **s} for s in base.shared_files]
+    shared_a = [{"id": s["dest"], **s} for s in candidate.shared_files]
+    found: list[Change] = []
+    _walk_list(shared_b, shared_a, ("shared_files",), found)
+    for ch in found:
+        out.append(Change(ch.path, _strip_id(ch.before), _strip_id(ch.after)))
+    return out
+
+
+def _strip_id(value: Any) -> Any:
+    if isinstance(value, dict) and "id" in value:
+        return {k: v for k, v in value.items() if k != "id"}
+    if isinstance(value, list):
+        return [_strip_id(v) for v in value]
+    return value
+
+
+def plan_diff(base: Manifest, candidate: Manifest) -> DiffPlan:
+    """Match cases by id and compare digests: cost follows the number of cases, never their
+    size, and no body is read for an unchanged case."""
+    meta = meta_changes(base, candidate)
+    if base.content_digest == candidate.content_digest:
+        return DiffPlan([], [], [], len(candidate), False, meta)
+    b_digests, c_digests = base.digests, candidate.digests
+    if base.ids == candidate.ids:
+        # The common shape of a new version (same cases, some edited): compare in C.
+        same = list(compress(range(len(c_digests)), map(ne, b_digests, c_digests)))
+        changed_here = [(i, i) for i in same]
+        return DiffPlan([], [], changed_here, len(c_digests) - len(same), False, meta)
+    base_pos = dict(zip(base.ids, range(len(base.ids)), strict=True))
+    added: list[int] = []
+    changed: list[tuple[int, int]] = []
+    common: list[int] = []  # base positions of shared cases, in candidate order
+    for j, i in enumerate(map(base_pos.get, candidate.ids)):
+        if i is None:
+            added.append(j)
+            continue
+        common.append(i)
+        if b_digests[i] != c_digests[j]:
+            changed.append((i, j))
+    if len(common) == len(base.ids):
+        removed: list[int] = []
+    else:
+        kept = set(common)
+        removed = [i for i in range(len(base.ids)) if i not in kept]
+    order_changed = any(a > b for a, b in pairwise(common))
+    return DiffPlan(added, removed, changed, len(common) - len(changed), order_changed, meta)
+
+
+def user_text(case: dict[str, Any]) -> Any:
+    """`inputs.user` of a plain case (a string, a list of strings, `{ref}`), or None."""
+    inputs = case.get("inputs")
+    return inputs.get("user") if isinstance(inputs, dict) else None

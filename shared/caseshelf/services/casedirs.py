@@ -1,0 +1,219 @@
+"""Case-directory trees (an `eval.yaml` with a `dataset:` block) -> a dataset version.
+
+`cases/<id>/` holds `input.yaml` (or `input.json` / `input.yml`), optional `answers.yaml`,
+`annotations.yaml`, `reference.*` and companion files. The mapping:
+
+- `input.*`: `prompt` -> `inputs.user`; the envelope's other input keys (`user`, `hitl`,
+  `memory_seeds`, `session_id`, `tool_fixtures`) -> `inputs.*`; every other key ->
+  `metadata.input_fields` (a case has no free-form inputs);
+- `annotations.yaml` (a mapping) -> `expectations.details`;
+- every file of the case directory, the three above included, is a case file with its exact
+  bytes, so an export gives the tree back byte for byte (the export writes a case's own
+  `input.yaml`, `answers.yaml`, `annotations.yaml` and `reference.*` instead of generating them);
+- `workspace.files`: `{dest, source}` entries become the version's shared files (the source read
+  from the project root, never from outside it); per-case string entries are kept in
+  `produced_by.source.workspace_files` with the rest of the dataset block.
+
+The case id is the directory name, decoded with `case_id_from_dir` (the export's encoding).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from caseshelf.domain.errors import BadRequest
+from caseshelf.domain.models import DATASET_ID_PATTERN, BumpKind
+from caseshelf.domain.paths import case_id_from_dir, destination_problem
+from caseshelf.services.workspace import (
+    INPUT_FILES,
+    EvalConfig,
+    Roots,
+    SharedSpec,
+    load_eval_config,
+    walk_regular,
+)
+
+INPUT_KEYS = ("user", "hitl", "memory_seeds", "session_id", "tool_fixtures")
+ANNOTATIONS_FILE = "annotations.yaml"
+
+
+@dataclass
+class CaseDirDataset:
+    body: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+def _entry(data: bytes) -> dict[str, str]:
+    try:
+        return {"text": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode("ascii")}
+
+
+def _parse(name: str, data: bytes, where: str) -> Any:
+    try:
+        text = data.decode("utf-8")
+        if name.endswith(".json"):
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise BadRequest(f"{where}: {name} cannot be parsed: {exc}", field=name) from None
+
+
+def case_from_files(case_id: str, files: dict[str, bytes]) -> dict[str, Any]:
+    """The raw case of one case directory, given all of its files (pure)."""
+    where = f"case {case_id!r}"
+    inputs_name = next((n for n in INPUT_FILES if n in files), None)
+    if inputs_name is None:
+        raise BadRequest(
+            f"{where}: no input file ({' / '.join(INPUT_FILES)})", case_id=case_id, field="input"
+        )
+    doc = _parse(inputs_name, files[inputs_name], where)
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise BadRequest(f"{where}: {inputs_name} is not a mapping", case_id=case_id)
+    inputs: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key == "prompt":
+            if "user" in doc:
+                raise BadRequest(
+                    f"{where}: {inputs_name} has both prompt and user", case_id=case_id
+                )
+            inputs["user"] = value
+        elif key in INPUT_KEYS:
+            inputs[key] = value
+        else:
+            rest[str(key)] = value
+    case: dict[str, Any] = {"id": case_id, "inputs": inputs}
+    if ANNOTATIONS_FILE in files:
+        notes = _parse(ANNOTATIONS_FILE, files[ANNOTATIONS_FILE], where)
+        if notes is not None and not isinstance(notes, dict):
+            raise BadRequest(f"{where}: annotations.yaml is not a mapping", case_id=case_id)
+        if notes:
+            case["expectations"] = {"details": notes}
+    if rest:
+        case["metadata"] = {"input_fields": rest}
+    case["files"] = {path: _entry(files[path]) for path in sorted(files)}
+    return case
+
+
+def _read_case_dir(case_dir: Path, warnings: list[str]) -> dict[str, bytes]:
+    files: dict[str, bytes] = {}
+    for rel, path in walk_regular(case_dir, "", warnings.append, f"case {case_dir.name}"):
+        files[rel] = path.read_bytes()
+    return files
+
+
+def _shared_files(config: EvalConfig, warnings: list[str]) -> list[dict[str, str]]:
+    """`{dest, source}` entries read into shared files; a source outside the project (or a
+    plugin dir), missing or dangling is skipped with a warning, as at materialization."""
+    roots = Roots.of(config)
+    out: list[dict[str, str]] = []
+    for spec in config.files:
+        if not isinstance(spec, SharedSpec):
+            continue
+        what = f"workspace.files {{dest: {spec.dest!r}}}"
+        problem = destination_problem(spec.dest)
+        if problem:
+            warnings.append(f"{what}: skipped: dest {problem}")
+            continue
+        src = Path(spec.source)
+        src = src if src.is_absolute() else config.project_root / src
+        try:
+            real = src.resolve(strict=True)
+        except (OSError, RuntimeError):
+            warnings.append(f"{what}: skipped: source {spec.source!r} is missing or dangling")
+            continue
+        if not roots.source_allowed(real):
+            warnings.append(f"{what}: skipped: source {spec.source!r} is outside the project")
+            continue
+        if real.is_dir():
+            for rel, path in walk_regular(real, "", warnings.append, what):
+                out.append({"dest": f"{spec.dest}/{rel}", **_entry(path.read_bytes())})
+        else:
+            out.append({"dest": spec.dest, **_entry(real.read_bytes())})
+    return out
+
+
+def find_eval_yaml(path: Path) -> Path:
+    if path.is_dir():
+        for name in ("eval.yaml", "eval.yml"):
+            if (path / name).is_file():
+                return path / name
+        raise BadRequest(f"{path}: no eval.yaml in this directory", path=str(path))
+    if path.is_file():
+        return path
+    raise BadRequest(f"{path}: no such file or directory", path=str(path))
+
+
+def build_case_dir_dataset(
+    path: str | Path,
+    *,
+    dataset: str | None = None,
+    version: str | None = None,
+    bump: BumpKind | None = None,
+    project_root: Path | None = None,
+) -> CaseDirDataset:
+    """The registration body of an `eval.yaml` (or its directory) and its case directories."""
+    eval_path = find_eval_yaml(Path(path))
+    config = load_eval_config(eval_path, project_root=project_root or eval_path.parent)
+    raw = yaml.safe_load(eval_path.read_text(encoding="utf-8")) or {}
+    block = raw.get("dataset") or {}
+    warnings: list[str] = []
+    if not config.dataset_dir.is_dir():
+        raise BadRequest(
+            f"{eval_path}: dataset.path {str(block.get('path') or '')!r} is not a directory",
+            field="dataset.path",
+        )
+    cases = []
+    for child in sorted(config.dataset_dir.iterdir()):
+        if child.is_symlink():
+            warnings.append(f"{child.name}: skipped: a case directory may not be a symlink")
+            continue
+        if not child.is_dir():
+            continue
+        cases.append(case_from_files(case_id_from_dir(child.name), _read_case_dir(child, warnings)))
+    if not cases:
+        raise BadRequest(f"{config.dataset_dir}: no case directories", field="dataset.path")
+
+    source: dict[str, Any] = {"kind": "case-dirs", "eval": eval_path.name}
+    for key in ("path", "schema"):
+        if block.get(key):
+            source[key] = block[key]
+    per_case = [e for e in config.files if isinstance(e, str)]
+    if per_case:
+        source["workspace_files"] = per_case
+    shared = [e for e in config.files if isinstance(e, SharedSpec)]
+    if shared:
+        source["shared_sources"] = [{"dest": s.dest, "source": s.source} for s in shared]
+    body: dict[str, Any] = {
+        "id": dataset or _dataset_id(raw.get("name"), eval_path),
+        "cases": cases,
+        "produced_by": {"source": source},
+    }
+    if isinstance(raw.get("description"), str):
+        body["description"] = raw["description"].strip()
+    shared_files = _shared_files(config, warnings)
+    if shared_files:
+        body["shared_files"] = shared_files
+    if version is not None:
+        body["version"] = version
+    else:
+        body["bump"] = bump or "minor"
+    return CaseDirDataset(body, warnings)
+
+
+def _dataset_id(name: Any, eval_path: Path) -> str:
+    for candidate in (name, eval_path.resolve().parent.name):
+        if isinstance(candidate, str) and re.match(DATASET_ID_PATTERN, candidate):
+            return candidate
+    return "case-dirs"

@@ -1,0 +1,162 @@
+"""Diff of two versions (of one dataset, or of two datasets the caller can read).
+
+Manifests first: the pure plan (`caseshelf.domain.diff.plan_diff`) matches cases by id and
+compares digests, so unchanged cases cost nothing but a string comparison. Then only the bodies
+the plan names are read, by ranged reads from their packs, and compared field by field. Cost
+follows the size of the change, not the size of the versions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+import orjson
+
+from caseshelf.domain.diff import Change, DiffPlan, field_changes, plan_diff, user_text
+from caseshelf.domain.identity import Identity
+from caseshelf.domain.manifest import Manifest
+from caseshelf.domain.versions import VersionRecord
+from caseshelf.ports import BlobStore
+from caseshelf.services.registry import RegistryService
+from caseshelf.services.storage import MAX_GAP_BYTES, read_cases
+
+
+@dataclass(frozen=True)
+class CaseBrief:
+    """An added or removed case: its id and its `inputs.user` (a JSON value, not yet text)."""
+
+    id: str
+    user: Any
+
+
+@dataclass(frozen=True)
+class CaseChanges:
+    id: str
+    changes: list[Change]
+
+
+@dataclass(frozen=True)
+class ReadStats:
+    """Case-body reads a diff made (manifests are read, and cached, by the registry)."""
+
+    objects_read: int = 0
+    bytes_read: int = 0
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    base: VersionRecord
+    candidate: VersionRecord
+    plan: DiffPlan
+    # None in summary mode: only counts and version metadata changes are computed.
+    added: list[CaseBrief] | None
+    removed: list[CaseBrief] | None
+    changed: list[CaseChanges] | None
+    stats: ReadStats
+
+    @property
+    def summary(self) -> dict[str, int]:
+        p = self.plan
+        return {
+            "added": len(p.added),
+            "removed": len(p.removed),
+            "changed": len(p.changed),
+            "unchanged": p.unchanged,
+        }
+
+
+class _CountingReads:
+    """The part of a BlobStore that reading cases uses, counting requests and bytes."""
+
+    def __init__(self, inner: BlobStore) -> None:
+        self._inner = inner
+        self.objects = 0
+        self.bytes = 0
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        data = self._inner.get_range(key, offset, length)
+        self.objects += 1
+        self.bytes += len(data)
+        return data
+
+    def get(self, key: str) -> bytes:
+        data = self._inner.get(key)
+        self.objects += 1
+        self.bytes += len(data)
+        return data
+
+
+# The most unwanted bytes read between two wanted cases to save a request. On local files a
+# request costs microseconds: read little more than the changed cases themselves. On S3 a request
+# costs tens of milliseconds and bytes in the region cost nothing: read spans, as every reader
+# of packs does (1% of cases changed, scattered, is then a few whole-pack reads, not a thousand
+# requests in a row).
+LOCAL_MAX_GAP_BYTES = 16 * 1024
+REMOTE_MAX_GAP_BYTES = MAX_GAP_BYTES
+
+
+class DiffService:
+    def __init__(
+        self, registry: RegistryService, *, max_gap_bytes: int = LOCAL_MAX_GAP_BYTES
+    ) -> None:
+        """`max_gap_bytes`: the most unwanted bytes read between two wanted cases to save a
+        request (the trade between bytes read and requests made)."""
+        self.registry = registry
+        self.max_gap_bytes = max_gap_bytes
+
+    def diff_versions(
+        self,
+        identity: Identity,
+        name: str,
+        base_ref: str,
+        candidate_ref: str,
+        *,
+        candidate_name: str | None = None,
+        summary_only: bool = False,
+        include_deleted: bool = False,
+    ) -> DiffResult:
+        """Diff `name@base_ref` against `candidate_name@candidate_ref` (`candidate_name`
+        defaults to `name`). Tombstoned versions take part only with `include_deleted`."""
+        reg = self.registry
+        base = reg.get_version(identity, name, base_ref, include_deleted=include_deleted)
+        candidate = reg.get_version(
+            identity, candidate_name or name, candidate_ref, include_deleted=include_deleted
+        )
+        base_m = reg.manifest(base)
+        cand_m = reg.manifest(candidate)
+        plan = plan_diff(base_m, cand_m)
+        if summary_only:
+            return DiffResult(base, candidate, plan, None, None, None, ReadStats())
+
+        counter = _CountingReads(reg.store)
+        store = cast(BlobStore, counter)
+        base_want = plan.removed + [i for i, _ in plan.changed]
+        cand_want = plan.added + [j for _, j in plan.changed]
+        base_bodies = _read(store, base, base_m, base_want, self.max_gap_bytes)
+        cand_bodies = _read(store, candidate, cand_m, cand_want, self.max_gap_bytes)
+
+        added = [CaseBrief(cand_m.ids[j], user_text(cand_bodies[j])) for j in plan.added]
+        removed = [CaseBrief(base_m.ids[i], user_text(base_bodies[i])) for i in plan.removed]
+        changed = [
+            CaseChanges(cand_m.ids[j], field_changes(base_bodies[i], cand_bodies[j]))
+            for i, j in plan.changed
+        ]
+        return DiffResult(
+            base,
+            candidate,
+            plan,
+            added,
+            removed,
+            changed,
+            ReadStats(objects_read=counter.objects, bytes_read=counter.bytes),
+        )
+
+
+def _read(
+    store: BlobStore, rec: VersionRecord, manifest: Manifest, indices: list[int], max_gap: int
+) -> dict[int, dict[str, Any]]:
+    if not indices:
+        return {}
+    raw = read_cases(store, rec.tenant, manifest, indices, max_gap=max_gap)
+    return {i: orjson.loads(data) for i, data in raw.items()}

@@ -1,0 +1,509 @@
+"""Export a version (or an on-disk case tree) as per-case directories for evaluation pods.
+
+The layout is decided by the pure `caseshelf.domain.export`; this module gathers its inputs (the
+selected cases, the file bodies) and applies it to a target:
+
+- a local directory, written into a hidden temporary sibling and renamed into place, so a
+  directory that looks complete (has `manifest.json`) is complete;
+- an object store prefix (the registry bucket under `t/<tenant>/exports/<export id>/`, or any
+  `s3://bucket/prefix`), uploaded concurrently, then `bundle.tar.gz`, then `manifest.json` LAST: a
+  failed export leaves no manifest, so it is never mistaken for a complete one.
+
+An export is content-addressed: when the target already holds a manifest with the same export id,
+nothing is written and the existing export is returned.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import io
+import logging
+import secrets
+import shutil
+import tarfile
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from caseshelf.domain import layout
+from caseshelf.domain.canonical import canonical_json, content_digest, digest_of, hex_of
+from caseshelf.domain.errors import BadRequest, Conflict, NotFound
+from caseshelf.domain.export import (
+    BUNDLE_NAME,
+    DEFAULT_MODE,
+    FORMAT,
+    MANIFEST_NAME,
+    ExportPlan,
+    SharedEntry,
+    check_format,
+    export_id,
+    merge_shared,
+    parse_manifest,
+    plan_export,
+)
+from caseshelf.domain.identity import Identity
+from caseshelf.domain.models import SharedFileInput, Strict
+from caseshelf.domain.paths import relative_path_problem
+from caseshelf.domain.subset import SubsetRequest
+from caseshelf.ports import BlobStore
+from caseshelf.services.registry import RegistryService
+from caseshelf.services.selection import SelectionService
+from caseshelf.services.storage import read_blobs
+from caseshelf.services.workspace import EvalConfig, Roots, collect_case_tree, resolve_shared
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONCURRENCY = 16
+MAX_REPORTED_WARNINGS = 100
+
+
+class ExportRequest(Strict):
+    """The body of `POST /datasets/{id}/versions/{ref}/exports`."""
+
+    subset: SubsetRequest | None = Field(
+        default=None, description="Export only these cases (ids -> tags -> limit -> sample)."
+    )
+    shared_files: list[SharedFileInput] = Field(
+        default_factory=list,
+        description="Files added to every case at `dest` (a version's shared file at the same "
+        "dest is replaced).",
+    )
+    format: Literal["case-dirs"] = "case-dirs"
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    export_id: str
+    prefix: str  # "s3://bucket/key/", a store key prefix, or a local directory
+    case_count: int
+    file_count: int
+    manifest_key: str
+    reused: bool
+    bucket: str | None = None
+    key_prefix: str | None = None
+    bundle_key: str | None = None
+    bundle_url: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    warning_count: int = 0
+
+    @property
+    def test_data_ref(self) -> dict[str, Any] | None:
+        """The snippet an EvalHub benchmark takes as `test_data_ref`."""
+        if self.bucket is None or self.key_prefix is None:
+            return None
+        return {"s3": {"bucket": self.bucket, "key": self.key_prefix.rstrip("/")}}
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where an export goes: a local directory, or a key prefix in a store (with its bucket
+    name when it has one)."""
+
+    directory: Path | None = None
+    store: BlobStore | None = None
+    prefix: str = ""
+    bucket: str | None = None
+
+
+def export_prefix(tenant: str, eid: str) -> str:
+    """Where the registry keeps an export in its own bucket."""
+    return f"{layout.root(tenant)}exports/{eid}/"
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """`s3://bucket/prefix` -> (bucket, "prefix/"); the prefix obeys the path rules."""
+    if not url.startswith("s3://"):
+        raise BadRequest(f"not an s3:// URL: {url!r}", field="to")
+    bucket, _, key = url[5:].partition("/")
+    if not bucket:
+        raise BadRequest(f"{url!r} names no bucket", field="to")
+    key = key.strip("/")
+    if key:
+        problem = relative_path_problem(key)
+        if problem:
+            raise BadRequest(f"prefix {key!r} {problem}", field="to", path=key)
+        key += "/"
+    return bucket, key
+
+
+# --- reading a case tree from disk ------------------------------------------------------------
+
+
+@dataclass
+class TreeSource:
+    """An on-disk case tree read for export: plain cases, shared entries and every body."""
+
+    cases: list[dict[str, Any]]
+    shared: list[SharedEntry]
+    bodies: dict[str, bytes]
+    content_digest: str
+    name: str
+
+
+def read_case_tree(config: EvalConfig, *, warn: Callable[[str], None]) -> TreeSource:
+    """Each sub-directory of the dataset directory is a case (its name is the case id, so a
+    safe name keeps its directory); every file of it is kept as a case file, so its bytes come
+    back unchanged. Hidden and symlinked case directories are left out."""
+    if not config.dataset_dir.is_dir():
+        raise BadRequest(f"dataset directory {config.dataset_dir} does not exist")
+    bodies: dict[str, bytes] = {}
+    cases: list[dict[str, Any]] = []
+    digests: list[tuple[str, str]] = []
+    for entry in sorted(config.dataset_dir.iterdir(), key=lambda p: p.name):
+        if entry.name.startswith(".") or entry.is_symlink() or not entry.is_dir():
+            continue
+        files: dict[str, dict[str, Any]] = {}
+        for rel, path in collect_case_tree(entry, config, warn=warn).items():
+            data = path.read_bytes()
+            d = digest_of(data)
+            bodies[d[7:]] = data
+            files[rel] = {"digest": d, "size": len(data)}
+        case_id = entry.name
+        case = {"id": case_id, "files": files}
+        cases.append(case)
+        digests.append((case_id, digest_of(canonical_json(case))))
+    shared: list[SharedEntry] = []
+    for spec in config.files:
+        if isinstance(spec, str):
+            continue
+        for dest, path in resolve_shared(spec, Roots.of(config), warn):
+            data = path.read_bytes()
+            d = digest_of(data)
+            bodies[d[7:]] = data
+            shared.append(SharedEntry(dest, d, len(data)))
+    shared = merge_shared(shared, ())
+    cdigest = content_digest(
+        description="",
+        tags=[],
+        shared_files=[{"dest": s.dest, "digest": s.digest} for s in shared],
+        case_digests=digests,
+    )
+    return TreeSource(cases, shared, bodies, cdigest, config.name)
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+def build_bundle(plan: ExportPlan, body_of: Callable[[str], bytes], manifest: bytes) -> bytes:
+    """`bundle.tar.gz`: every file plus the manifest, as regular files with fixed metadata, so
+    the same export always gives the same bytes."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        dirs: set[str] = set()
+        for f in plan.files():
+            parts = f.path.split("/")
+            for i in range(1, len(parts)):
+                d = "/".join(parts[:i])
+                if d not in dirs:
+                    dirs.add(d)
+                    info = tarfile.TarInfo(d)
+                    info.type = tarfile.DIRTYPE
+                    info.mode = 0o755
+                    tar.addfile(info)
+            data = f.body if f.body is not None else body_of(f.digest)
+            info = tarfile.TarInfo(f.path)
+            info.size = len(data)
+            info.mode = f.mode
+            tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo(MANIFEST_NAME)
+        info.size = len(manifest)
+        info.mode = 0o644
+        tar.addfile(info, io.BytesIO(manifest))
+    return gzip.compress(raw.getvalue(), compresslevel=6, mtime=0)
+
+
+class ExportService:
+    def __init__(
+        self,
+        registry: RegistryService,
+        *,
+        selection: SelectionService | None = None,
+        bucket: str | None = None,
+        store_for_bucket: Callable[[str], BlobStore] | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        presign_expiry: int = 900,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
+        """`bucket` names the registry's own bucket (None for the embedded store);
+        `store_for_bucket` opens any other bucket for `s3://` targets."""
+        self.registry = registry
+        self.store = registry.store
+        self.selection = selection or SelectionService(registry)
+        self.bucket = bucket
+        self.store_for_bucket = store_for_bucket
+        self.concurrency = concurrency
+        self.presign_expiry = presign_expiry
+        self.warn = warn or (lambda msg: log.warning("export: %s", msg))
+
+    # -- targets ---------------------------------------------------------------------------
+
+    def target(self, to: str | None, tenant: str, eid: str) -> Target:
+        if to is None:
+            return Target(store=self.store, prefix=export_prefix(tenant, eid), bucket=self.bucket)
+        if to.startswith("s3://"):
+            bucket, prefix = parse_s3_url(to)
+            if bucket == self.bucket:
+                return Target(store=self.store, prefix=prefix, bucket=bucket)
+            if self.store_for_bucket is None:
+                raise BadRequest(f"cannot write to {to}: no S3 access is configured", field="to")
+            return Target(store=self.store_for_bucket(bucket), prefix=prefix, bucket=bucket)
+        return Target(directory=Path(to))
+
+    # -- registered versions ---------------------------------------------------------------
+
+    def export_version(
+        self,
+        identity: Identity,
+        name: str,
+        ref: str,
+        request: ExportRequest | None = None,
+        *,
+        to: str | None = None,
+    ) -> ExportResult:
+        request = request or ExportRequest()
+        check_format(request.format)
+        if request.subset is not None:
+            if request.subset.register_as is not None:
+                raise BadRequest("register_as is not an export option", field="subset")
+            chosen = self.selection.select_subset(identity, name, ref, request.subset)
+            rec, indices = chosen.record, chosen.subset.indices
+            stamp = (
+                chosen.subset.stamp.model_dump(exclude_none=True)
+                if chosen.subset.stamp is not None
+                else None
+            )
+        else:
+            rec = self.registry.get_version(identity, name, ref)
+            indices, stamp = None, None
+        manifest = self.registry.manifest(rec)
+        if indices is None:
+            indices = list(range(len(manifest)))
+        locations = manifest.blob_locations()
+        base = [
+            SharedEntry(s["dest"], s["digest"], locations[hex_of(s["digest"])].length)
+            for s in manifest.shared_files
+        ]
+        extra, extra_bodies = _request_shared(request.shared_files, locations)
+        shared = merge_shared(base, extra)
+        eid = export_id(rec.content_digest, stamp, shared, request.format)
+        target = self.target(to, rec.tenant, eid)
+        found = self._existing(target, eid)
+        if found is not None:
+            return found
+        plan = plan_export(
+            dataset={"id": rec.name, "version": rec.version, "tenant": rec.tenant},
+            content_digest=rec.content_digest,
+            cases=(case for _, case in self.registry.case_records(rec, indices)),
+            shared_files=shared,
+            subset=stamp,
+            fmt=request.format,
+        )
+        wanted = {h: locations[h] for h in plan.blob_digests() if h not in extra_bodies}
+        bodies = dict(extra_bodies)
+        bodies.update(read_blobs(self.store, rec.tenant, wanted))
+        return self.write(plan, bodies, target)
+
+    # -- on-disk trees ---------------------------------------------------------------------
+
+    def export_tree(self, config: EvalConfig, *, to: str, tenant: str = "local") -> ExportResult:
+        """Export an `eval.yaml` case tree as it is on disk (no registration)."""
+        source = read_case_tree(config, warn=self.warn)
+        eid = export_id(source.content_digest, None, source.shared, FORMAT)
+        target = self.target(to, tenant, eid)
+        found = self._existing(target, eid)
+        if found is not None:
+            return found
+        plan = plan_export(
+            dataset={"id": source.name, "version": None, "source": str(config.dataset_dir)},
+            content_digest=source.content_digest,
+            cases=source.cases,
+            shared_files=source.shared,
+        )
+        return self.write(plan, source.bodies, target)
+
+    # -- applying a plan -------------------------------------------------------------------
+
+    def write(self, plan: ExportPlan, bodies: Mapping[str, bytes], target: Target) -> ExportResult:
+        for w in plan.warnings:
+            self.warn(str(w))
+        if target.directory is not None:
+            self._write_directory(plan, bodies, target.directory)
+            return self._result(plan, target, reused=False)
+        return self._write_store(plan, bodies, target)
+
+    def _existing(self, target: Target, eid: str) -> ExportResult | None:
+        if target.directory is not None:
+            path = target.directory / MANIFEST_NAME
+            if not path.is_file():
+                return None
+            data = path.read_bytes()
+        else:
+            assert target.store is not None
+            try:
+                data = target.store.get(target.prefix + MANIFEST_NAME)
+            except NotFound:
+                return None
+        found = parse_manifest(data)
+        if found.export_id != eid:
+            where = target.directory or f"{target.bucket or ''}/{target.prefix}"
+            raise Conflict(
+                f"{where} already holds another export ({found.export_id}); "
+                "choose an empty destination",
+                export_id=found.export_id,
+            )
+        return self._result(
+            None, target, reused=True, eid=eid, counts=(found.case_count, len(found.files))
+        )
+
+    def _result(
+        self,
+        plan: ExportPlan | None,
+        target: Target,
+        *,
+        reused: bool,
+        eid: str | None = None,
+        counts: tuple[int, int] | None = None,
+    ) -> ExportResult:
+        if plan is not None:
+            eid, counts = plan.export_id, (len(plan.cases), plan.file_count())
+        assert eid is not None and counts is not None
+        warnings = [str(w) for w in plan.warnings] if plan is not None else []
+        if target.directory is not None:
+            return ExportResult(
+                export_id=eid,
+                prefix=str(target.directory),
+                case_count=counts[0],
+                file_count=counts[1],
+                manifest_key=str(target.directory / MANIFEST_NAME),
+                reused=reused,
+                warnings=warnings[:MAX_REPORTED_WARNINGS],
+                warning_count=len(warnings),
+            )
+        assert target.store is not None
+        bundle_key = target.prefix + BUNDLE_NAME
+        url = target.store.presign_get(bundle_key, expires=self.presign_expiry)
+        shown = f"s3://{target.bucket}/{target.prefix}" if target.bucket else target.prefix
+        return ExportResult(
+            export_id=eid,
+            prefix=shown,
+            case_count=counts[0],
+            file_count=counts[1],
+            manifest_key=target.prefix + MANIFEST_NAME,
+            reused=reused,
+            bucket=target.bucket,
+            key_prefix=target.prefix,
+            bundle_key=bundle_key,
+            bundle_url=url,
+            warnings=warnings[:MAX_REPORTED_WARNINGS],
+            warning_count=len(warnings),
+        )
+
+    def _write_directory(self, plan: ExportPlan, bodies: Mapping[str, bytes], dest: Path) -> None:
+        if dest.is_symlink():
+            raise BadRequest(f"export destination {dest} is a symlink", path=str(dest))
+        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+            raise Conflict(f"export destination {dest} exists and is not empty", path=str(dest))
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.parent / f".{dest.name}.export-{secrets.token_hex(6)}"
+        tmp.mkdir()
+        try:
+            made: set[str] = set()
+            for f in plan.files():
+                parent = f.path.rpartition("/")[0]
+                if parent not in made:
+                    (tmp / parent).mkdir(parents=True, exist_ok=True)
+                    made.add(parent)
+                data = f.body if f.body is not None else bodies[f.digest[7:]]
+                with open(tmp / f.path, "wb") as fh:
+                    fh.write(data)
+                if f.mode != DEFAULT_MODE:
+                    (tmp / f.path).chmod(f.mode)
+            (tmp / MANIFEST_NAME).write_bytes(plan.manifest_bytes())
+            if dest.exists():
+                dest.rmdir()  # empty, checked above; rename needs the name free
+            tmp.rename(dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def _write_store(
+        self, plan: ExportPlan, bodies: Mapping[str, bytes], target: Target
+    ) -> ExportResult:
+        store = target.store
+        assert store is not None
+        prefix = target.prefix
+
+        def body_of(digest: str) -> bytes:
+            return bodies[digest[7:]]
+
+        written: list[str] = []  # list.append is atomic: safe from the worker threads
+
+        def put(path: str, data: bytes) -> None:
+            store.put(prefix + path, data)
+            written.append(path)
+
+        try:
+            with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+                futures = [
+                    pool.submit(put, f.path, f.body if f.body is not None else body_of(f.digest))
+                    for f in plan.files()
+                ]
+                for fut in as_completed(futures):
+                    if fut.exception() is not None:
+                        for other in futures:
+                            other.cancel()
+                    fut.result()
+            manifest = plan.manifest_bytes()
+            store.put(
+                prefix + BUNDLE_NAME,
+                build_bundle(plan, body_of, manifest),
+                content_type="application/gzip",
+            )
+            written.append(BUNDLE_NAME)
+            store.put(prefix + MANIFEST_NAME, manifest, content_type="application/json")
+        except BaseException:
+            for path in written:
+                try:
+                    store.delete(prefix + path)
+                except Exception:  # best effort: the manifest was never written
+                    log.warning("export: could not remove %s%s", prefix, path)
+            raise
+        return self._result(plan, target, reused=False)
+
+
+def _request_shared(
+    entries: Sequence[SharedFileInput], locations: Mapping[str, Any]
+) -> tuple[list[SharedEntry], dict[str, bytes]]:
+    """Shared files given with the export request: inline bodies, or digests of bodies stored
+    with the version."""
+    out: list[SharedEntry] = []
+    bodies: dict[str, bytes] = {}
+    for sf in entries:
+        where = f"shared_files.{sf.dest}"
+        if sf.digest is not None:
+            loc = locations.get(hex_of(sf.digest))
+            if loc is None:
+                raise BadRequest(
+                    f"{where}: {sf.digest} is not a file of this version; send it inline",
+                    field=where,
+                    digests=[sf.digest],
+                )
+            out.append(SharedEntry(sf.dest, sf.digest, loc.length))
+            continue
+        if sf.text is not None:
+            data = sf.text.encode("utf-8")
+        else:
+            try:
+                data = base64.b64decode(sf.base64 or "", validate=True)
+            except (binascii.Error, ValueError):
+                raise BadRequest(f"{where}: base64 body is not valid base64", field=where) from None
+        d = digest_of(data)
+        bodies[d[7:]] = data
+        out.append(SharedEntry(sf.dest, d, len(data)))
+    return out, bodies

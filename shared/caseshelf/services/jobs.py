@@ -1,0 +1,324 @@
+"""Import jobs: large inputs uploaded to the bucket and imported by the S3 event.
+
+Two ways in, one worker:
+- `POST /uploads` (`create_upload`) writes a job item (`JOB#<id>`, state `pending`) and answers a
+  presigned PUT for `t/<tenant>/uploads/<job id>/<filename>`. The recipe is resolved (and pinned
+  to its version) at that moment, so a bad recipe fails before anything is uploaded.
+- A pipeline drops a file under `t/<tenant>/imports/<folder>/<file>` next to a sidecar
+  `t/<tenant>/imports/<folder>/import.json` holding the import request (recipe, dataset,
+  version or bump, limit...). The object's key and ETag name the job, so a redelivered event
+  finds the job already there and does nothing.
+
+`handle_object` is the S3 event's entry point: it checks the key's tenant prefix against the
+job, moves the job pending -> running with a conditional write (a duplicate event loses that
+race and stops), runs the import, and records succeeded (with the version) or failed (with the
+error). A key outside any job, or under another tenant's prefix, is rejected, logged and left
+alone. The import's own commit protocol means a failure never leaves a half-registered version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import orjson
+from pydantic import Field, ValidationError
+
+from caseshelf.domain import layout
+from caseshelf.domain.envelope import validation_problem
+from caseshelf.domain.errors import BadRequest, CaseshelfError, Conflict, NotFound
+from caseshelf.domain.identity import Identity
+from caseshelf.domain.models import BumpKind, DatasetId, Label, Strict
+from caseshelf.domain.paths import relative_path_problem
+from caseshelf.ports import BlobStore, Index
+from caseshelf.services.imports import (
+    ImportRequest,
+    ImportService,
+    RecipeRef,
+    RowReader,
+    SourceOverride,
+)
+from caseshelf.services.versioned import Clock, iso, utc_now
+
+log = logging.getLogger("caseshelf.jobs")
+
+JOB_SK = "JOB"
+JOB_TTL = timedelta(days=30)
+SIDECAR = "import.json"
+_FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_UPLOAD_KEY = re.compile(r"^t/([^/]+)/uploads/([0-9a-f]{32})/([^/]+)$")
+_DROP_KEY = re.compile(r"^t/([^/]+)/imports/((?:[^/]+/)*)([^/]+)$")
+
+
+class UploadRequest(Strict):
+    """The body of `POST /uploads`: the file's name and the import to run once it lands."""
+
+    filename: str = Field(description="The file's name; its extension tells its format.")
+    recipe: str | RecipeRef | dict[str, Any]
+    kind: str | None = Field(default=None, pattern="^(jsonl|csv|parquet)$")
+    dataset: DatasetId | None = None
+    version: Label | None = None
+    bump: BumpKind | None = None
+    limit: int | None = Field(default=None, ge=1)
+    description: str | None = None
+    tags: list[str] = Field(default_factory=list)
+
+
+def parse_upload(raw: Any) -> UploadRequest:
+    if not isinstance(raw, dict):
+        raise BadRequest("an upload request is a JSON object")
+    try:
+        return UploadRequest.model_validate(raw)
+    except ValidationError as exc:
+        loc, msg = validation_problem(exc)
+        raise BadRequest(f"{loc}: {msg}", field=loc) from None
+
+
+@dataclass(frozen=True)
+class Upload:
+    job: dict[str, Any]
+    url: str | None  # None on the embedded store, which has no presigned URLs
+    key: str
+    expires_in: int
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the worker did with one object: `succeeded`, `failed`, `duplicate`, `ignored`
+    (a sidecar) or `rejected` (no such job, wrong tenant)."""
+
+    status: str
+    job_id: str | None = None
+    reason: str = ""
+
+
+def job_pk(job_id: str) -> str:
+    return f"JOB#{job_id}"
+
+
+class JobService:
+    def __init__(
+        self,
+        index: Index,
+        store: BlobStore,
+        imports: ImportService,
+        *,
+        object_url: Callable[[str], str],
+        object_reader: RowReader,
+        presign_expiry: int = 900,
+        clock: Clock = utc_now,
+    ) -> None:
+        self.index = index
+        self.store = store
+        self.imports = imports
+        self.object_url = object_url
+        self.object_reader = object_reader
+        self.presign_expiry = presign_expiry
+        self.clock = clock
+
+    # -- creating --------------------------------------------------------------------------
+
+    def _new_job(
+        self, identity: Identity, job_id: str, key: str, req: UploadRequest, *, via: str
+    ) -> dict[str, Any]:
+        now = self.clock()
+        pinned = self._pin_recipe(identity, req.recipe)
+        request = req.model_dump(mode="json", exclude_none=True)
+        request["recipe"] = pinned
+        return {
+            "id": job_id,
+            "tenant": identity.tenant,
+            "principal": identity.principal,
+            "roles": sorted(identity.roles),
+            "state": "pending",
+            "via": via,
+            "key": key,
+            "filename": req.filename,
+            "request": request,
+            "created_at": iso(now),
+            "updated_at": iso(now),
+            "expires_at": int((now + JOB_TTL).timestamp()),
+            "result": None,
+            "error": None,
+        }
+
+    def _pin_recipe(
+        self, identity: Identity, spec: str | RecipeRef | dict[str, Any]
+    ) -> str | dict[str, Any]:
+        """Resolve the recipe now (a bad one fails before the upload) and pin its version."""
+        resolved = self.imports.resolve_recipe(identity, spec)
+        if resolved.owner == "inline":
+            return spec.model_dump() if isinstance(spec, RecipeRef) else spec
+        return {"id": resolved.recipe.id, "version": resolved.recipe.version}
+
+    def create_upload(self, identity: Identity, req: UploadRequest) -> Upload:
+        tenant = identity.check_can_write()
+        if not _FILENAME.match(req.filename):
+            raise BadRequest(
+                f"filename {req.filename!r}: 1-128 of [A-Za-z0-9._-], starting with a letter or "
+                "digit",
+                field="filename",
+            )
+        job_id = uuid.uuid4().hex
+        key = f"{layout.root(tenant)}uploads/{job_id}/{req.filename}"
+        job = self._new_job(identity, job_id, key, req, via="upload")
+        self.index.put_item(job_pk(job_id), JOB_SK, job, if_absent=True)
+        url = self.store.presign_put(key, expires=self.presign_expiry)
+        return Upload(job=job, url=url, key=key, expires_in=self.presign_expiry)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def get(self, identity: Identity, job_id: str) -> dict[str, Any]:
+        """A job of the caller's tenant; another tenant's job is simply not found."""
+        if not re.fullmatch(r"[0-9a-f]{32}", job_id or ""):
+            raise NotFound(f"no job {job_id!r}", id=job_id)
+        job = self.index.get_item(job_pk(job_id), JOB_SK)
+        if job is None or job.get("tenant") != identity.tenant:
+            raise NotFound(f"no job {job_id!r}", id=job_id)
+        return job
+
+    # -- the worker ------------------------------------------------------------------------
+
+    def handle_object(self, key: str, *, etag: str | None = None) -> Outcome:
+        """Run the import an object's arrival stands for (the key is already unquoted)."""
+        problem = relative_path_problem(key)
+        if problem:
+            return self._reject(key, None, f"the key {problem}")
+        m = _UPLOAD_KEY.match(key)
+        if m:
+            return self._handle_upload(key, m.group(1), m.group(2))
+        m = _DROP_KEY.match(key)
+        if m:
+            return self._handle_drop(key, m.group(1), m.group(2), m.group(3), etag)
+        return self._reject(key, None, "the key is not under any tenant's uploads/ or imports/")
+
+    def _reject(self, key: str, job_id: str | None, reason: str) -> Outcome:
+        log.warning(
+            "import object rejected", extra={"key": key, "job_id": job_id, "reason": reason}
+        )
+        return Outcome("rejected", job_id, reason)
+
+    def _handle_upload(self, key: str, key_tenant: str, job_id: str) -> Outcome:
+        job = self.index.get_item(job_pk(job_id), JOB_SK)
+        if job is None:
+            return self._reject(key, job_id, "no job for this upload")
+        if job.get("tenant") != key_tenant or job.get("key") != key:
+            return self._reject(key, job_id, "the key is not this job's (tenant or name differ)")
+        return self._run(job)
+
+    def _handle_drop(
+        self, key: str, tenant: str, folder: str, filename: str, etag: str | None
+    ) -> Outcome:
+        if filename == SIDECAR:
+            return Outcome("ignored", None, "a sidecar is read with its data file")
+        try:
+            identity = Identity(tenant, "s3-drop")
+        except CaseshelfError:
+            return self._reject(key, None, "the key's tenant is not a valid tenant")
+        sidecar = f"t/{tenant}/imports/{folder}{SIDECAR}"
+        try:
+            raw = orjson.loads(self.store.get(sidecar))
+            req = parse_upload({**raw, "filename": filename})
+        except NotFound:
+            return self._reject(key, None, f"no sidecar {sidecar} next to the dropped file")
+        except (orjson.JSONDecodeError, CaseshelfError) as exc:
+            return self._reject(key, None, f"sidecar {sidecar} is not a valid import: {exc}")
+        job_id = hashlib.sha256(f"{key}\n{etag or ''}".encode()).hexdigest()[:32]
+        try:
+            job = self._new_job(identity, job_id, key, req, via="s3-drop")
+        except CaseshelfError as exc:
+            return self._reject(key, job_id, f"sidecar {sidecar}: {exc}")
+        try:
+            self.index.put_item(job_pk(job_id), JOB_SK, job, if_absent=True)
+        except Conflict:
+            return Outcome("duplicate", job_id, "this object's job already exists")
+        return self._run(job)
+
+    def _run(self, job: dict[str, Any]) -> Outcome:
+        job_id = job["id"]
+        try:
+            self.index.update_item(
+                job_pk(job_id),
+                JOB_SK,
+                {"state": "running", "updated_at": iso(self.clock())},
+                expect={"state": "pending"},
+            )
+        except Conflict:
+            return Outcome("duplicate", job_id, "the job is already running or done")
+        identity = Identity(job["tenant"], job["principal"], frozenset(job.get("roles") or ()))
+        request = dict(job["request"])
+        kind = request.pop("kind", None)
+        request.pop("filename", None)
+        req = ImportRequest.model_validate(
+            {**request, "source": SourceOverride(url=self.object_url(job["key"]), kind=kind)}
+        )
+        try:
+            return self._import(job, identity, req)
+        finally:
+            if job.get("via") == "upload":
+                self._remove_upload(job["key"])
+
+    def _remove_upload(self, key: str) -> None:
+        """A finished upload has served its purpose (its cases are in packs, or its error is
+        on the job); removing it keeps uploads/ from growing."""
+        try:
+            self.store.delete(key)
+        except CaseshelfError:
+            log.warning("could not remove a finished upload", extra={"key": key})
+
+    def _import(self, job: dict[str, Any], identity: Identity, req: ImportRequest) -> Outcome:
+        job_id = job["id"]
+        try:
+            done = self.imports.run(
+                identity, req, via=job.get("via", "upload"), reader=self.object_reader
+            )
+        except CaseshelfError as exc:
+            error: dict[str, Any] = {
+                "title": exc.title,
+                "code": type(exc).__name__,
+                "detail": exc.detail,
+            }
+            error.update({k: v for k, v in exc.fields.items() if isinstance(v, str | int)})
+            self._finish(job_id, "failed", error=error)
+            log.info("import job failed", extra={"job_id": job_id, "error": exc.detail})
+            return Outcome("failed", job_id, exc.detail)
+        except Exception:
+            log.exception("import job crashed", extra={"job_id": job_id})
+            self._finish(
+                job_id,
+                "failed",
+                error={
+                    "title": "Internal Server Error",
+                    "code": "Internal",
+                    "detail": "the import stopped on an unexpected error; nothing was registered",
+                },
+            )
+            return Outcome("failed", job_id, "internal error")
+        rec = done.result.record
+        self._finish(
+            job_id,
+            "succeeded",
+            result={
+                "id": rec.name,
+                "version": rec.version,
+                "content_digest": rec.content_digest,
+                "case_count": rec.case_count,
+                "created": done.result.created,
+                "rows_read": done.rows_read,
+            },
+        )
+        return Outcome("succeeded", job_id)
+
+    def _finish(self, job_id: str, state: str, **changes: Any) -> None:
+        self.index.update_item(
+            job_pk(job_id),
+            JOB_SK,
+            {"state": state, "updated_at": iso(self.clock()), **changes},
+            expect={"state": "running"},
+        )

@@ -1,0 +1,270 @@
+"""Reading dataset files from disk: `.json`, `.jsonl`, `.yaml`/`.yml`.
+
+`load_dataset_file` is the one place a dataset file becomes a plain dataset document
+(`{id, version, description, tags, cases, shared_files, ...}`); `caseshelf register` and
+`caseshelf validate` read through it. Parse errors name the file and the position; nothing here
+validates the envelope (that is `caseshelf.services.registry.parse_dataset`).
+
+Shapes: an object is a dataset document; a list (a JSON/YAML list, or the lines of a `.jsonl`
+file) is the list of its cases, and the id and version come from the command line.
+
+Lab Dataset YAML (`apiVersion: lab/v1`, `kind: Dataset`, `metadata`, `spec.items`) and the
+legacy item shapes load too: every item goes through `normalise_item`, and each deprecated shape
+is reported once per file per notice code (`docs/migration.md`).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from caseshelf.domain.envelope import normalise_item
+from caseshelf.domain.errors import BadRequest
+from caseshelf.domain.models import DATASET_ID_PATTERN
+from caseshelf.domain.notices import BARE_LIST, notice_message
+from caseshelf.domain.paths import check_relative_path
+
+JSON_SUFFIXES = frozenset({".json"})
+JSONL_SUFFIXES = frozenset({".jsonl", ".ndjson"})
+YAML_SUFFIXES = frozenset({".yaml", ".yml"})
+
+
+class _SafeLoader(yaml.SafeLoader):
+    """`yaml.safe_load`, except that dates and times stay strings: a case means the text it was
+    written with, and JSON has no date type."""
+
+
+_SafeLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise BadRequest(f"{path}: no such file", field="file") from None
+    except IsADirectoryError:
+        raise BadRequest(f"{path}: is a directory, not a dataset file", field="file") from None
+    except PermissionError:
+        raise BadRequest(f"{path}: permission denied", field="file") from None
+
+
+def _decode(path: Path, data: bytes) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(
+            f"{path}: not UTF-8 (byte {exc.start}: {exc.reason})", field="file"
+        ) from None
+
+
+def parse_json(path: Path, data: bytes | str) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(
+            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
+            field="file",
+            line=exc.lineno,
+            column=exc.colno,
+        ) from None
+
+
+def parse_jsonl(path: Path, data: bytes) -> list[Any]:
+    """One JSON value per non-blank line; errors name the line."""
+    items = []
+    for lineno, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            items.append(orjson.loads(line))
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(
+                f"{path}: invalid JSON on line {lineno} column {exc.colno}: {exc.msg}",
+                field="file",
+                row=lineno,
+            ) from None
+    return items
+
+
+def parse_yaml(path: Path, text: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_SafeLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        raise BadRequest(
+            f"{path}: invalid YAML{where}: {exc.problem or exc}", field="file"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise BadRequest(f"{path}: invalid YAML: {exc}", field="file") from None
+
+
+def read_document(path: str | Path) -> Any:
+    """The parsed content of a JSON, JSONL or YAML file (chosen by suffix; JSON otherwise)."""
+    p = Path(path)
+    data = _read_bytes(p)
+    suffix = p.suffix.lower()
+    if suffix in JSONL_SUFFIXES:
+        return parse_jsonl(p, data)
+    if suffix in YAML_SUFFIXES:
+        return parse_yaml(p, _decode(p, data))
+    return parse_json(p, data.removeprefix(b"\xef\xbb\xbf"))
+
+
+def as_dataset(doc: Any, path: str | Path) -> dict[str, Any]:
+    """A parsed document as a dataset document: an object as it is, a list as its cases."""
+    if isinstance(doc, dict):
+        return doc
+    if isinstance(doc, list):
+        return {"cases": doc}
+    raise BadRequest(
+        f"{path}: a dataset file holds an object {{id, version, cases, ...}} or a list of cases, "
+        f"not {type(doc).__name__ if doc is not None else 'nothing'}",
+        field="file",
+    )
+
+
+def load_dataset_file(path: str | Path) -> dict[str, Any]:
+    """Read a dataset file into a plain dataset document (not yet validated).
+
+    Legacy shapes are folded into the envelope; each deprecation is issued once per file per
+    code as a `DatasetShapeWarning` (use `load_dataset` to get them back as lines instead)."""
+    doc, notices = load_dataset(path)
+    for line in notices:
+        warnings.warn(line, DatasetShapeWarning, stacklevel=2)
+    return doc
+
+
+# --- lab Dataset YAML and the legacy shapes (envelope migration) ----------------------------
+
+LAB_API_VERSIONS = frozenset({"lab/v1"})
+_DATASET_ID = re.compile(DATASET_ID_PATTERN)
+
+
+class DatasetShapeWarning(FutureWarning):
+    """A dataset file used a deprecated shape; it still loads (see docs/migration.md)."""
+
+
+class _Codes:
+    """Notice codes of one file, in first-seen order, each once."""
+
+    def __init__(self) -> None:
+        self.codes: list[str] = []
+
+    def add(self, codes: list[str]) -> None:
+        for code in codes:
+            if code not in self.codes:
+                self.codes.append(code)
+
+
+def _normalise_items(items: Any, path: str | Path, codes: _Codes) -> list[Any]:
+    if not isinstance(items, list):
+        raise BadRequest(f"{path}: items must be a list", field="items")
+    out: list[Any] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            out.append(item)  # left for validation, which names the index
+            continue
+        try:
+            plain, raised = normalise_item(item)
+        except BadRequest as exc:
+            fields = {"index": index, **exc.fields}
+            raise BadRequest(f"{path}: {exc.detail} (item index {index})", **fields) from None
+        codes.add(raised)
+        out.append(plain)
+    return out
+
+
+def _stem_id(path: Path) -> str | None:
+    stem = path.name.split(".")[0]
+    return stem if _DATASET_ID.match(stem) else None
+
+
+def _lab_dataset(doc: dict[str, Any], path: Path, codes: _Codes) -> dict[str, Any]:
+    api = doc.get("apiVersion")
+    if api not in LAB_API_VERSIONS:
+        raise BadRequest(
+            f"{path}: apiVersion {api!r} is not supported (expected {sorted(LAB_API_VERSIONS)})",
+            field="apiVersion",
+        )
+    meta = doc.get("metadata") or {}
+    spec = doc.get("spec") or {}
+    if not isinstance(meta, dict) or not isinstance(spec, dict):
+        raise BadRequest(f"{path}: metadata and spec must be mappings", field="spec")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise BadRequest(f"{path}: metadata.name is required", field="metadata.name")
+    if "items" in spec:
+        items = spec["items"]
+    elif "path" in spec:
+        rel = check_relative_path(str(spec["path"]), what="spec.path")
+        items_doc = read_document(path.parent / rel)
+        items = items_doc.get("items") if isinstance(items_doc, dict) else items_doc
+    else:
+        raise BadRequest(f"{path}: spec.items is required", field="spec.items")
+    raw: dict[str, Any] = {"id": name, "cases": _normalise_items(items, path, codes)}
+    if meta.get("version") is not None:
+        raw["version"] = str(meta["version"])
+    if meta.get("description"):
+        raw["description"] = str(meta["description"]).strip()
+    if meta.get("tags"):
+        raw["tags"] = list(meta["tags"])
+    # What a dataset version has no field for (display name, schemas, groups, ...) is kept as
+    # provenance, so loading loses nothing.
+    source: dict[str, Any] = {"kind": "lab-dataset", "file": path.name}
+    if meta.get("display_name"):
+        source["display_name"] = meta["display_name"]
+    rest = {k: v for k, v in spec.items() if k != "items"}
+    if rest:
+        source["spec"] = rest
+    raw["produced_by"] = {"source": source}
+    return raw
+
+
+def dataset_from_document(doc: Any, path: str | Path) -> tuple[dict[str, Any], list[str]]:
+    """A parsed document as a dataset document, legacy shapes folded in, and the notice codes
+    it raised (each once, in first-seen order)."""
+    p = Path(path)
+    codes = _Codes()
+    yaml_file = p.suffix.lower() in YAML_SUFFIXES
+    if isinstance(doc, list):
+        if yaml_file:
+            codes.add([BARE_LIST])
+        raw: dict[str, Any] = {"cases": _normalise_items(doc, p, codes)}
+        if yaml_file and _stem_id(p):
+            raw["id"] = _stem_id(p)
+        return raw, codes.codes
+    if isinstance(doc, dict) and ("kind" in doc or "apiVersion" in doc) and "cases" not in doc:
+        if doc.get("kind") != "Dataset":
+            raise BadRequest(f"{p}: kind {doc.get('kind')!r} is not a Dataset", field="kind")
+        return _lab_dataset(doc, p, codes), codes.codes
+    if isinstance(doc, dict) and "items" in doc and "cases" not in doc:
+        # The flat `{name, description, version, tags, items}` shorthand: no Dataset kind.
+        codes.add([BARE_LIST])
+        raw = {k: v for k, v in doc.items() if k not in {"items", "name", "count"}}
+        raw["cases"] = _normalise_items(doc["items"], p, codes)
+        name = doc.get("name", doc.get("id"))
+        if name is not None:
+            raw["id"] = str(name)
+        elif _stem_id(p):
+            raw["id"] = _stem_id(p)
+        return raw, codes.codes
+    raw = as_dataset(doc, p)
+    if "cases" in raw:
+        raw = {**raw, "cases": _normalise_items(raw["cases"], p, codes)}
+    return raw, codes.codes
+
+
+def load_dataset(path: str | Path) -> tuple[dict[str, Any], list[str]]:
+    """(dataset document, warning lines): each line names the file, the notice code and its
+    `docs/migration.md#<code>` anchor; print them on stderr."""
+    doc, codes = dataset_from_document(read_document(path), path)
+    return doc, [notice_message(code, str(path)) for code in codes]

@@ -1,0 +1,675 @@
+"""Read container-task trees (a directory, one task, a .tar.gz/.zip, an S3 prefix) and register
+them as a dataset version.
+
+Every reader returns a `Tree` (relative POSIX path -> bytes, plus executable bits) held in memory;
+nothing is extracted to disk. Archives are checked entry by entry before any of their content is
+used: no absolute path, no `..`, no link leaving the tree (CWE-22, CWE-59), no device or fifo,
+and limits on the number of entries and on the total uncompressed size (a zip bomb is refused
+from its declared sizes and again from the bytes actually inflated).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import os
+import posixpath
+import re
+import stat
+import tarfile
+import zipfile
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol
+
+import orjson
+from pydantic import Field, model_validator
+
+from caseshelf.domain import layout
+from caseshelf.domain.errors import BadRequest, Forbidden, NotFound, TooLarge
+from caseshelf.domain.identity import Identity
+from caseshelf.domain.models import DATASET_ID_PATTERN, BumpKind, DatasetId, Label, Strict
+from caseshelf.domain.paths import relative_path_problem
+from caseshelf.domain.tasks import (
+    _SIMPLE_PATH,
+    HARBOR,
+    HARBOR_MARKER,
+    TB_MARKER,
+    TERMINAL_BENCH,
+    Skipped,
+    TaskSource,
+    harbor_case,
+    harbor_catalog,
+    terminal_bench_case,
+)
+from caseshelf.ports import BlobStore
+
+MAX_ENTRIES = 200_000
+MAX_TOTAL_BYTES = 2 * 1024 * 1024 * 1024
+FORMATS = (TERMINAL_BENCH, HARBOR)
+MARKERS = {TERMINAL_BENCH: TB_MARKER, HARBOR: HARBOR_MARKER}
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_entries: int = MAX_ENTRIES
+    max_total_bytes: int = MAX_TOTAL_BYTES
+
+
+@dataclass
+class Tree:
+    """Files of a tree by relative POSIX path; `name` is the tree's own name (dir or archive)."""
+
+    name: str
+    files: dict[str, bytes] = field(default_factory=dict)
+    modes: dict[str, int] = field(default_factory=dict)
+
+
+class _Budget:
+    def __init__(self, limits: Limits, where: str) -> None:
+        self.limits = limits
+        self.where = where
+        self.entries = 0
+        self.bytes = 0
+
+    def entry(self) -> None:
+        self.entries += 1
+        if self.entries > self.limits.max_entries:
+            raise TooLarge(
+                f"{self.where}: more than {self.limits.max_entries} entries", field="entries"
+            )
+
+    def size(self, n: int) -> None:
+        self.bytes += n
+        if self.bytes > self.limits.max_total_bytes:
+            raise TooLarge(
+                f"{self.where}: more than {self.limits.max_total_bytes} bytes uncompressed",
+                field="size",
+            )
+
+
+def _clean_member(name: str, where: str) -> str | None:
+    """The safe relative path of an archive member, None for the root itself."""
+    trimmed = name
+    while trimmed.startswith("./"):
+        trimmed = trimmed[2:]
+    trimmed = trimmed.rstrip("/")
+    if trimmed in {"", "."}:
+        return None
+    if _SIMPLE_PATH.match(trimmed):
+        return trimmed
+    problem = relative_path_problem(trimmed)
+    if problem:
+        raise BadRequest(f"{where}: entry {name!r} {problem}", field="archive", path=name)
+    return "/".join(p for p in trimmed.split("/") if p)
+
+
+def _link_target(member: str, target: str, where: str) -> str:
+    """The in-tree path a symlink at `member` points to; refused when it leaves the tree."""
+    if target.startswith("/") or "\\" in target:
+        raise BadRequest(
+            f"{where}: link {member!r} -> {target!r} points outside the tree", path=member
+        )
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(member), target))
+    if resolved == ".." or resolved.startswith("../") or resolved == ".":
+        raise BadRequest(
+            f"{where}: link {member!r} -> {target!r} points outside the tree", path=member
+        )
+    return resolved
+
+
+def _resolve_links(tree: Tree, links: dict[str, str], where: str) -> None:
+    """Materialize in-tree file links as copies of their targets (links to links followed,
+    cycles and links to directories refused)."""
+    for member in links:
+        seen = {member}
+        target = links[member]
+        while target in links:
+            if target in seen:
+                raise BadRequest(f"{where}: link cycle at {member!r}", path=member)
+            seen.add(target)
+            target = links[target]
+        if target not in tree.files:
+            raise BadRequest(
+                f"{where}: link {member!r} does not point at a file in the tree", path=member
+            )
+        tree.files[member] = tree.files[target]
+        tree.modes[member] = tree.modes.get(target, 0o644)
+
+
+def read_tar(fileobj: BinaryIO, name: str, limits: Limits = Limits()) -> Tree:
+    """A `.tar`, `.tar.gz`, `.tgz` (any compression tarfile knows), streamed once."""
+    tree = Tree(name)
+    budget = _Budget(limits, name)
+    links: dict[str, str] = {}
+    head = fileobj.read(2)
+    fileobj.seek(0)
+    if head == b"\x1f\x8b":
+        # Inflate once into memory, never past what the limits allow (headers included), so
+        # a gzip bomb stops early and the tar headers are then parsed from a plain buffer.
+        fileobj = io.BytesIO(_gunzip(fileobj, limits, name))
+    try:
+        with tarfile.open(fileobj=fileobj, mode="r|*") as tar:
+            for member in tar:
+                budget.entry()
+                path = _clean_member(member.name, name)
+                if member.isdir():
+                    continue
+                if path is None:
+                    raise BadRequest(
+                        f"{name}: entry {member.name!r} is not a file", path=member.name
+                    )
+                if member.issym():
+                    links[path] = _link_target(path, member.linkname, name)
+                    continue
+                if member.islnk():
+                    target = _clean_member(member.linkname, name)
+                    if target is None:
+                        raise BadRequest(f"{name}: bad hard link {member.name!r}", path=path)
+                    links[path] = target
+                    continue
+                if not member.isfile():
+                    raise BadRequest(
+                        f"{name}: entry {member.name!r} is not a regular file, directory or link",
+                        path=member.name,
+                    )
+                budget.size(member.size)
+                handle = tar.extractfile(member)
+                data = handle.read() if handle is not None else b""
+                tree.files[path] = data
+                tree.modes[path] = member.mode
+    except tarfile.TarError as exc:
+        raise BadRequest(f"{name}: not a readable tar archive: {exc}", field="archive") from None
+    except (EOFError, OSError) as exc:
+        raise BadRequest(f"{name}: truncated or corrupt archive: {exc}", field="archive") from None
+    _resolve_links(tree, links, name)
+    return tree
+
+
+def _gunzip(fileobj: BinaryIO, limits: Limits, name: str) -> bytes:
+    cap = limits.max_total_bytes + limits.max_entries * 2048 + 1024 * 1024
+    inflater = zlib.decompressobj(wbits=31)
+    out: list[bytes] = []
+    size = 0
+    try:
+        while True:
+            chunk = fileobj.read(1024 * 1024)
+            if not chunk:
+                break
+            while chunk:
+                piece = inflater.decompress(chunk, cap + 1 - size)
+                size += len(piece)
+                out.append(piece)
+                if size > cap:
+                    raise TooLarge(
+                        f"{name}: more than {limits.max_total_bytes} bytes uncompressed",
+                        field="size",
+                    )
+                chunk = inflater.unconsumed_tail
+                if inflater.eof and inflater.unused_data:
+                    # A second gzip member follows (concatenated gzip): keep going.
+                    rest = inflater.unused_data
+                    inflater = zlib.decompressobj(wbits=31)
+                    chunk = rest + chunk
+    except zlib.error as exc:
+        raise BadRequest(f"{name}: corrupt gzip data: {exc}", field="archive") from None
+    return b"".join(out)
+
+
+def read_zip(fileobj: BinaryIO, name: str, limits: Limits = Limits()) -> Tree:
+    """A `.zip`: the whole central directory is checked (names, links, declared sizes, count)
+    before one byte is inflated; inflating then stops at the declared size."""
+    tree = Tree(name)
+    try:
+        archive = zipfile.ZipFile(fileobj)
+    except zipfile.BadZipFile as exc:
+        raise BadRequest(f"{name}: not a readable zip archive: {exc}", field="archive") from None
+    with archive:
+        infos = archive.infolist()
+        budget = _Budget(limits, name)
+        plan: list[tuple[str, zipfile.ZipInfo, bool]] = []
+        for info in infos:
+            budget.entry()
+            path = _clean_member(info.filename, name)
+            if info.is_dir() or path is None:
+                continue
+            mode = info.external_attr >> 16
+            is_link = stat.S_ISLNK(mode)
+            if not is_link:
+                budget.size(info.file_size)
+            plan.append((path, info, is_link))
+        links: dict[str, str] = {}
+        for path, info, is_link in plan:
+            cap = 4096 if is_link else info.file_size
+            try:
+                with archive.open(info) as handle:
+                    data = handle.read(cap + 1)
+            except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
+                raise BadRequest(
+                    f"{name}: entry {info.filename!r} is corrupt: {exc}", path=info.filename
+                ) from None
+            if len(data) > cap:
+                raise TooLarge(
+                    f"{name}: entry {info.filename!r} inflates past its declared size",
+                    field="size",
+                )
+            if is_link:
+                links[path] = _link_target(path, data.decode("utf-8", "replace"), name)
+                continue
+            tree.files[path] = data
+            mode = info.external_attr >> 16
+            tree.modes[path] = mode if mode else 0o644
+        _resolve_links(tree, links, name)
+    return tree
+
+
+def read_directory(root: Path, limits: Limits = Limits()) -> Tree:
+    """Every regular file under `root`. A file symlink is read when it resolves inside `root`
+    and refused otherwise (CWE-59); directory symlinks are refused."""
+    root = root.resolve()
+    tree = Tree(root.name)
+    budget = _Budget(limits, str(root))
+    for dirpath, dirnames, filenames in os.walk(root):
+        base = Path(dirpath)
+        for d in list(dirnames):
+            if (base / d).is_symlink():
+                rel = (base / d).relative_to(root).as_posix()
+                raise BadRequest(f"{root}: {rel} is a directory symlink; not followed", path=rel)
+        dirnames.sort()
+        for fname in sorted(filenames):
+            full = base / fname
+            rel = full.relative_to(root).as_posix()
+            budget.entry()
+            problem = relative_path_problem(rel)
+            if problem:
+                raise BadRequest(f"{root}: {rel!r} {problem}", path=rel)
+            if full.is_symlink():
+                target = full.resolve()
+                if not target.is_relative_to(root) or not target.is_file():
+                    raise BadRequest(
+                        f"{root}: {rel} links outside the tree (or to no file); not followed",
+                        path=rel,
+                    )
+                full = target
+            st = full.stat()
+            if not stat.S_ISREG(st.st_mode):
+                raise BadRequest(f"{root}: {rel} is not a regular file", path=rel)
+            budget.size(st.st_size)
+            tree.files[rel] = full.read_bytes()
+            tree.modes[rel] = st.st_mode & 0o777
+    return tree
+
+
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tar.xz", ".zip")
+
+
+def archive_kind(name: str, head: bytes = b"") -> str | None:
+    lower = name.lower()
+    if lower.endswith(".zip") or head.startswith(b"PK\x03\x04"):
+        return "zip"
+    if any(lower.endswith(s) for s in ARCHIVE_SUFFIXES) or head.startswith(b"\x1f\x8b"):
+        return "tar"
+    return None
+
+
+def read_archive_bytes(data: bytes, name: str, limits: Limits = Limits()) -> Tree:
+    kind = archive_kind(name, data[:4])
+    if kind == "zip":
+        return read_zip(io.BytesIO(data), name, limits)
+    if kind == "tar":
+        return read_tar(io.BytesIO(data), name, limits)
+    raise BadRequest(f"{name}: not a .tar.gz or .zip archive", field="archive")
+
+
+def _archive_stem(name: str) -> str:
+    base = posixpath.basename(name)
+    for suffix in ARCHIVE_SUFFIXES:
+        if base.lower().endswith(suffix):
+            return base[: -len(suffix)]
+    return base
+
+
+def read_path(path: str | Path, limits: Limits = Limits()) -> Tree:
+    """A local directory (or single task directory) or a local archive."""
+    p = Path(path)
+    if p.is_dir():
+        return read_directory(p, limits)
+    if p.is_file():
+        kind = archive_kind(p.name, p.open("rb").read(4))
+        if kind is None:
+            raise BadRequest(f"{p}: not a directory, .tar.gz or .zip", path=str(p))
+        with p.open("rb") as fh:
+            tree = read_zip(fh, p.name, limits) if kind == "zip" else read_tar(fh, p.name, limits)
+        tree.name = _archive_stem(p.name)
+        return tree
+    raise BadRequest(f"{p}: no such file or directory", path=str(p))
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    if not url.startswith("s3://"):
+        raise BadRequest(f"{url!r} is not an s3:// URL", field="s3")
+    bucket, _, prefix = url[5:].partition("/")
+    if not bucket:
+        raise BadRequest(f"{url!r} names no bucket", field="s3")
+    return bucket, prefix
+
+
+def read_store_prefix(store: BlobStore, prefix: str, where: str, limits: Limits = Limits()) -> Tree:
+    """Every object under `prefix` of a store as a tree (keys relative to the prefix); a single
+    archive object (`.tar.gz`, `.zip`) is read as that archive."""
+    exact = store.head(prefix) if prefix and not prefix.endswith("/") else None
+    if exact is not None and archive_kind(prefix) is not None:
+        if exact.size > limits.max_total_bytes:
+            raise TooLarge(f"{where}: {exact.size} bytes is over the limit", field="size")
+        tree = read_archive_bytes(store.get(prefix), posixpath.basename(prefix), limits)
+        tree.name = _archive_stem(prefix)
+        return tree
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    tree = Tree(posixpath.basename(prefix.rstrip("/")) or "tasks")
+    budget = _Budget(limits, where)
+    keys: list[tuple[str, str]] = []
+    for obj in store.list(prefix):
+        if obj.key.endswith("/"):
+            continue
+        budget.entry()
+        budget.size(obj.size)
+        rel = _clean_member(obj.key[len(prefix) :], where)
+        if rel is not None:
+            keys.append((obj.key, rel))
+    if not keys:
+        raise BadRequest(f"{where}: no objects under this prefix", field="s3")
+    for key, rel in keys:
+        tree.files[rel] = store.get(key)
+        tree.modes[rel] = 0o644
+    return tree
+
+
+# --- tasks in a tree ------------------------------------------------------------------------------
+
+
+def split_tasks(tree: Tree, marker: str) -> list[TaskSource]:
+    """The task directories of a tree (each holds `marker`; a task inside a task is part of
+    the outer one), in path order. The tree itself is a task when `marker` is at its root."""
+    found = {posixpath.dirname(p) for p in tree.files if posixpath.basename(p) == marker}
+    if "" in found:
+        roots = {""}
+    else:
+        roots = set()
+        for r in found:
+            parent = posixpath.dirname(r)
+            while parent and parent not in found:
+                parent = posixpath.dirname(parent)
+            if not parent:
+                roots.add(r)
+    if not roots:
+        raise BadRequest(f"{tree.name}: no task found (no {marker} in the tree)", field="path")
+    by_root: dict[str, tuple[dict[str, bytes], dict[str, int]]] = {r: ({}, {}) for r in roots}
+    for path, data in tree.files.items():
+        parent = posixpath.dirname(path)
+        while True:
+            if parent in by_root:
+                rel = path[len(parent) + 1 :] if parent else path
+                files, modes = by_root[parent]
+                files[rel] = data
+                modes[rel] = tree.modes.get(path, 0o644)
+                break
+            if not parent:
+                break
+            parent = posixpath.dirname(parent)
+    out = []
+    for root in sorted(by_root):
+        files, modes = by_root[root]
+        name = posixpath.basename(root) if root else tree.name
+        out.append(TaskSource(name=name, files=files, modes=modes, location=root or name))
+    return out
+
+
+@dataclass
+class TaskDataset:
+    """The registration body built from a tree and the tasks left out (with `skip_invalid`)."""
+
+    body: dict[str, Any]
+    skipped: list[Skipped]
+
+
+def _default_dataset_id(tree: Tree, fmt: str) -> str:
+    return tree.name if re.match(DATASET_ID_PATTERN, tree.name) else fmt
+
+
+def build_task_dataset(
+    tree: Tree,
+    fmt: str,
+    *,
+    image_template: str | None = None,
+    skip_invalid: bool = False,
+    dataset: str | None = None,
+    version: str | None = None,
+    bump: BumpKind | None = None,
+    id_prefix: str = "",
+    origin: str | None = None,
+) -> TaskDataset:
+    """Map every task of `tree` to a case. An invalid task fails the whole import with every
+    failure listed, unless `skip_invalid`: then each is reported and the skip is stamped in
+    `produced_by`."""
+    if fmt not in MARKERS:
+        raise BadRequest(f"unknown task format {fmt!r}; use one of {list(FORMATS)}", field="format")
+    tasks = split_tasks(tree, MARKERS[fmt])
+    catalog: dict[str, Any] = {}
+    facts: dict[str, Any] = {}
+    if fmt == HARBOR:
+        reg = tree.files.get("registry.json")
+        toml = tree.files.get("dataset.toml")
+        try:
+            reg_doc = orjson.loads(reg) if reg is not None else None
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(
+                f"registry.json is not valid JSON: {exc}", field="registry.json"
+            ) from None
+        catalog, facts = harbor_catalog(reg_doc, toml.decode("utf-8") if toml else None)
+
+    mapper: Callable[[TaskSource], dict[str, Any]]
+    if fmt == TERMINAL_BENCH:
+
+        def mapper(t: TaskSource) -> dict[str, Any]:
+            return terminal_bench_case(t, image_template=image_template, id_prefix=id_prefix)
+    else:
+
+        def mapper(t: TaskSource) -> dict[str, Any]:
+            return harbor_case(
+                t, image_template=image_template, id_prefix=id_prefix, catalog=catalog
+            )
+
+    cases: list[dict[str, Any]] = []
+    failures: list[tuple[str, BadRequest]] = []
+    for task in tasks:
+        try:
+            cases.append(mapper(task))
+        except BadRequest as exc:
+            failures.append((f"{id_prefix}{task.name}", exc))
+    skipped = [Skipped(task=tid, reason=exc.detail) for tid, exc in failures]
+    if failures and not skip_invalid:
+        first = failures[0][1]
+        more = f" (and {len(failures) - 1} more invalid task(s))" if len(failures) > 1 else ""
+        raise BadRequest(
+            first.detail + more,
+            case_ids=[tid for tid, _ in failures],
+            field=first.fields.get("field"),
+            errors=[s.reason for s in skipped],
+        )
+    if not cases:
+        raise BadRequest(
+            f"{tree.name}: no valid task to import", case_ids=[s.task for s in skipped]
+        )
+
+    source: dict[str, Any] = {"kind": fmt, "origin": origin or tree.name, "tasks": len(tasks)}
+    if image_template:
+        source["image_template"] = image_template
+    if id_prefix:
+        source["id_prefix"] = id_prefix
+    source.update({k: v for k, v in facts.items() if k in {"git_url", "name", "version"}})
+    produced_by: dict[str, Any] = {"source": source}
+    if skip_invalid:
+        produced_by["skip_invalid"] = True
+        produced_by["skipped"] = [{"task": s.task, "reason": s.reason} for s in skipped]
+
+    body: dict[str, Any] = {
+        "id": dataset
+        or (facts.get("name") if isinstance(facts.get("name"), str) else None)
+        or _default_dataset_id(tree, fmt),
+        "cases": cases,
+        "produced_by": produced_by,
+    }
+    if "/" in body["id"]:
+        body["id"] = body["id"].replace("/", "-")
+    if version is not None:
+        body["version"] = version
+    elif bump is not None:
+        body["bump"] = bump
+    elif isinstance(facts.get("version"), str):
+        body["version"] = facts["version"]
+    else:
+        body["bump"] = "minor"
+    if isinstance(facts.get("description"), str):
+        body["description"] = facts["description"]
+    return TaskDataset(body, skipped)
+
+
+class Registry(Protocol):
+    def register(self, identity: Identity, body: Any) -> Any: ...
+
+
+def import_task_tree(
+    registry: Registry,
+    identity: Identity,
+    tree: Tree,
+    fmt: str,
+    **options: Any,
+) -> tuple[Any, list[Skipped]]:
+    """Build the dataset of a tree and register it; (register result, skipped tasks)."""
+    from caseshelf.services.registry import parse_dataset
+
+    built = build_task_dataset(tree, fmt, **options)
+    return registry.register(identity, parse_dataset(built.body)), built.skipped
+
+
+# --- the use case behind POST /datasets/terminal-bench|harbor and `import-tasks` -------------
+
+
+class TaskImportRequest(Strict):
+    """Where the tasks are and how to map them. Exactly one of `upload_id` (an archive put
+    under the tenant's `uploads/<upload_id>/`), `s3` (an `s3://bucket/prefix/` of task
+    directories, or one archive object) or `archive_base64` (a small `.tar.gz`/`.zip` inline)."""
+
+    upload_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$")
+    s3: str | None = Field(default=None, pattern=r"^s3://[^/]+(/.*)?$")
+    archive_base64: str | None = None
+    filename: str = Field(default="tasks.tar.gz", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+    image_template: str | None = Field(default=None, min_length=1, max_length=512)
+    skip_invalid: bool = False
+    id_prefix: str = Field(default="", max_length=64, pattern=r"^[A-Za-z0-9._-]*$")
+    dataset: DatasetId | None = None
+    version: Label | None = None
+    bump: BumpKind | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TaskImportRequest:
+        given = [k for k in ("upload_id", "s3", "archive_base64") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("give exactly one of upload_id, s3, archive_base64")
+        if self.version is not None and self.bump is not None:
+            raise ValueError("give either version or bump, not both")
+        return self
+
+
+@dataclass(frozen=True)
+class TaskImportResult:
+    record: Any  # the committed VersionRecord
+    created: bool
+    skipped: list[Skipped]
+    case_count: int
+
+
+class TaskImportService:
+    def __init__(
+        self,
+        registry: Registry,
+        store: BlobStore,
+        *,
+        own_bucket: str | None = None,
+        store_for_bucket: Callable[[str], BlobStore] | None = None,
+        limits: Limits = Limits(),
+    ) -> None:
+        self.registry = registry
+        self.store = store
+        self.own_bucket = own_bucket
+        self.store_for_bucket = store_for_bucket
+        self.limits = limits
+
+    def read(self, identity: Identity, req: TaskImportRequest) -> tuple[Tree, str]:
+        """The tree a request points at, and a description of where it came from."""
+        tenant = identity.tenant
+        if req.archive_base64 is not None:
+            try:
+                data = base64.b64decode(req.archive_base64, validate=True)
+            except (binascii.Error, ValueError):
+                raise BadRequest(
+                    "archive_base64 is not valid base64", field="archive_base64"
+                ) from None
+            tree = read_archive_bytes(data, req.filename, self.limits)
+            tree.name = _archive_stem(req.filename)
+            return tree, f"inline:{req.filename}"
+        if req.upload_id is not None:
+            prefix = f"{layout.root(tenant)}uploads/{req.upload_id}/"
+            objects = [o for o in self.store.list(prefix) if not o.key.endswith("/")]
+            if not objects:
+                raise NotFound(f"no upload {req.upload_id!r}", id=req.upload_id)
+            if len(objects) > 1:
+                raise BadRequest(f"upload {req.upload_id!r} holds several files", field="upload_id")
+            obj = objects[0]
+            if obj.size > self.limits.max_total_bytes:
+                raise TooLarge(f"upload {req.upload_id!r} is {obj.size} bytes", field="size")
+            name = posixpath.basename(obj.key)
+            tree = read_archive_bytes(self.store.get(obj.key), name, self.limits)
+            tree.name = _archive_stem(name)
+            return tree, f"upload:{req.upload_id}"
+        assert req.s3 is not None
+        bucket, prefix = parse_s3_url(req.s3)
+        if prefix and relative_path_problem(prefix.rstrip("/")):
+            raise BadRequest(f"{req.s3}: the prefix is not a safe path", field="s3")
+        if bucket == self.own_bucket:
+            # The registry's own bucket: only the caller's tenant tree, never another's.
+            root = layout.root(tenant)
+            if not prefix.startswith(root):
+                raise Forbidden(f"{req.s3}: outside your tenant's prefix {root}", field="s3")
+            store = self.store
+        else:
+            if self.store_for_bucket is None:
+                raise BadRequest("reading another bucket is not available here", field="s3")
+            store = self.store_for_bucket(bucket)
+        return read_store_prefix(store, prefix, req.s3, self.limits), req.s3
+
+    def import_tasks(
+        self, identity: Identity, fmt: str, req: TaskImportRequest
+    ) -> TaskImportResult:
+        from caseshelf.services.registry import parse_dataset
+
+        identity.check_can_write()
+        tree, origin = self.read(identity, req)
+        built = build_task_dataset(
+            tree,
+            fmt,
+            image_template=req.image_template,
+            skip_invalid=req.skip_invalid,
+            dataset=req.dataset,
+            version=req.version,
+            bump=req.bump,
+            id_prefix=req.id_prefix,
+            origin=origin,
+        )
+        body = parse_dataset(built.body)
+        res = self.registry.register(identity, body)
+        return TaskImportResult(res.record, res.created, built.skipped, len(body.cases))

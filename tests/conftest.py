@@ -1,0 +1,120 @@
+"""Shared fixtures: the benchmark data, and the three storage backends every contract test runs on
+(embedded files + SQLite, moto in-process, moto as a server over real HTTP).
+
+The moto bucket and table are created from `infra/template.yaml` (see `tests/moto_infra.py`).
+Credentials are dummies set per test; no real AWS account is ever reachable.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from caseshelf.adapters.localfs import LocalBlobStore
+from caseshelf.adapters.sqlite import SqliteIndex
+from caseshelf.bootstrap import Services, Settings, build, build_adapters, load_settings
+from caseshelf.ports import BlobStore, Index
+from tests.moto_infra import create_bucket, create_table, free_port, make_moto_dynamodb_atomic
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT / ".." / "shared" / "data"
+REGION = "us-east-1"
+BACKENDS = ("embedded", "moto", "moto_server")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The real benchmark data next to the repository (never copied into it)."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"benchmark data not found at {SHARED_DATA.resolve()}")
+    return SHARED_DATA.resolve()
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dummy credentials and region; nothing that could reach a real account."""
+    for var in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+
+
+@dataclass
+class Backend:
+    """One storage backend with the services built on it by the composition root."""
+
+    name: str
+    settings: Settings
+    store: BlobStore
+    index: Index
+    services: Services
+    s3: Any = None  # the raw boto3 clients on the AWS backends, for assertions
+    ddb: Any = None
+    endpoint_url: str | None = None
+
+    def rebuild(self, *, store: BlobStore | None = None, index: Index | None = None) -> Services:
+        """Services over the same storage with one port swapped (e.g. a crashing index)."""
+        return build(self.settings, store=store or self.store, index=index or self.index)
+
+
+def aws_backend(name: str, endpoint_url: str | None) -> Backend:
+    """A fresh bucket and table (unique names) on moto, built like the deployed ones."""
+    suffix = uuid.uuid4().hex[:12]
+    settings = load_settings(
+        {},
+        backend="aws",
+        bucket=f"caseshelf-{suffix}",
+        table=f"caseshelf-{suffix}",
+        endpoint_url=endpoint_url,
+        region=REGION,
+    )
+    store, index = build_adapters(settings)
+    s3, ddb = store.client, index.client  # type: ignore[attr-defined]
+    assert settings.bucket and settings.table
+    create_bucket(s3, settings.bucket)
+    create_table(ddb, settings.table)
+    services = build(settings, store=store, index=index)
+    return Backend(name, settings, store, index, services, s3, ddb, endpoint_url)
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[str]:
+    """One moto server on a free local port for the whole session; its endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    make_moto_dynamodb_atomic()
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    if request.param == "embedded":
+        settings = load_settings({}, home=str(tmp_path / "home"))
+        store = LocalBlobStore(tmp_path / "home" / "objects")
+        index = SqliteIndex(tmp_path / "home" / "index.sqlite")
+        yield Backend("embedded", settings, store, index, build(settings, store=store, index=index))
+        return
+    request.getfixturevalue("aws_env")
+    if request.param == "moto":
+        from moto import mock_aws
+
+        make_moto_dynamodb_atomic()
+        with mock_aws():
+            yield aws_backend("moto", None)
+        return
+    yield aws_backend("moto_server", request.getfixturevalue("moto_server"))

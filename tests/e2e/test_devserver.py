@@ -1,0 +1,170 @@
+"""The local API over real HTTP: routes from the template, events into the same handlers."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from caseshelf import bootstrap
+from caseshelf.bootstrap import load_settings
+from caseshelf.devserver import DevServer, make_server
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.filterwarnings("ignore:No application metrics to publish"),
+]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[DevServer]:
+    settings = load_settings({}, home=str(tmp_path / "home"), tenant="acme", principal="alice")
+    srv = make_server(settings, "127.0.0.1", 0, quiet=True)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(timeout=5)
+        bootstrap.use(None)
+
+
+def call(
+    srv: DevServer,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    raw: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> SimpleNamespace:
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(srv.url + path, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            status, hdrs, payload = resp.status, resp.headers, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, hdrs, payload = exc.code, exc.headers, exc.read()
+    ctype = hdrs.get("Content-Type", "")
+    parsed = json.loads(payload) if "json" in ctype and payload else None
+    return SimpleNamespace(status=status, headers=hdrs, body=payload, json=parsed)
+
+
+def dataset(n: int = 5, version: str = "1.0.0") -> dict[str, Any]:
+    return {
+        "id": "demo",
+        "version": version,
+        "cases": [{"id": f"c{i}", "inputs": {"user": f"q{i}"}} for i in range(n)],
+    }
+
+
+def test_register_list_get_and_page_cases_over_http(server: DevServer) -> None:
+    # When a dataset is registered over HTTP
+    created = call(server, "POST", "/datasets", dataset())
+    assert created.status == 201, created.body
+    assert call(server, "POST", "/datasets", dataset()).status == 200
+    # Then it is listed, readable, and its cases page in order
+    listed = call(server, "GET", "/datasets")
+    assert [d["id"] for d in listed.json["items"]] == ["demo"]
+    assert listed.json["items"][0]["owner"] == "acme"
+    got = call(server, "GET", "/datasets/demo")
+    assert got.json["latest"] == "1.0.0"
+    version = call(server, "GET", "/datasets/demo/versions/latest")
+    assert version.json["created_by"] == "alice"
+    digest = created.json["content_digest"]
+    assert call(server, "GET", f"/datasets/demo/versions/{digest}").json["version"] == "1.0.0"
+    ids: list[str] = []
+    cursor = ""
+    while True:
+        page = call(server, "GET", f"/datasets/demo/versions/1.0.0/cases?limit=2{cursor}")
+        assert page.status == 200
+        ids += [c["id"] for c in page.json["items"]]
+        if page.json["next_cursor"] is None:
+            break
+        cursor = f"&cursor={page.json['next_cursor']}"
+    assert ids == [f"c{i}" for i in range(5)]
+
+
+def test_download_streams_the_document_as_an_attachment(server: DevServer) -> None:
+    call(server, "POST", "/datasets", dataset(n=2))
+    resp = call(server, "GET", "/datasets/demo/versions/latest/download")
+    assert resp.status == 200
+    assert 'filename="demo-1.0.0.json"' in resp.headers["Content-Disposition"]
+    assert [c["id"] for c in resp.json["cases"]] == ["c0", "c1"]
+
+
+def test_tags_delete_and_revive_with_dev_identity_headers(server: DevServer) -> None:
+    call(server, "POST", "/datasets", dataset())
+    path = "/datasets/demo/versions/1.0.0"
+    # Tags
+    tagged = call(server, "PUT", f"{path}/tags", {"tags": ["stable"]})
+    assert tagged.json["version_tags"] == ["stable"]
+    assert call(server, "GET", "/datasets/demo/versions/stable").json["version"] == "1.0.0"
+    # Another principal (dev header) may not delete; an admin (dev header) may
+    bob = {"X-Caseshelf-Principal": "bob"}
+    assert call(server, "DELETE", path, headers=bob).status == 403
+    admin = {"X-Caseshelf-Principal": "root", "X-Caseshelf-Roles": "admin"}
+    gone = call(server, "DELETE", path, headers=admin)
+    assert gone.status == 200
+    assert gone.json["deleted_by"] == "root"
+    assert call(server, "GET", path).status == 404
+    assert call(server, "GET", f"{path}?include_deleted=true").status == 200
+    # The creator revives it
+    assert call(server, "POST", f"{path}/revive").json["deleted_at"] is None
+    assert call(server, "GET", path).status == 200
+
+
+def test_tenant_header_switches_tenant_and_isolates(server: DevServer) -> None:
+    call(server, "POST", "/datasets", dataset())
+    other = {"X-Caseshelf-Tenant": "globex"}
+    assert call(server, "GET", "/datasets", headers=other).json["items"] == []
+    missing = call(server, "GET", "/datasets/demo", headers=other)
+    assert missing.status == 404
+    assert missing.headers["Content-Type"] == "application/problem+json"
+
+
+def test_bad_input_errors_come_back_as_problem_json(server: DevServer) -> None:
+    resp = call(server, "POST", "/datasets", raw=b'{"id": "demo",\n "cases": [,]}')
+    assert resp.status == 400
+    assert resp.headers["Content-Type"] == "application/problem+json"
+    assert resp.json["line"] == 2
+    big = b'{"pad": "' + b"x" * (6 * 1024 * 1024) + b'"}'
+    too_large = call(server, "POST", "/datasets", raw=big)
+    assert too_large.status == 413
+    assert too_large.json["upload_route"] == "POST /uploads"
+
+
+def test_swagger_page_and_openapi_document(server: DevServer) -> None:
+    page = call(server, "GET", "/swagger")
+    assert page.status == 200
+    assert page.headers["Content-Type"].startswith("text/html")
+    assert b"SwaggerUIBundle" in page.body
+    assert b"/datasets/{id}/versions/{ref}/cases" in page.body
+    doc = call(server, "GET", "/openapi.json")
+    assert doc.status == 200
+    assert "/datasets" in doc.json["paths"]
+    committed = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
+    assert doc.json == json.loads(committed.read_text())
+
+
+def test_unknown_route_is_404_and_wrong_method_405(server: DevServer) -> None:
+    missing = call(server, "GET", "/no/such/route")
+    assert missing.status == 404
+    assert missing.headers["Content-Type"] == "application/problem+json"
+    assert "/no/such/route" in missing.json["detail"]
+    wrong = call(server, "PATCH", "/datasets")
+    assert wrong.status == 405
+    assert wrong.headers["Allow"] == "GET, POST"

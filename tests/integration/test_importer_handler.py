@@ -1,0 +1,234 @@
+"""The importer Lambda fed API Gateway and S3 events, on moto (bucket and table built from the
+template)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote_plus
+
+import pytest
+
+from caseshelf import bootstrap
+from caseshelf.api.openapi import load_function
+from caseshelf.domain.errors import NotFound
+from caseshelf.domain.identity import Identity
+from tests.conftest import aws_backend
+from tests.moto_infra import make_moto_dynamodb_atomic
+
+pytestmark = pytest.mark.integration
+
+EVENTS = Path(__file__).resolve().parents[1] / "events"
+ME = Identity("acme", "alice")
+ROWS = "".join(
+    json.dumps({"question": f"What is {i} + 1?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"})
+    + "\n"
+    for i in range(30)
+)
+
+
+@dataclass
+class Context:
+    function_name: str = "caseshelf-importer"
+    memory_limit_in_mb: int = 2048
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:importer"
+    aws_request_id: str = "req-1"
+
+
+@pytest.fixture
+def backend(aws_env: None) -> Iterator[Any]:
+    from moto import mock_aws
+
+    make_moto_dynamodb_atomic()
+    with mock_aws():
+        b = aws_backend("moto", None)
+        bootstrap.use(b.services)
+        try:
+            yield b
+        finally:
+            bootstrap.use(None)
+
+
+def api(method: str, path: str, body: Any = None, *, tenant: str = "acme", query=None):
+    ev: dict[str, Any] = copy.deepcopy(
+        json.loads((EVENTS / "importer_import_post.json").read_text())
+    )
+    ev.update(httpMethod=method, path=path, resource=path)
+    ev["requestContext"].update(httpMethod=method, resourcePath=path, path=f"/prod{path}")
+    ev["requestContext"]["authorizer"]["claims"]["custom:tenant"] = tenant
+    ev["body"] = None if body is None else json.dumps(body)
+    ev["queryStringParameters"] = query
+    ev["multiValueQueryStringParameters"] = {k: [v] for k, v in query.items()} if query else None
+    return call(ev)
+
+
+def call(ev: dict[str, Any]) -> tuple[int, Any]:
+    fn = load_function("functions/importer/app.py")
+    out = fn.lambda_handler(ev, Context())
+    if "statusCode" not in out:
+        return 0, out
+    return out["statusCode"], json.loads(out["body"]) if out.get("body") else None
+
+
+def s3_event(key: str, etag: str = "0123456789abcdef0123456789abcdef") -> dict[str, Any]:
+    ev = json.loads((EVENTS / "s3_object_created.json").read_text())
+    ev["Records"][0]["s3"]["object"]["key"] = quote_plus(key, safe="/")
+    ev["Records"][0]["s3"]["object"]["eTag"] = etag
+    return ev
+
+
+def test_the_sample_import_event_registers_from_the_catalog_recipe(backend):
+    ev = json.loads((EVENTS / "importer_import_post.json").read_text())
+    status, body = call(ev)
+    assert status == 201, body
+    assert (body["id"], body["version"], body["case_count"]) == ("gsm8k-mini", "1.0.0", 1)
+    assert body["produced_by"]["recipe"]["id"] == "gsm8k"
+    assert body["produced_by"]["source"] == {"kind": "jsonl", "inline": True}
+    again, body2 = call(ev)
+    assert again == 200 and body2["created"] is False
+
+
+def test_recipes_register_get_validate_list_and_delete(backend):
+    recipe = {
+        "id": "mine",
+        "version": "1.0.0",
+        "category": "qa",
+        "source": {"kind": "jsonl"},
+        "mapping": {"taskField": "question"},
+    }
+    assert api("POST", "/recipes/validate", recipe)[1]["would_conflict"] is False
+    status, body = api("POST", "/recipes", recipe)
+    assert status == 201 and body["created"] is True
+    status, got = api("GET", "/recipes/mine")
+    assert status == 200 and got["recipe"]["mapping"] == {"task_field": "question"}
+    assert got["owner"] == "acme"
+    assert api("GET", "/recipes")[1]["items"][0]["id"] == "mine"
+    assert api("GET", "/recipes/mine/versions/1.0.0")[0] == 200
+    assert api("DELETE", "/recipes/mine/versions/1.0.0")[1]["deleted_at"] is not None
+    assert api("GET", "/recipes/mine")[0] == 404
+    assert api("GET", "/recipes/mine", tenant="other")[0] == 404
+
+
+def test_an_unknown_recipe_key_is_400_naming_it(backend):
+    bad = {
+        "id": "bad",
+        "version": "1.0.0",
+        "category": "qa",
+        "source": {"kind": "jsonl"},
+        "mapping": {"task_field": "q", "answer_feild": "a"},
+    }
+    status, body = api("POST", "/recipes", bad)
+    assert status == 400 and "answer_feild" in json.dumps(body)
+    status, body = api("POST", "/benchmarks/import", {"recipe": bad, "source": {"text": "{}"}})
+    assert status == 400 and "answer_feild" in body["detail"]
+
+
+def test_the_catalog_and_a_recipe_fallback(backend):
+    status, body = api("GET", "/benchmarks")
+    assert status == 200
+    assert [b["id"] for b in body["items"]] == [
+        "gsm8k",
+        "humaneval",
+        "mmlu",
+        "swe-bench-verified",
+        "truthfulqa",
+    ]
+    assert body["items"][0]["origin"]["citation"].startswith("@article{cobbe2021gsm8k")
+    status, got = api("GET", "/recipes/humaneval")
+    assert status == 200 and got["owner"] == "_shared"
+
+
+def test_the_api_never_reads_the_servers_disk(backend, tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(ROWS)
+    status, body = api(
+        "POST", "/benchmarks/import", {"recipe": "gsm8k", "source": {"url": str(path)}}
+    )
+    assert status == 403 and "local paths" in body["detail"]
+    status, body = api(
+        "POST",
+        "/benchmarks/import",
+        {"recipe": "gsm8k", "source": {"url": f"s3://{backend.settings.bucket}/t/other/x.jsonl"}},
+    )
+    assert status == 403
+
+
+def test_upload_then_s3_event_runs_the_job_once(backend):
+    status, up = api(
+        "POST", "/uploads", {"filename": "rows.jsonl", "recipe": "gsm8k", "dataset": "big"}
+    )
+    assert status == 201, up
+    assert up["upload_url"].startswith("https://") and up["key"].startswith("t/acme/uploads/")
+    status, job = api("GET", f"/jobs/{up['job_id']}")
+    assert job["state"] == "pending" and job["request"]["recipe"] == {
+        "id": "gsm8k",
+        "version": "1.0.0",
+    }
+    backend.s3.put_object(Bucket=backend.settings.bucket, Key=up["key"], Body=ROWS.encode())
+
+    _, handled = call(s3_event(up["key"]))
+    assert handled["objects"][0]["status"] == "succeeded"
+    status, job = api("GET", f"/jobs/{up['job_id']}")
+    assert job["state"] == "succeeded"
+    assert job["result"]["case_count"] == 30 and job["result"]["version"] == "1.0.0"
+    rec = backend.services.registry.get_version(ME, "big", "latest")
+    assert rec.produced_by["via"] == "upload" and rec.produced_by["rows_read"] == 30
+
+    _, again = call(s3_event(up["key"]))
+    assert again["objects"][0]["status"] == "duplicate"
+    assert len(backend.services.registry.list_versions(ME, "big").items) == 1
+    assert api("GET", f"/jobs/{up['job_id']}", tenant="other")[0] == 404
+
+
+def test_a_failed_job_reports_its_error_and_registers_nothing(backend):
+    _, up = api(
+        "POST", "/uploads", {"filename": "rows.jsonl", "recipe": "gsm8k", "dataset": "broken"}
+    )
+    backend.s3.put_object(
+        Bucket=backend.settings.bucket, Key=up["key"], Body=b'{"question": "q"}\n'
+    )
+    call(s3_event(up["key"]))
+    _, job = api("GET", f"/jobs/{up['job_id']}")
+    assert job["state"] == "failed"
+    assert job["error"]["detail"] == "row 0: missing field 'answer'"
+    with pytest.raises(NotFound):
+        backend.services.registry.get_version(ME, "broken", "latest")
+
+
+def test_keys_outside_a_job_or_under_another_tenant_are_rejected(backend):
+    _, up = api("POST", "/uploads", {"filename": "rows.jsonl", "recipe": "gsm8k", "dataset": "x"})
+    job_id = up["job_id"]
+    foreign = f"t/evil/uploads/{job_id}/rows.jsonl"
+    backend.s3.put_object(Bucket=backend.settings.bucket, Key=foreign, Body=ROWS.encode())
+    _, handled = call(s3_event(foreign))
+    assert handled["objects"][0]["status"] == "rejected"
+    _, handled = call(s3_event("t/acme/uploads/ffffffffffffffffffffffffffffffff/rows.jsonl"))
+    assert handled["objects"][0]["status"] == "rejected"
+    _, handled = call(s3_event("somewhere/else.jsonl"))
+    assert handled["objects"][0]["status"] == "rejected"
+    _, job = api("GET", f"/jobs/{job_id}")
+    assert job["state"] == "pending"
+    with pytest.raises(NotFound):
+        backend.services.registry.get_version(ME, "x", "latest")
+
+
+def test_a_drop_with_a_sidecar_imports_once_through_eventbridge(backend):
+    bucket = backend.settings.bucket
+    sidecar = {"recipe": "gsm8k", "dataset": "nightly", "bump": "patch"}
+    backend.s3.put_object(
+        Bucket=bucket, Key="t/acme/imports/nightly/import.json", Body=json.dumps(sidecar).encode()
+    )
+    backend.s3.put_object(
+        Bucket=bucket, Key="t/acme/imports/nightly/rows.jsonl", Body=ROWS.encode()
+    )
+    ev = json.loads((EVENTS / "eventbridge_object_created.json").read_text())
+    _, handled = call(ev)
+    assert handled["objects"][0]["status"] == "succeeded"
+    _, again = call(ev)
+    assert again["objects"][0]["status"] == "duplicate"
+    rec = backend.services.registry.get_version(ME, "nightly", "latest")
+    assert (rec.version, rec.case_count, rec.produced_by["via"]) == ("1.0.0", 30, "s3-drop")

@@ -1,0 +1,242 @@
+"""The SAM template deploys what the design promises: it lints, it transforms, every route needs the
+authorizer, the bucket and table are private and encrypted, policies are narrow, logs expire."""
+
+from __future__ import annotations
+
+import copy
+import re
+import tomllib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from caseshelf.adapters.s3 import AREA_TAG, TRANSIENT_AREAS, area_of
+from caseshelf.domain import layout
+from tests.moto_infra import ROOT, TEMPLATE, load_template
+
+pytestmark = pytest.mark.integration
+
+BROAD_SAM_POLICIES = {"S3CrudPolicy", "S3FullAccessPolicy", "S3WritePolicy", "AmazonS3FullAccess"}
+BROAD_ACTIONS = {"*", "s3:*", "dynamodb:*", "iam:*", "kms:*"}
+
+
+def resources(kind: str) -> dict[str, dict[str, Any]]:
+    return {n: r for n, r in load_template()["Resources"].items() if r["Type"] == kind}
+
+
+def functions() -> dict[str, dict[str, Any]]:
+    return resources("AWS::Serverless::Function")
+
+
+def api_events() -> Iterator[tuple[str, str, dict[str, Any]]]:
+    for fname, fn in functions().items():
+        for ename, event in (fn["Properties"].get("Events") or {}).items():
+            if event["Type"] == "Api":
+                yield fname, ename, event["Properties"]
+
+
+def statements(fn: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for policy in fn["Properties"].get("Policies") or []:
+        if isinstance(policy, dict) and "Statement" in policy:
+            yield from policy["Statement"]
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+@pytest.fixture(scope="module")
+def transformed() -> dict[str, Any]:
+    """The template as `sam package` + CloudFormation's SAM transform would see it."""
+    from samtranslator.translator.transform import transform
+
+    class NoManagedPolicies:
+        def load(self) -> dict[str, str]:
+            return {}
+
+    doc = copy.deepcopy(load_template())
+    for res in doc["Resources"].values():
+        if res["Type"] == "AWS::Serverless::Function":
+            res["Properties"]["CodeUri"] = "s3://deploy-bucket/function.zip"
+        if res["Type"] == "AWS::Serverless::LayerVersion":
+            res["Properties"]["ContentUri"] = "s3://deploy-bucket/layer.zip"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        out: dict[str, Any] = transform(doc, {}, NoManagedPolicies())
+    return out
+
+
+def test_cfn_lint_passes() -> None:
+    from cfnlint.api import ManualArgs, lint_file
+
+    matches = lint_file(TEMPLATE, config=ManualArgs(regions=["us-east-1"]))
+    assert [str(m) for m in matches] == []
+
+
+def test_every_route_goes_through_the_authorizer(transformed: dict[str, Any]) -> None:
+    # Given the API's default authorizer
+    api = load_template()["Resources"]["Api"]["Properties"]
+    default = api["Auth"]["DefaultAuthorizer"]
+    assert default in api["Auth"]["Authorizers"]
+    # Every Api event belongs to that API and none opts out
+    events = list(api_events())
+    assert events, "the template declares no routes"
+    for fname, ename, props in events:
+        assert props.get("RestApiId") == {"Ref": "Api"}, f"{fname}.{ename} is on an implicit API"
+        auth = props.get("Auth") or {}
+        assert auth.get("Authorizer", default) != "NONE", f"{fname}.{ename} is anonymous"
+    # And in the deployed definition every operation requires it
+    [rest_api] = [
+        r for r in transformed["Resources"].values() if r["Type"] == "AWS::ApiGateway::RestApi"
+    ]
+    operations = [
+        (path, method, op)
+        for path, methods in rest_api["Properties"]["Body"]["paths"].items()
+        for method, op in methods.items()
+    ]
+    assert len(operations) == len(events)
+    for path, method, op in operations:
+        assert op.get("security") == [{default: []}], f"{method.upper()} {path} is anonymous"
+
+
+def test_path_parameters_have_one_name_per_level() -> None:
+    # API Gateway refuses /datasets/{id} next to /datasets/{name}: siblings must agree.
+    names: dict[tuple[str, ...], set[str]] = {}
+    for _f, _e, props in api_events():
+        parts = props["Path"].strip("/").split("/")
+        for i, part in enumerate(parts):
+            if part.startswith("{"):
+                names.setdefault(tuple(parts[:i]), set()).add(part)
+    clashes = {"/".join(k): v for k, v in names.items() if len(v) > 1}
+    assert clashes == {}
+
+
+def test_function_code_and_layer_exist() -> None:
+    base = TEMPLATE.parent
+    for name, fn in functions().items():
+        code = (base / fn["Properties"]["CodeUri"]).resolve()
+        module, handler = fn["Properties"]["Handler"].split(".")
+        source = code / f"{module}.py"
+        assert source.is_file(), f"{name}: no {source}"
+        assert f"def {handler}(" in source.read_text(encoding="utf-8"), f"{name}: no {handler}"
+    [layer] = resources("AWS::Serverless::LayerVersion").values()
+    content = (base / layer["Properties"]["ContentUri"]).resolve()
+    assert (content / "caseshelf" / "__init__.py").is_file()
+    assert (content / "requirements.txt").is_file()
+    globals_fn = load_template()["Globals"]["Function"]
+    assert {"Ref": "CaseshelfLayer"} in globals_fn["Layers"]
+
+
+def test_layer_requirements_are_project_dependencies() -> None:
+    def name(req: str) -> str:
+        return re.split(r"[\[<>=!~ ]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    declared = {name(r) for r in project["project"]["dependencies"]}
+    lines = (ROOT / "shared" / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    layer = {name(r) for r in lines if r.strip() and not r.startswith("#")}
+    assert layer <= declared
+    assert "boto3" in layer, "put-if-absent needs a boto3 newer than some runtimes bundle"
+
+
+def test_bucket_is_private_encrypted_and_tls_only() -> None:
+    bucket = load_template()["Resources"]["DataBucket"]["Properties"]
+    assert bucket["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
+    [sse] = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert sse["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in {"aws:kms", "AES256"}
+    [policy] = resources("AWS::S3::BucketPolicy").values()
+    deny_plain = [
+        s
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+        if s["Effect"] == "Deny"
+        and s.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") in ("false", False)
+    ]
+    assert deny_plain, "no statement denies requests without TLS"
+    [stmt] = deny_plain
+    assert stmt["Principal"] == "*" and stmt["Action"] in ("s3:*", ["s3:*"])
+    assert {"Fn::GetAtt": ["DataBucket", "Arn"]} in stmt["Resource"]
+    assert {"Fn::Sub": "${DataBucket.Arn}/*"} in stmt["Resource"]
+
+
+def test_lifecycle_rules_reach_the_objects_the_store_tags() -> None:
+    rules = load_template()["Resources"]["DataBucket"]["Properties"]["LifecycleConfiguration"]
+    by_area = {}
+    for rule in rules["Rules"]:
+        for tag in rule.get("TagFilters") or []:
+            if tag["Key"] == AREA_TAG:
+                by_area[tag["Value"]] = rule
+        # A literal prefix rule for a transient area would match nothing: keys start with t/.
+        assert not str(rule.get("Prefix", "")).startswith(TRANSIENT_AREAS)
+    assert set(by_area) == set(TRANSIENT_AREAS)
+    assert all(r["Status"] == "Enabled" and r["ExpirationInDays"] > 0 for r in by_area.values())
+    # And the keys the registry writes into those areas are the ones the store tags
+    assert area_of(layout.download_key("acme", "sha256:" + "a" * 64)) == "exports"
+    assert area_of("t/acme/uploads/u1") == "uploads"
+    assert area_of(layout.pack_key("acme", "a" * 64)) is None
+    assert area_of(layout.manifest_key("acme", "sha256:" + "a" * 64)) is None
+
+
+def test_table_is_on_demand_recoverable_and_encrypted() -> None:
+    table = load_template()["Resources"]["IndexTable"]["Properties"]
+    assert table["BillingMode"] == "PAY_PER_REQUEST"
+    assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert table["SSESpecification"]["SSEEnabled"] is True
+    assert [k["AttributeName"] for k in table["KeySchema"]] == ["pk", "sk"]
+
+
+def test_policies_are_narrow() -> None:
+    for name, fn in functions().items():
+        for policy in fn["Properties"].get("Policies") or []:
+            named = set(policy) if isinstance(policy, dict) else {policy}
+            assert not named & BROAD_SAM_POLICIES, f"{name} has a bucket-wide write policy"
+        for stmt in statements(fn):
+            actions = set(as_list(stmt["Action"]))
+            assert not actions & BROAD_ACTIONS, f"{name}: {stmt}"
+            assert "*" not in as_list(stmt["Resource"]), f"{name}: {stmt}"
+            for res in as_list(stmt["Resource"]):
+                arn = res.get("Fn::Sub", "") if isinstance(res, dict) else str(res)
+                assert arn != "${DataBucket.Arn}/*", f"{name} writes anywhere in the bucket"
+
+
+def test_registry_reaches_only_tenant_objects_and_index_rows() -> None:
+    registry = functions()["RegistryFunction"]
+    stmts = list(statements(registry))
+    s3_objects = [
+        s for s in stmts if any(a.startswith("s3:") and "Object" in a for a in as_list(s["Action"]))
+    ]
+    assert s3_objects
+    for stmt in s3_objects:
+        assert stmt["Resource"] == {"Fn::Sub": "${DataBucket.Arn}/t/*"}
+        assert "s3:DeleteObject" not in as_list(stmt["Action"])
+    ddb = {a for s in stmts for a in as_list(s["Action"]) if a.startswith("dynamodb:")}
+    assert {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem"} <= ddb
+    assert not ddb & {"dynamodb:Scan", "dynamodb:DeleteItem", "dynamodb:DeleteTable"}
+
+
+def test_every_function_logs_with_retention() -> None:
+    groups = resources("AWS::Logs::LogGroup").values()
+    named = {str(g["Properties"]["LogGroupName"]) for g in groups}
+    for name in functions():
+        expected = str({"Fn::Sub": f"/aws/lambda/${{{name}}}"})
+        assert expected in named, f"{name} has no log group"
+    for group in groups:
+        assert group["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+
+
+def test_an_alarm_watches_the_apis_5xx() -> None:
+    alarms = [
+        a["Properties"]
+        for a in resources("AWS::CloudWatch::Alarm").values()
+        if a["Properties"]["MetricName"] == "5XXError"
+    ]
+    assert alarms, "no alarm on 5xx"
+    api = load_template()["Resources"]["Api"]["Properties"]
+    [alarm] = alarms
+    assert alarm["Namespace"] == "AWS/ApiGateway"
+    assert {"Name": "ApiName", "Value": api["Name"]} in alarm["Dimensions"]

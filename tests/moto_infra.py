@@ -1,0 +1,170 @@
+"""Test infrastructure built from `infra/template.yaml`, so the test schema and the deployed
+schema cannot drift: the moto bucket and table take their properties from the template."""
+
+from __future__ import annotations
+
+import functools
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATE = ROOT / "infra" / "template.yaml"
+BUCKET_RESOURCE = "DataBucket"
+TABLE_RESOURCE = "IndexTable"
+
+
+class CfnLoader(yaml.SafeLoader):
+    """A safe loader that reads CloudFormation short-form tags (`!Ref`, `!GetAtt`, `!Sub`, ...)
+    into their long form (`{"Ref": ...}`, `{"Fn::GetAtt": [...]}`)."""
+
+
+def _cfn_tag(loader: CfnLoader, suffix: str, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+    if suffix == "Ref":
+        return {"Ref": value}
+    if suffix == "GetAtt" and isinstance(value, str):
+        value = value.split(".", 1)
+    return {f"Fn::{suffix}": value}
+
+
+CfnLoader.add_multi_constructor("!", _cfn_tag)
+
+
+@functools.cache
+def load_template(path: Path = TEMPLATE) -> dict[str, Any]:
+    with path.open(encoding="utf-8") as fh:
+        doc: dict[str, Any] = yaml.load(fh, Loader=CfnLoader)
+    return doc
+
+
+def resource_properties(name: str) -> dict[str, Any]:
+    props: dict[str, Any] = load_template()["Resources"][name]["Properties"]
+    return props
+
+
+def _lifecycle_rule(rule: dict[str, Any]) -> dict[str, Any]:
+    """A template lifecycle rule in the shape of the S3 API."""
+    out: dict[str, Any] = {"ID": rule["Id"], "Status": rule["Status"]}
+    tags = rule.get("TagFilters") or []
+    prefix = rule.get("Prefix")
+    if tags and prefix:
+        out["Filter"] = {"And": {"Prefix": prefix, "Tags": tags}}
+    elif len(tags) > 1:
+        out["Filter"] = {"And": {"Tags": tags}}
+    elif tags:
+        out["Filter"] = {"Tag": tags[0]}
+    else:
+        out["Filter"] = {"Prefix": prefix or ""}
+    if "ExpirationInDays" in rule:
+        out["Expiration"] = {"Days": rule["ExpirationInDays"]}
+    if "ExpiredObjectDeleteMarker" in rule:
+        out["Expiration"] = {"ExpiredObjectDeleteMarker": rule["ExpiredObjectDeleteMarker"]}
+    if "AbortIncompleteMultipartUpload" in rule:
+        out["AbortIncompleteMultipartUpload"] = rule["AbortIncompleteMultipartUpload"]
+    if "NoncurrentVersionExpiration" in rule:
+        out["NoncurrentVersionExpiration"] = rule["NoncurrentVersionExpiration"]
+    return out
+
+
+def create_bucket(s3: Any, name: str) -> None:
+    """The data bucket as the template declares it: encryption, public access block, versioning,
+    lifecycle rules."""
+    props = resource_properties(BUCKET_RESOURCE)
+    s3.create_bucket(Bucket=name)
+    enc = props.get("BucketEncryption")
+    if enc:
+        rules = [
+            {
+                "ApplyServerSideEncryptionByDefault": r["ServerSideEncryptionByDefault"],
+                **({"BucketKeyEnabled": r["BucketKeyEnabled"]} if "BucketKeyEnabled" in r else {}),
+            }
+            for r in enc["ServerSideEncryptionConfiguration"]
+        ]
+        s3.put_bucket_encryption(Bucket=name, ServerSideEncryptionConfiguration={"Rules": rules})
+    block = props.get("PublicAccessBlockConfiguration")
+    if block:
+        s3.put_public_access_block(Bucket=name, PublicAccessBlockConfiguration=block)
+    versioning = props.get("VersioningConfiguration")
+    if versioning:
+        s3.put_bucket_versioning(Bucket=name, VersioningConfiguration=versioning)
+    lifecycle = props.get("LifecycleConfiguration")
+    if lifecycle:
+        s3.put_bucket_lifecycle_configuration(
+            Bucket=name,
+            LifecycleConfiguration={"Rules": [_lifecycle_rule(r) for r in lifecycle["Rules"]]},
+        )
+
+
+def create_table(ddb: Any, name: str) -> None:
+    """The index table as the template declares it: keys, billing, SSE, PITR, TTL."""
+    props = resource_properties(TABLE_RESOURCE)
+    args: dict[str, Any] = {
+        "TableName": name,
+        "KeySchema": props["KeySchema"],
+        "AttributeDefinitions": props["AttributeDefinitions"],
+        "BillingMode": props.get("BillingMode", "PROVISIONED"),
+    }
+    for extra in ("GlobalSecondaryIndexes", "LocalSecondaryIndexes"):
+        if extra in props:
+            args[extra] = props[extra]
+    sse = props.get("SSESpecification")
+    if sse:
+        args["SSESpecification"] = {"Enabled": bool(sse.get("SSEEnabled"))}
+    ddb.create_table(**args)
+    pitr = props.get("PointInTimeRecoverySpecification")
+    if pitr:
+        ddb.update_continuous_backups(TableName=name, PointInTimeRecoverySpecification=pitr)
+    ttl = props.get("TimeToLiveSpecification")
+    if ttl:
+        ddb.update_time_to_live(TableName=name, TimeToLiveSpecification=ttl)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+_MOTO_DYNAMODB_CALLS = (
+    "transact_write_items",
+    "put_item",
+    "update_item",
+    "delete_item",
+    "get_item",
+    "query",
+    "scan",
+)
+_moto_lock = threading.RLock()
+_moto_patched = False
+
+
+def make_moto_dynamodb_atomic() -> None:
+    """DynamoDB applies a conditional write or a transaction atomically; moto's backend checks
+    the condition and then writes, with nothing between two request threads. Serialise its
+    item operations so the race tests exercise the adapter, not the fake's missing lock."""
+    global _moto_patched
+    with _moto_lock:
+        if _moto_patched:
+            return
+        from moto.dynamodb.models import DynamoDBBackend
+
+        for name in _MOTO_DYNAMODB_CALLS:
+            original = getattr(DynamoDBBackend, name)
+
+            def locked(self: Any, *args: Any, __original: Any = original, **kw: Any) -> Any:
+                with _moto_lock:
+                    return __original(self, *args, **kw)
+
+            functools.update_wrapper(locked, original)
+            setattr(DynamoDBBackend, name, locked)
+        _moto_patched = True

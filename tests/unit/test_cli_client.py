@@ -1,0 +1,102 @@
+"""The CLI's pure pieces: ID@REF parsing, problem+json answers turned back into domain errors,
+request building of the HTTP client, and server-given file names."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+
+from caseshelf.cli.client import HttpClient, problem_error, safe_filename
+from caseshelf.cli.registry import parse_ref, parse_version
+from caseshelf.domain.errors import BadRequest, Conflict, Forbidden, NotFound, TooLarge
+
+pytestmark = pytest.mark.unit
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("demo", ("demo", "latest")),
+        ("demo@1.2.0", ("demo", "1.2.0")),
+        ("demo@stable", ("demo", "stable")),
+        ("demo@latest", ("demo", "latest")),
+        (f"demo@{DIGEST}", ("demo", DIGEST)),
+        ("a.b_c-1@v2024.05", ("a.b_c-1", "v2024.05")),
+    ],
+)
+def test_refs_parse(text: str, expected: tuple[str, str]) -> None:
+    assert parse_ref(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "@1.0.0", "-demo", "demo@", "demo@@1", "demo@1@2", "demo@sha256:abc", "de mo", "demo@a/b"],
+)
+def test_bad_refs_are_usage_errors(text: str) -> None:
+    with pytest.raises(typer.BadParameter):
+        parse_ref(text)
+
+
+@pytest.mark.parametrize("text", ["demo", "demo@latest", f"demo@{DIGEST}"])
+def test_changes_need_an_explicit_label(text: str) -> None:
+    with pytest.raises(typer.BadParameter, match="name the version label"):
+        parse_version(text)
+    assert parse_version("demo@1.0.0") == ("demo", "1.0.0")
+
+
+@pytest.mark.parametrize(
+    ("status", "cls"),
+    [(400, BadRequest), (403, Forbidden), (404, NotFound), (409, Conflict), (413, TooLarge)],
+)
+def test_problem_answers_become_domain_errors(status: int, cls: type) -> None:
+    # Given a problem+json body with a helpful extra field
+    body = (
+        b'{"type":"about:blank","title":"x","status":%d,"detail":"it broke","digests":["d1"]}'
+        % status
+    )
+    # When it is turned into an error
+    err = problem_error(status, body)
+    # Then the class follows the status, the detail is the message, extras are kept
+    assert type(err) is cls
+    assert err.detail == "it broke" and err.fields == {"digests": ["d1"]}
+
+
+def test_non_problem_answers_still_say_what_happened() -> None:
+    gateway = problem_error(401, b'{"message":"Unauthorized"}', "Unauthorized")
+    assert gateway.detail == "Unauthorized" and getattr(gateway, "status", None) == 401
+    html = problem_error(502, b"<html>bad gateway</html>", "Bad Gateway")
+    assert html.detail.startswith("HTTP 502 Bad Gateway: <html>bad gateway")
+    empty = problem_error(500, b"", "Internal Server Error")
+    assert empty.detail == "HTTP 500 Internal Server Error"
+
+
+def test_http_client_builds_urls_and_sends_identity_only_when_asked() -> None:
+    plain = HttpClient("http://127.0.0.1:8000/", token="s3cr3t")
+    url = plain.url("datasets", "demo", "versions", DIGEST, query={"a": True, "b": None, "c": 5})
+    assert url == (
+        "http://127.0.0.1:8000/datasets/demo/versions/sha256%3A" + "ab" * 32 + "?a=true&c=5"
+    )
+    assert not any(h.startswith("X-Caseshelf") for h in plain._headers)
+    assert "s3cr3t" not in repr(plain) and "s3cr3t" not in str(plain._headers)
+    who = HttpClient("https://api.example.com/prod", tenant="t1", principal="p", roles=("admin",))
+    assert who._headers["X-Caseshelf-Tenant"] == "t1"
+    assert who._headers["X-Caseshelf-Roles"] == "admin"
+    with pytest.raises(BadRequest):
+        HttpClient("file:///etc/passwd")
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("demo-1.0.0.json", "demo-1.0.0.json"),
+        ("../etc/passwd", "fallback.json"),
+        ("a/b.json", "fallback.json"),
+        (".bashrc", "fallback.json"),
+        ("", "fallback.json"),
+        (None, "fallback.json"),
+    ],
+)
+def test_server_file_names_never_leave_the_directory(given: object, expected: str) -> None:
+    assert safe_filename(given, "fallback.json") == expected

@@ -1,0 +1,384 @@
+"""Export of a registered version on the embedded backend (local directory and store prefix),
+content addressing, atomicity, and the pod-side pull with its safety rules (in-memory store)."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import tarfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from caseshelf.bootstrap import build, load_settings
+from caseshelf.domain.errors import BadRequest, Conflict, NotFound, Upstream
+from caseshelf.domain.identity import Identity
+from caseshelf.domain.paths import case_dir_name
+from caseshelf.domain.subset import SubsetRequest
+from caseshelf.ports import ObjectInfo
+from caseshelf.services.exports import ExportRequest, parse_s3_url
+from caseshelf.services.pull import pull
+from caseshelf.services.registry import parse_dataset
+
+pytestmark = pytest.mark.unit
+
+ME = Identity("local", "alice")
+IDS = ["HumanEval/0", "../x", ".hidden", "données/π", "plain-1"]
+
+
+class MemoryStore:
+    """A BlobStore in a dict, with a hook to fail or count writes."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.puts = 0
+        self.fail_after: int | None = None
+        self._lock = threading.Lock()
+
+    def put(self, key: str, data: bytes, *, content_type: str | None = None) -> None:
+        with self._lock:
+            if self.fail_after is not None and self.puts >= self.fail_after:
+                raise OSError(f"injected failure writing {key}")
+            self.puts += 1
+            self.objects[key] = data
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        if key in self.objects:
+            return False
+        self.put(key, data)
+        return True
+
+    def get(self, key: str) -> bytes:
+        if key not in self.objects:
+            raise NotFound(f"no object {key}")
+        return self.objects[key]
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        return self.get(key)[offset : offset + length]
+
+    def exists(self, key: str) -> bool:
+        return key in self.objects
+
+    def head(self, key: str) -> ObjectInfo | None:
+        return ObjectInfo(key, len(self.objects[key]), 0.0) if key in self.objects else None
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        for key in sorted(self.objects):
+            if key.startswith(prefix):
+                yield ObjectInfo(key, len(self.objects[key]), 0.0)
+
+    def delete(self, key: str) -> None:
+        self.objects.pop(key, None)
+
+    def presign_get(self, key: str, *, expires: int = 900) -> str | None:
+        return f"memory://{key}"
+
+    def presign_put(self, key: str, *, expires: int = 900) -> str | None:
+        return None
+
+
+def _dataset() -> dict:
+    cases = []
+    for i, cid in enumerate(IDS):
+        cases.append(
+            {
+                "id": cid,
+                "inputs": {"user": f"question {i}", "hitl": ["ok"] if i == 0 else []},
+                "expectations": {"ground_truth": str(i), "details": {"n": i}},
+                "tags": ["even" if i % 2 == 0 else "odd"],
+                "files": {"data/notes.txt": {"text": f"notes {i}\n"}},
+            }
+        )
+    return {
+        "id": "demo",
+        "version": "1.0.0",
+        "cases": cases,
+        "shared_files": [{"dest": "skill/SKILL.md", "text": "# shared skill\n"}],
+    }
+
+
+@pytest.fixture
+def svc(tmp_path: Path):
+    services = build(load_settings({}, home=str(tmp_path / "home")))
+    services.registry.register(ME, parse_dataset(_dataset()))
+    return services
+
+
+def _read_tree(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+# --- local directory --------------------------------------------------------------------------
+
+
+def test_export_to_a_local_directory_writes_every_case_and_a_matching_manifest(svc, tmp_path):
+    # When the version is exported to a directory
+    out = tmp_path / "out"
+    res = svc.exports.export_version(ME, "demo", "1.0.0", to=str(out))
+    # Then every case has its directory with its files, and the manifest's digests match
+    tree = _read_tree(out)
+    assert res.case_count == 5 and not res.reused
+    manifest = orjson.loads(tree.pop("manifest.json"))
+    assert manifest["dataset"]["id"] == "demo" and manifest["dataset"]["version"] == "1.0.0"
+    assert list(manifest["cases"]) == IDS
+    for cid, entry in manifest["cases"].items():
+        assert entry["dir"] == case_dir_name(cid)
+        for rel, meta in entry["files"].items():
+            assert _sha(tree[f"{entry['dir']}/{rel}"]) == meta["digest"]
+    assert len(tree) == res.file_count
+    d0 = case_dir_name("HumanEval/0")
+    assert yaml.safe_load(tree[f"{d0}/input.yaml"]) == {
+        "user": "question 0",
+        "prompt": "question 0",
+    }
+    assert yaml.safe_load(tree[f"{d0}/answers.yaml"]) == {"answers": ["ok"]}
+    assert tree[f"{d0}/reference.md"] == b"0"
+    assert tree[f"{d0}/data/notes.txt"] == b"notes 0\n"
+    assert tree[f"{d0}/skill/SKILL.md"] == b"# shared skill\n"
+    assert f"{case_dir_name('plain-1')}/answers.yaml" not in tree
+    # And the awkward ids stayed inside the export
+    assert not (tmp_path / "x").exists()
+    assert all(not name.startswith(".") for name in {k.split("/")[0] for k in tree})
+    # And nothing is left of the temporary directory
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "out"]
+
+
+def test_asking_again_reuses_the_export_without_writing(svc, tmp_path):
+    out = tmp_path / "out"
+    first = svc.exports.export_version(ME, "demo", "latest", to=str(out))
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    again = svc.exports.export_version(ME, "demo", "1.0.0", to=str(out))
+    assert again.reused and again.export_id == first.export_id
+    assert again.case_count == 5 and again.file_count == first.file_count
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+
+
+def test_another_export_into_a_used_directory_is_refused(svc, tmp_path):
+    out = tmp_path / "out"
+    svc.exports.export_version(ME, "demo", "1.0.0", to=str(out))
+    other = ExportRequest(subset=SubsetRequest(tags=["odd"]))
+    with pytest.raises(Conflict, match="another export"):
+        svc.exports.export_version(ME, "demo", "1.0.0", other, to=str(out))
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "x").write_text("x")
+    with pytest.raises(Conflict, match="not empty"):
+        svc.exports.export_version(ME, "demo", "1.0.0", to=str(tmp_path / "busy"))
+
+
+def test_subset_export_is_stamped_and_has_its_own_id(svc, tmp_path):
+    whole = svc.exports.export_version(ME, "demo", "1.0.0", to=str(tmp_path / "a"))
+    req = ExportRequest(subset=SubsetRequest(tags=["even"], limit=2))
+    part = svc.exports.export_version(ME, "demo", "1.0.0", req, to=str(tmp_path / "b"))
+    assert part.export_id != whole.export_id and part.case_count == 2
+    manifest = orjson.loads((tmp_path / "b" / "manifest.json").read_bytes())
+    assert manifest["subset"]["total"] == 5 and manifest["subset"]["selected"] == 2
+    assert manifest["subset"]["tags"] == ["even"] and manifest["subset"]["limit"] == 2
+    assert list(manifest["cases"]) == ["HumanEval/0", ".hidden"]
+
+
+def test_request_shared_files_are_added_and_reserved_ones_refused(svc, tmp_path):
+    req = ExportRequest(shared_files=[{"dest": "extra/tool.md", "text": "tool\n"}])
+    svc.exports.export_version(ME, "demo", "1.0.0", req, to=str(tmp_path / "o"))
+    assert (tmp_path / "o" / "plain-1" / "extra" / "tool.md").read_text() == "tool\n"
+    with pytest.raises(ValueError, match="reserved"):
+        ExportRequest(shared_files=[{"dest": "input.yaml", "text": "x"}])
+
+
+def test_a_failed_local_export_leaves_nothing_that_looks_complete(svc, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    import caseshelf.services.exports as exports
+
+    real = exports.ExportPlan.manifest_bytes
+
+    def boom(self):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(exports.ExportPlan, "manifest_bytes", boom)
+    with pytest.raises(OSError, match="disk full"):
+        svc.exports.export_version(ME, "demo", "1.0.0", to=str(out))
+    monkeypatch.setattr(exports.ExportPlan, "manifest_bytes", real)
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
+
+
+# --- store prefix -----------------------------------------------------------------------------
+
+
+def test_export_to_the_registry_store_uses_the_tenant_exports_prefix(svc):
+    res = svc.exports.export_version(ME, "demo", "1.0.0")
+    assert res.prefix == f"t/local/exports/{res.export_id}/"
+    assert res.manifest_key == res.prefix + "manifest.json"
+    assert svc.store.exists(res.manifest_key)
+    assert svc.store.exists(res.prefix + "bundle.tar.gz")
+    assert res.test_data_ref is None  # the embedded store has no bucket
+    again = svc.exports.export_version(ME, "demo", "1.0.0")
+    assert again.reused and again.export_id == res.export_id
+
+
+def test_store_export_writes_the_manifest_last_and_reuses_without_writing(svc):
+    store = MemoryStore()
+    svc.exports.store_for_bucket = lambda bucket: store
+    res = svc.exports.export_version(ME, "demo", "1.0.0", to="s3://pods/evals/demo")
+    assert res.prefix == "s3://pods/evals/demo/"
+    assert res.test_data_ref == {"s3": {"bucket": "pods", "key": "evals/demo/"[:-1]}}
+    assert res.bundle_url == "memory://evals/demo/bundle.tar.gz"
+    assert list(store.objects)[-1] == "evals/demo/manifest.json"
+    assert list(store.objects)[-2] == "evals/demo/bundle.tar.gz"
+    puts = store.puts
+    again = svc.exports.export_version(ME, "demo", "1.0.0", to="s3://pods/evals/demo")
+    assert again.reused and store.puts == puts
+
+
+def test_a_failed_store_export_leaves_no_manifest(svc):
+    store = MemoryStore()
+    store.fail_after = 7
+    svc.exports.store_for_bucket = lambda bucket: store
+    with pytest.raises(OSError, match="injected"):
+        svc.exports.export_version(ME, "demo", "1.0.0", to="s3://pods/p")
+    assert "p/manifest.json" not in store.objects
+    assert store.objects == {}  # what was written is removed again
+
+
+def test_bundle_holds_every_file_and_the_manifest(svc):
+    store = MemoryStore()
+    svc.exports.store_for_bucket = lambda bucket: store
+    res = svc.exports.export_version(ME, "demo", "1.0.0", to="s3://pods/p")
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(store.objects["p/bundle.tar.gz"]))) as t:
+        names = {m.name for m in t if m.isreg()}
+        assert all(not m.issym() and not m.islnk() for m in t)
+    assert names == {k[2:] for k in store.objects if k != "p/bundle.tar.gz"}
+    assert len(names) == res.file_count + 1
+
+
+@pytest.mark.parametrize(
+    ("url", "err"),
+    [("s3://", "no bucket"), ("s3://b/../x", "parent"), ("http://b/x", "s3://")],
+)
+def test_bad_s3_targets_are_refused(url, err):
+    with pytest.raises(BadRequest, match=err):
+        parse_s3_url(url)
+
+
+# --- pull -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def exported(svc):
+    store = MemoryStore()
+    svc.exports.store_for_bucket = lambda bucket: store
+    res = svc.exports.export_version(ME, "demo", "1.0.0", to="s3://pods/exp")
+    return store, res
+
+
+@pytest.mark.parametrize("bundle", [False, True])
+def test_pull_gives_back_the_export_verified(exported, svc, tmp_path, bundle):
+    store, res = exported
+    local = tmp_path / "local"
+    svc.exports.export_version(ME, "demo", "1.0.0", to=str(local))
+    got = pull(store, "exp", tmp_path / "test_data", bundle=bundle, concurrency=4)
+    assert got.case_count == 5 and got.file_count == res.file_count
+    assert _read_tree(tmp_path / "test_data") == _read_tree(local)
+    assert pull(store, "exp/", tmp_path / "test_data").reused
+
+
+@pytest.mark.parametrize("evil", ["exp/../evil.txt", "exp//etc/passwd", "exp/a/../../evil"])
+def test_pull_stops_on_a_key_that_would_land_outside(exported, tmp_path, evil):
+    store, _ = exported
+    store.objects[evil] = b"pwned"
+    dest = tmp_path / "test_data"
+    with pytest.raises(BadRequest, match="refusing key") as info:
+        pull(store, "exp/", dest)
+    assert evil in str(info.value)
+    assert not dest.exists() and not (tmp_path / "evil.txt").exists()
+
+
+def test_pull_refuses_a_key_not_in_the_manifest(exported, tmp_path):
+    store, _ = exported
+    store.objects["exp/plain-1/extra.sh"] = b"#!/bin/sh"
+    with pytest.raises(BadRequest, match="not in the export's manifest"):
+        pull(store, "exp/", tmp_path / "d")
+
+
+def test_root_level_keys_are_not_cases(exported, tmp_path):
+    store, _ = exported
+    store.objects["exp/README.txt"] = b"hello"
+    store.objects["exp/"] = b""  # a folder marker
+    store.objects["exp/plain-1/"] = b""
+    pull(store, "exp/", tmp_path / "d")
+    assert not (tmp_path / "d" / "README.txt").exists()
+
+
+@pytest.mark.parametrize("bundle", [False, True])
+def test_digest_mismatch_is_an_error_and_leaves_no_partial_directory(exported, tmp_path, bundle):
+    store, _ = exported
+    key = "exp/plain-1/reference.md"
+    store.objects[key] = b"tampered"
+    if bundle:
+        raw = gzip.decompress(store.objects["exp/bundle.tar.gz"])
+        buf = io.BytesIO()
+        with (
+            tarfile.open(fileobj=io.BytesIO(raw)) as src,
+            tarfile.open(fileobj=buf, mode="w") as dst,
+        ):
+            for m in src:
+                f = src.extractfile(m) if m.isreg() else None
+                data = f.read() if f else b""
+                if m.name == "plain-1/reference.md":
+                    data = b"tampered"
+                    m.size = len(data)
+                dst.addfile(m, io.BytesIO(data) if f else None)
+        store.objects["exp/bundle.tar.gz"] = gzip.compress(buf.getvalue())
+    dest = tmp_path / "test_data"
+    with pytest.raises(Upstream, match="digest mismatch"):
+        pull(store, "exp/", dest, bundle=bundle)
+    assert not dest.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["home"]
+
+
+def test_pull_of_a_prefix_without_manifest_is_not_found(tmp_path):
+    store = MemoryStore()
+    store.objects["half/plain-1/input.yaml"] = b"{}\n"
+    with pytest.raises(NotFound, match="incomplete"):
+        pull(store, "half/", tmp_path / "d")
+    assert not (tmp_path / "d").exists()
+
+
+def test_pull_into_an_existing_empty_directory(exported, tmp_path):
+    store, res = exported
+    dest = tmp_path / "test_data"
+    dest.mkdir()
+    pull(store, "exp/", dest)
+    assert (dest / "manifest.json").is_file()
+    assert len([p for p in dest.rglob("*") if p.is_file()]) == res.file_count + 1
+
+
+def test_bundle_with_a_symlink_member_is_refused(exported, tmp_path):
+    store, _ = exported
+    raw = gzip.decompress(store.objects["exp/bundle.tar.gz"])
+    buf = io.BytesIO(raw)
+    buf.seek(0, 2)
+    with tarfile.open(fileobj=io.BytesIO(raw)) as t:
+        members = [(m, t.extractfile(m).read() if m.isreg() else None) for m in t]
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as t:
+        link = tarfile.TarInfo("plain-1/link")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "/etc/passwd"
+        t.addfile(link)
+        for m, data in members:
+            t.addfile(m, io.BytesIO(data) if data is not None else None)
+    store.objects["exp/bundle.tar.gz"] = gzip.compress(out.getvalue())
+    with pytest.raises(BadRequest, match="not a regular file"):
+        pull(store, "exp/", tmp_path / "d", bundle=True)
+    assert not (tmp_path / "d").exists()
