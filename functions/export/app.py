@@ -56,8 +56,7 @@ def export(id: str, ref: str, body: Annotated[ExportRequest, Body()]) -> Respons
             "export left files out",
             extra={"export_id": res.export_id, "count": res.warning_count, "why": res.warnings},
         )
-    if not res.reused:
-        count("ExportsWritten")
+    count("ExportsReused" if res.reused else "ExportsWritten")
     return Response(
         status_code=200 if res.reused else 201,
         content_type="application/json",

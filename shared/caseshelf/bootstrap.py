@@ -52,6 +52,10 @@ class Settings(BaseModel):
     hf_viewer_url: str = "https://datasets-server.huggingface.co"
     hf_token: SecretStr | None = None
     hf_secret_prefix: str = "caseshelf/hf-token/"  # noqa: S105 - a name prefix, not a secret
+    # The local server's own URL (`caseshelf serve` sets it): the embedded store then answers
+    # upload URLs on it (`PUT /_uploads/<token>`), as S3 answers presigned PUTs.
+    public_url: str | None = Field(default=None, pattern=r"^https?://[^/\s]+(/\S*)?$")
+    max_upload_bytes: int = Field(default=1024 * 1024 * 1024, ge=1)
 
 
 _ENV = {
@@ -72,6 +76,8 @@ _ENV = {
     "hf_viewer_url": "CASESHELF_HF_VIEWER_URL",
     "hf_token": "HF_TOKEN",
     "hf_secret_prefix": "CASESHELF_HF_SECRET_PREFIX",
+    "public_url": "CASESHELF_PUBLIC_URL",
+    "max_upload_bytes": "CASESHELF_MAX_UPLOAD_BYTES",
 }
 
 
@@ -134,7 +140,8 @@ def build_adapters(settings: Settings) -> tuple[BlobStore, Index]:
     from caseshelf.adapters.sqlite import SqliteIndex
 
     home = settings.home.expanduser()
-    return LocalBlobStore(home / "objects"), SqliteIndex(home / "index.sqlite")
+    store = LocalBlobStore(home / "objects", public_url=settings.public_url)
+    return store, SqliteIndex(home / "index.sqlite")
 
 
 def s3_store(settings: Settings, bucket: str) -> BlobStore:
@@ -182,7 +189,13 @@ def build(
         store_for_bucket=lambda bucket: s3_store(settings, bucket),
         presign_expiry=settings.presign_expiry,
     )
-    recipes, imports, jobs = build_import_services(settings, store, index, registry)
+    tasks = TaskImportService(
+        registry,
+        store,
+        own_bucket=settings.bucket if settings.backend == "aws" else None,
+        store_for_bucket=lambda bucket: s3_store(settings, bucket),
+    )
+    recipes, imports, jobs = build_import_services(settings, store, index, registry, tasks)
     return Services(
         settings=settings,
         store=store,
@@ -194,17 +207,16 @@ def build(
         recipes=recipes,
         imports=imports,
         jobs=jobs,
-        tasks=TaskImportService(
-            registry,
-            store,
-            own_bucket=settings.bucket if settings.backend == "aws" else None,
-            store_for_bucket=lambda bucket: s3_store(settings, bucket),
-        ),
+        tasks=tasks,
     )
 
 
 def build_import_services(
-    settings: Settings, store: BlobStore, index: Index, registry: RegistryService
+    settings: Settings,
+    store: BlobStore,
+    index: Index,
+    registry: RegistryService,
+    tasks: TaskImportService,
 ) -> tuple[RecipeService, ImportService, JobService]:
     """Recipes, imports and import jobs. Locally an import may read any path or URL; on AWS it
     may read no local path, only the caller's own prefix of the bucket, and no private host."""
@@ -252,6 +264,7 @@ def build_import_services(
         index,
         store,
         imports,
+        tasks,
         object_url=object_url,
         object_reader=SourceReader(remote),
         presign_expiry=settings.presign_expiry,

@@ -121,20 +121,25 @@ def test_gsm8k_exports_to_the_registry_bucket_with_bundle_and_test_data_ref(
 def test_pull_over_http_gives_back_the_local_export(backend, shared_data, tmp_path):
     # Given an export to another bucket, through the moto server
     svc = backend.services
-    svc.registry.register(ME, parse_dataset(gsm8k_dataset(shared_data, limit=40)))
+    svc.registry.register(ME, parse_dataset(gsm8k_dataset(shared_data, limit=260)))
     backend.s3.create_bucket(Bucket="pods")
     exports = ExportService(
         svc.registry, store_for_bucket=lambda b: S3BlobStore(backend.s3, b), concurrency=8
     )
-    req = ExportRequest(subset={"limit": 25})
+    req = ExportRequest(subset={"limit": 251})
     res = exports.export_version(ME, "gsm8k", "1.0.0", req, to="s3://pods/evals/gsm8k")
     local = exports.export_version(ME, "gsm8k", "1.0.0", req, to=str(tmp_path / "local"))
-    assert res.export_id == local.export_id and res.case_count == 25
-    # When a pod pulls it (paginated listing: 25 cases x 4 files + 2 > one page of 100)
+    assert res.export_id == local.export_id and res.case_count == 251
+    # When a pod pulls it (1,006 keys: the listing takes two pages of at most 1,000)
     store = S3BlobStore(backend.s3, "pods")
+    pages: list[str] = []
+    backend.s3.meta.events.register(
+        "before-call.s3.ListObjectsV2", lambda **kw: pages.append("page")
+    )
     got = pull(store, "evals/gsm8k", tmp_path / "test_data", concurrency=8)
+    assert len(pages) == 2
     # Then the directory is byte for byte the local export
-    assert got.file_count == 100
+    assert got.file_count == 251 * 4
     assert _tree(tmp_path / "test_data") == _tree(tmp_path / "local")
     # And the bundle path gives the same
     pull(store, "evals/gsm8k/", tmp_path / "bundle_data", bundle=True)

@@ -1,21 +1,99 @@
-"""BlobStore on a local directory: the same key tree as the bucket, written atomically."""
+"""BlobStore on a local directory: the same key tree as the bucket, written atomically.
+
+Served by `caseshelf serve`, the store also stands in for S3's presigned PUT: given the server's
+public URL, `presign_put` answers `<public url>/_uploads/<token>`, where the token is an
+HMAC-signed, expiring value naming the tenant and the key; the dev server hands the request body
+to `receive_upload`, which checks the token and writes the object. The signing key is random per
+store (per server process): a restart voids every outstanding upload URL.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import hmac
 import os
+import secrets
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
-from caseshelf.domain.errors import BadRequest, NotFound
+import orjson
+
+from caseshelf.domain.errors import BadRequest, Forbidden, NotFound
+from caseshelf.domain.layout import check_tenant
 from caseshelf.domain.paths import relative_path_problem
 from caseshelf.ports import ObjectInfo
 
+UPLOAD_PATH = "/_uploads/"
+_CHUNK = 1 << 20
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class UploadTokens:
+    """`<payload>.<mac>`, both base64url: the payload is `{"t": tenant, "k": key, "e": expiry}`
+    (epoch seconds), the mac its HMAC-SHA256 under a secret only this process knows."""
+
+    def __init__(self, secret: bytes | None = None, clock: Callable[[], float] = time.time) -> None:
+        self._secret = secret or secrets.token_bytes(32)
+        self._clock = clock
+
+    def _mac(self, payload: str) -> str:
+        return _b64(hmac.new(self._secret, payload.encode("ascii"), hashlib.sha256).digest())
+
+    def sign(self, key: str, expires: int) -> str:
+        tenant = _tenant_of(key)
+        body = {"t": tenant, "k": key, "e": int(self._clock()) + int(expires)}
+        payload = _b64(orjson.dumps(body))
+        return f"{payload}.{self._mac(payload)}"
+
+    def verify(self, token: str) -> str:
+        """The key a token names; `Forbidden` when it is forged, altered or expired."""
+        payload, _, mac = token.partition(".")
+        if not payload or not mac or not hmac.compare_digest(mac, self._mac(payload)):
+            raise Forbidden("the upload URL is not valid (bad signature)", field="token")
+        try:
+            body = orjson.loads(_unb64(payload))
+            tenant, key, expiry = body["t"], body["k"], int(body["e"])
+        except (binascii.Error, ValueError, KeyError, TypeError):
+            raise Forbidden("the upload URL is not valid (bad payload)", field="token") from None
+        if expiry < self._clock():
+            raise Forbidden("the upload URL has expired", field="token")
+        if not isinstance(key, str) or _tenant_of(key) != tenant:
+            raise Forbidden("the upload URL is not valid (tenant and key differ)", field="token")
+        return key
+
+
+def _tenant_of(key: str) -> str:
+    """The tenant of a `t/<tenant>/...` key (only tenant keys are ever signed)."""
+    parts = key.split("/")
+    if len(parts) < 3 or parts[0] != "t" or relative_path_problem(key):
+        raise BadRequest(f"object key {key!r} is not under a tenant", field="key")
+    return check_tenant(parts[1])
+
 
 class LocalBlobStore:
-    def __init__(self, root: str | Path) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        public_url: str | None = None,
+        tokens: UploadTokens | None = None,
+    ) -> None:
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
+        self.public_url = public_url.rstrip("/") if public_url else None
+        self.tokens = tokens or UploadTokens()
 
     def _path(self, key: str) -> Path:
         problem = relative_path_problem(key)
@@ -107,4 +185,39 @@ class LocalBlobStore:
         return None
 
     def presign_put(self, key: str, *, expires: int = 900) -> str | None:
-        return None
+        """`<public url>/_uploads/<token>` when a dev server publishes this store, else None."""
+        if self.public_url is None:
+            return None
+        self._path(key)
+        return f"{self.public_url}{UPLOAD_PATH}{self.tokens.sign(key, expires)}"
+
+    def upload_key(self, token: str) -> str:
+        """The key an upload token grants (checked before any body is read)."""
+        key = self.tokens.verify(token)
+        self._path(key)
+        return key
+
+    def receive_upload(self, token: str, body: BinaryIO, length: int) -> tuple[str, str]:
+        """Write the `length` bytes of `body` to the key the token grants, as S3 does for a
+        presigned PUT (the whole object or nothing); (key, ETag: the body's MD5 hex)."""
+        key = self.upload_key(token)
+        path = self._path(key)
+        tmp = self._tmp(path)
+        md5 = hashlib.md5(usedforsecurity=False)
+        try:
+            left = length
+            with tmp.open("wb") as fh:
+                while left > 0:
+                    chunk = body.read(min(left, _CHUNK))
+                    if not chunk:
+                        raise BadRequest(
+                            f"the upload ended after {length - left} of {length} bytes",
+                            field="body",
+                        )
+                    fh.write(chunk)
+                    md5.update(chunk)
+                    left -= len(chunk)
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return key, md5.hexdigest()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from caseshelf.domain import layout
 from caseshelf.domain.canonical import sha256_hex
@@ -22,11 +23,16 @@ MAX_GAP_BYTES = 256 * 1024
 
 
 class PackWriter:
-    """Appends records and flushes each pack with put-if-absent once it reaches the target.
+    """Appends records and stores each pack with put-if-absent once it reaches the target.
 
-    `append` answers `(pack number, offset)`; a pack's digest (and so its key) is known only when
-    it is flushed, after which `digest_of_pack(number)` names it.
+    `append` answers `(pack number, offset)`; a pack's digest (and so its key) is known only once
+    it is stored, and `digest_of_pack(number)` names it after `flush()`. Full packs are hashed and
+    stored by one background thread while the caller goes on appending (hashing and writing
+    release the GIL), at most `IN_FLIGHT` packs at a time; `flush()` stores the rest, waits for
+    all of them and re-raises any failure.
     """
+
+    IN_FLIGHT = 2
 
     def __init__(
         self,
@@ -38,28 +44,51 @@ class PackWriter:
         self._key_for = key_for
         self._target = target
         self._buf = bytearray()
+        self._submitted: list[Future[tuple[str, bool, int]]] = []
         self._digests: list[str] = []
+        self._executor: ThreadPoolExecutor | None = None
         self.bytes_written = 0
         self.objects_written = 0
 
     def append(self, record: bytes | memoryview) -> tuple[int, int]:
-        where = (len(self._digests), len(self._buf))
+        where = (len(self._submitted), len(self._buf))
         self._buf += record
         self._buf += b"\n"
         if len(self._buf) >= self._target:
-            self.flush()
+            self._submit()
         return where
 
-    def flush(self) -> None:
-        if not self._buf:
-            return
+    def _store_pack(self, data: bytes) -> tuple[str, bool, int]:
+        hex_digest = sha256_hex(data)
+        return hex_digest, self._store.put_if_absent(self._key_for(hex_digest), data), len(data)
+
+    def _submit(self) -> None:
         data = bytes(self._buf)
         self._buf = bytearray()
-        hex_digest = sha256_hex(data)
-        if self._store.put_if_absent(self._key_for(hex_digest), data):
-            self.bytes_written += len(data)
-            self.objects_written += 1
-        self._digests.append(hex_digest)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="caseshelf-pack")
+        self._submitted.append(self._executor.submit(self._store_pack, data))
+        # Bound memory: wait for the oldest packs beyond IN_FLIGHT.
+        self._collect(len(self._submitted) - self.IN_FLIGHT)
+
+    def _collect(self, upto: int) -> None:
+        while len(self._digests) < upto:
+            hex_digest, wrote, size = self._submitted[len(self._digests)].result()
+            if wrote:
+                self.bytes_written += size
+                self.objects_written += 1
+            self._digests.append(hex_digest)
+
+    def flush(self) -> None:
+        """Store what is buffered and wait until every pack is stored."""
+        if self._buf:
+            self._submit()
+        try:
+            self._collect(len(self._submitted))
+        finally:
+            if self._executor is not None and len(self._digests) == len(self._submitted):
+                self._executor.shutdown()
+                self._executor = None
 
     def digest_of_pack(self, number: int) -> str:
         return self._digests[number]

@@ -18,6 +18,7 @@ import posixpath
 import re
 import stat
 import tarfile
+import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -50,6 +51,7 @@ from caseshelf.ports import BlobStore
 MAX_ENTRIES = 200_000
 MAX_TOTAL_BYTES = 2 * 1024 * 1024 * 1024
 FORMATS = (TERMINAL_BENCH, HARBOR)
+CASE_DIRS = "case-dirs"
 MARKERS = {TERMINAL_BENCH: TB_MARKER, HARBOR: HARBOR_MARKER}
 
 
@@ -591,6 +593,63 @@ class TaskImportResult:
     created: bool
     skipped: list[Skipped]
     case_count: int
+    warnings: list[str] = field(default_factory=list)
+
+
+_EVAL_NAMES = ("eval.yaml", "eval.yml")
+_DIR_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path.resolve().is_relative_to(root)
+
+
+def case_dirs_from_tree(
+    tree: Tree,
+    *,
+    dataset: str | None = None,
+    version: str | None = None,
+    bump: BumpKind | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """(registration body, warnings) of an archived case-directory tree: its `eval.yaml` at
+    the root or in one top directory. The tree (its entries already checked as it was read,
+    links already copies) is written to a private temporary directory and read like a local
+    one; `dataset.path` and `runner.plugin_dirs` must stay inside it, so an archive never
+    reads the server's own files."""
+    from caseshelf.services.casedirs import build_case_dir_dataset
+    from caseshelf.services.workspace import load_eval_config
+
+    evals = sorted(
+        p for p in tree.files if posixpath.basename(p) in _EVAL_NAMES and p.count("/") <= 1
+    )
+    if not evals:
+        raise BadRequest(f"{tree.name}: no eval.yaml at the top of the archive", field="archive")
+    if len(evals) > 1:
+        raise BadRequest(f"{tree.name}: several eval.yaml files: {evals}", field="archive")
+    top = tree.name if _DIR_NAME.match(tree.name) else CASE_DIRS
+    with tempfile.TemporaryDirectory(prefix="caseshelf-case-dirs-") as tmp:
+        base = (Path(tmp) / top).resolve()
+        for rel, data in tree.files.items():
+            dest = base / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+        eval_path = base / evals[0]
+        config = load_eval_config(eval_path, project_root=eval_path.parent)
+        if not _inside(config.dataset_dir, base):
+            raise BadRequest(
+                f"{tree.name}: dataset.path points outside the archive", field="dataset.path"
+            )
+        for plugin in config.plugin_dirs:
+            if not _inside(plugin, base):
+                raise BadRequest(
+                    f"{tree.name}: runner.plugin_dirs entry {plugin.name!r} points outside the "
+                    "archive",
+                    field="runner.plugin_dirs",
+                )
+        built = build_case_dir_dataset(
+            eval_path, dataset=dataset, version=version, bump=bump, project_root=eval_path.parent
+        )
+    return built.body, built.warnings
 
 
 class TaskImportService:
@@ -673,3 +732,57 @@ class TaskImportService:
         body = parse_dataset(built.body)
         res = self.registry.register(identity, body)
         return TaskImportResult(res.record, res.created, built.skipped, len(body.cases))
+
+    def import_object(
+        self,
+        identity: Identity,
+        fmt: str,
+        key: str,
+        *,
+        image_template: str | None = None,
+        skip_invalid: bool = False,
+        id_prefix: str = "",
+        dataset: str | None = None,
+        version: str | None = None,
+        bump: BumpKind | None = None,
+        via: str | None = None,
+    ) -> TaskImportResult:
+        """Import one archive object of the caller's tenant (an upload or a drop) as `fmt`:
+        `terminal-bench`, `harbor` or `case-dirs`. The version is registered whole or not at
+        all; `via` is stamped in `produced_by`."""
+        from caseshelf.services.registry import parse_dataset
+
+        tenant = identity.check_can_write()
+        if not key.startswith(layout.root(tenant)):
+            raise Forbidden(f"{key}: outside your tenant's prefix", field="key")
+        info = self.store.head(key)
+        if info is None:
+            raise NotFound(f"no object {key}", key=key)
+        if info.size > self.limits.max_total_bytes:
+            raise TooLarge(f"{key}: {info.size} bytes is over the limit", field="size")
+        name = posixpath.basename(key)
+        tree = read_archive_bytes(self.store.get(key), name, self.limits)
+        tree.name = _archive_stem(name)
+        skipped: list[Skipped] = []
+        warnings: list[str] = []
+        if fmt == CASE_DIRS:
+            body, warnings = case_dirs_from_tree(tree, dataset=dataset, version=version, bump=bump)
+            body["produced_by"]["source"]["origin"] = name
+        else:
+            built = build_task_dataset(
+                tree,
+                fmt,
+                image_template=image_template,
+                skip_invalid=skip_invalid,
+                dataset=dataset,
+                version=version,
+                bump=bump,
+                id_prefix=id_prefix,
+                origin=name,
+            )
+            body, skipped = built.body, built.skipped
+        if via:
+            body["produced_by"]["via"] = via
+        parsed = parse_dataset(body)
+        res = self.registry.register(identity, parsed)
+        return TaskImportResult(res.record, res.created, skipped, len(parsed.cases), warnings)
