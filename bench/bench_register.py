@@ -51,20 +51,20 @@ MOTO_ENV = {
 
 def _register_pair(registry: Any, v1: str, v2: str) -> dict[str, Any]:
     """Time `load + parse_dataset + register` of v1, then register v2 (for the dedup ratio)."""
-    import orjson
 
     from caseshelf.domain.identity import Identity
+    from caseshelf.services.loaders import load_dataset_file
     from caseshelf.services.registry import parse_dataset
 
     me = Identity("bench", "bench")
     start, cpu = time.perf_counter(), time.process_time()
-    body = parse_dataset(orjson.loads(Path(v1).read_bytes()))
+    body = parse_dataset(load_dataset_file(v1))
     first = registry.register(me, body)
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     rss = peak_rss_mb()
     cases = first.record.case_count
     del body
-    second = registry.register(me, parse_dataset(orjson.loads(Path(v2).read_bytes())))
+    second = registry.register(me, parse_dataset(load_dataset_file(v2)))
     assert first.created and second.created
     return {
         "cases": cases,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from caseshelf.domain.envelope import normalise_item
 from caseshelf.domain.errors import BadRequest
@@ -308,3 +310,46 @@ def test_json_list_of_envelope_cases_raises_no_notice(tmp_path):
     f.write_text('[{"id": "a", "inputs": {"user": "x"}}]')
     doc, warnings = load_dataset(f)
     assert warnings == [] and doc == {"cases": [{"id": "a", "inputs": {"user": "x"}}]}
+
+
+# The fast path for items already in the envelope must agree with the full fold.
+_text = st.text(max_size=8)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | _text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
+    max_leaves=6,
+)
+_envelope_items = st.fixed_dictionaries(
+    {"id": st.text(min_size=1, max_size=8)},
+    optional={
+        "inputs": st.fixed_dictionaries(
+            {},
+            optional={
+                "user": _text | st.lists(_text, max_size=3),
+                "hitl": st.lists(_text, max_size=2),
+                "session_id": _text,
+            },
+        ),
+        "expectations": st.fixed_dictionaries(
+            {},
+            optional={
+                "ground_truth": _json,
+                "details": st.dictionaries(_text, _json, max_size=3),
+                "metrics": st.dictionaries(_text, _json, max_size=2),
+            },
+        ),
+        "env": st.just({"kind": "browser", "start_url": "https://example.org"}),
+        "timeout_sec": st.integers(1, 5000),
+        "tags": st.lists(_text, max_size=3),
+        "metadata": st.dictionaries(_text, _json, max_size=3),
+    },
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(item=_envelope_items)
+def test_items_already_in_the_envelope_skip_the_fold_with_the_same_result(item):
+    from caseshelf.domain.legacy import _fold_item, already_envelope
+
+    assert already_envelope(item)
+    assert normalise_legacy_item(item) == _fold_item(item, None) == (item, [])

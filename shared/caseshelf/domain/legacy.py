@@ -192,12 +192,56 @@ def _strip_dot(value: Any) -> Any:
     return value
 
 
+_ENVELOPE_KEYS = frozenset(
+    {
+        "id", "inputs", "expectations", "env", "image", "resources", "network",
+        "timeout_sec", "graders", "tags", "metadata", "files",
+    }
+)  # fmt: skip
+# Fixture and memory pointers are always folded (paths are tidied, mappings checked).
+_INPUTS_KEYS = frozenset({"user", "hitl", "session_id"})
+
+
+def _no_keys_of(value: Any, table: dict[str, str]) -> bool:
+    return not isinstance(value, dict) or not any(k in table for k in value)
+
+
+def already_envelope(item: dict[str, Any]) -> bool:
+    """True when nothing in `item` is a legacy shape, so folding would give it back unchanged.
+
+    The common case (every item of a file written in the envelope) then costs a few set checks
+    instead of a full fold: large registrations load items by the hundred thousand."""
+    if not item.keys() <= _ENVELOPE_KEYS:
+        return False
+    inputs = item.get("inputs")
+    if inputs is not None:
+        if not isinstance(inputs, dict) or not inputs.keys() <= _INPUTS_KEYS:
+            return False
+        user = inputs.get("user")
+        if isinstance(user, list) and not all(isinstance(u, str) for u in user):
+            return False
+    expectations = item.get("expectations")
+    if expectations is not None and (
+        not isinstance(expectations, dict) or not expectations.keys() <= EXPECTATION_KEYS
+    ):
+        return False
+    return (
+        _no_keys_of(item.get("env"), ENV_CAMEL)
+        and _no_keys_of(item.get("resources"), RESOURCE_CAMEL)
+        and _no_keys_of(item.get("network"), NETWORK_CAMEL)
+    )
+
+
 def normalise_legacy_item(
     item: dict[str, Any], *, index: int | None = None
 ) -> tuple[dict[str, Any], list[str]]:
     """The envelope form of one dataset item and the notice codes its legacy shapes raised."""
-    if not isinstance(item, dict):
+    if not isinstance(item, dict) or already_envelope(item):
         return item, []
+    return _fold_item(item, index)
+
+
+def _fold_item(item: dict[str, Any], index: int | None) -> tuple[dict[str, Any], list[str]]:
     fold = _Fold(item, index)
     out = _rename(item, CASE_CAMEL, fold, "")
     out = dict(out)

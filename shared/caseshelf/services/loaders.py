@@ -28,6 +28,7 @@ from caseshelf.domain.errors import BadRequest
 from caseshelf.domain.models import DATASET_ID_PATTERN
 from caseshelf.domain.notices import BARE_LIST, notice_message
 from caseshelf.domain.paths import check_relative_path
+from caseshelf.services.bulk import gc_paused
 
 JSON_SUFFIXES = frozenset({".json"})
 JSONL_SUFFIXES = frozenset({".jsonl", ".ndjson"})
@@ -67,7 +68,8 @@ def _decode(path: Path, data: bytes) -> str:
 
 def parse_json(path: Path, data: bytes | str) -> Any:
     try:
-        return orjson.loads(data)
+        with gc_paused():
+            return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise BadRequest(
             f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
@@ -80,17 +82,18 @@ def parse_json(path: Path, data: bytes | str) -> Any:
 def parse_jsonl(path: Path, data: bytes) -> list[Any]:
     """One JSON value per non-blank line; errors name the line."""
     items = []
-    for lineno, line in enumerate(data.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            items.append(orjson.loads(line))
-        except orjson.JSONDecodeError as exc:
-            raise BadRequest(
-                f"{path}: invalid JSON on line {lineno} column {exc.colno}: {exc.msg}",
-                field="file",
-                row=lineno,
-            ) from None
+    with gc_paused():
+        for lineno, line in enumerate(data.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                items.append(orjson.loads(line))
+            except orjson.JSONDecodeError as exc:
+                raise BadRequest(
+                    f"{path}: invalid JSON on line {lineno} column {exc.colno}: {exc.msg}",
+                    field="file",
+                    row=lineno,
+                ) from None
     return items
 
 

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gc
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -49,6 +47,7 @@ from caseshelf.domain.versions import (
     resolve_ref,
 )
 from caseshelf.ports import BlobStore, Index, Page
+from caseshelf.services.bulk import gc_paused
 from caseshelf.services.storage import BlobWriter, PackWriter, read_blobs, read_cases
 from caseshelf.services.versioned import Clock, VersionedStore, utc_now
 
@@ -114,22 +113,6 @@ class _Prepared:
     refs: dict[str, tuple[str, str, int]]  # digest hex -> (case id, path, size) stored by ref
     shared_files: list[dict[str, str]]
     content_digest: str
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Bulk validation allocates hundreds of thousands of small objects that all stay alive;
-    the cyclic collector would rescan them again and again for nothing."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            # What survived is long-lived and acyclic (models, plain dicts): move it out of the
-            # collector's generations instead of having the next collection walk all of it.
-            gc.freeze()
-            gc.enable()
 
 
 def parse_dataset(raw: Any) -> DatasetVersionInput:
