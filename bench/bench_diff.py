@@ -12,6 +12,14 @@ Figures: wall ratio diff / baseline (target <= 0.1), object reads, and the case 
 read / the case bytes of both versions (target <= 0.05). Manifest bytes are reported apart
 (`manifest_bytes_read`): they are read by every diff whatever the change.
 
+Beside the configured read plan (the backend's gap and reads in flight, as `bootstrap.build`
+sets them), each backend reports the other side of both trades (`alternatives`: the other
+number of reads in flight, the other backend's gap). On the embedded store, a `latency_probe`
+replays the diff's reads against a store that waits `PROBE_LATENCY_S` per request, as a remote
+store does, to show what reads in flight buy where a request waits rather than computes
+(in-process moto does not wait: its requests cost client and emulator CPU, which threads do not
+overlap).
+
 Usage: python bench/bench_diff.py [--cases N] [--runs R]
 """
 
@@ -29,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit, gsm8k_cases, median, ratio, run_child
 
 NAME = "diff"
+PROBE_LATENCY_S = 0.005
 WALL_TARGET = 0.1
 BYTES_TARGET = 0.05
 CHANGED_EVERY = 100  # 1% of the cases, one field (the ground truth) each
@@ -74,6 +83,44 @@ class CountingStore:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+class SlowStore(CountingStore):
+    """A store whose every read first waits `latency` seconds, as a request to a remote store
+    waits on the network (the part of a request that reads in flight together overlap)."""
+
+    def __init__(self, inner: Any, latency: float) -> None:
+        super().__init__(inner)
+        self.latency = latency
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        time.sleep(self.latency)
+        return super().get_range(key, offset, length)
+
+
+def latency_probe(settings: Any, store: Any, index: Any) -> dict[str, Any]:
+    """The diff's reads against a store with `PROBE_LATENCY_S` per request: narrow reads one at
+    a time, narrow reads in flight together, and wide spans (once each)."""
+    from caseshelf.bootstrap import build
+    from caseshelf.domain.identity import Identity
+    from caseshelf.services.diff import LOCAL_MAX_GAP_BYTES, REMOTE_MAX_GAP_BYTES, DiffService
+    from caseshelf.services.storage import REMOTE_READ_WORKERS
+
+    me = Identity("bench", "bench")
+    slow = SlowStore(store, PROBE_LATENCY_S)
+    out: dict[str, Any] = {"latency_s": PROBE_LATENCY_S}
+    for label, gap, workers in (
+        ("narrow_sequential", LOCAL_MAX_GAP_BYTES, 1),
+        ("narrow_concurrent", LOCAL_MAX_GAP_BYTES, REMOTE_READ_WORKERS),
+        ("wide_concurrent", REMOTE_MAX_GAP_BYTES, REMOTE_READ_WORKERS),
+    ):
+        fresh = build(settings, store=slow, index=index)
+        diff = DiffService(fresh.registry, max_gap_bytes=gap, read_workers=workers)
+        slow.reset()
+        t = time.perf_counter()
+        diff.diff_versions(me, "gsm8k-bench", "1.0.0", "1.1.0")
+        out[label] = {"diff_s": round(time.perf_counter() - t, 3), "object_reads": slow.reads}
+    return out
 
 
 def baseline(services: Any, me: Any, name: str) -> dict[str, int]:
@@ -151,14 +198,16 @@ def measure(settings: Any, store: Any, index: Any, n: int, runs: int) -> dict[st
     base_s = median([b["s"] for b in bases])
     last = diffs[-1]
     # The other sides of the read planner's trades (median of `runs` each): the other number of
-    # reads in flight, and wide spans (fewer requests, many more bytes).
-    from caseshelf.services.diff import DiffService
-    from caseshelf.services.storage import MAX_GAP_BYTES, REMOTE_READ_WORKERS
+    # reads in flight, and the other backend's gap (narrow: few bytes, a request per changed
+    # case; wide: a few span requests, many more bytes).
+    from caseshelf.services.diff import LOCAL_MAX_GAP_BYTES, REMOTE_MAX_GAP_BYTES, DiffService
+    from caseshelf.services.storage import REMOTE_READ_WORKERS
 
     gap, workers = services.diff.max_gap_bytes, services.diff.read_workers
+    other_gap = LOCAL_MAX_GAP_BYTES if gap == REMOTE_MAX_GAP_BYTES else REMOTE_MAX_GAP_BYTES
     alternatives = {
         "other_workers": (gap, 1 if workers > 1 else REMOTE_READ_WORKERS),
-        "wide_spans": (MAX_GAP_BYTES, workers),
+        "other_gap": (other_gap, workers),
     }
     others: dict[str, Any] = {}
     for label, (alt_gap, alt_workers) in alternatives.items():
@@ -204,7 +253,9 @@ def child(backend: str, n: int, runs: int) -> None:
         with tempfile.TemporaryDirectory(prefix="caseshelf-bench-diff-") as home:
             settings = load_settings({}, home=home)
             store, index = build_adapters(settings)
-            emit({"op": backend, **measure(settings, store, index, n, runs)})
+            got = measure(settings, store, index, n, runs)
+            got["latency_probe"] = latency_probe(settings, store, index)
+            emit({"op": backend, **got})
         return
     import boto3
     from bench_register import _template_table
@@ -256,6 +307,18 @@ def main(n: int, runs: int) -> int:
         ):
             result[f"{backend}_{key}"] = got[key]
         result[f"{backend}_alternatives"] = got["alternatives"]
+        if "latency_probe" in got:
+            probe = got["latency_probe"]
+            print(
+                f"  (reads {probe['latency_s'] * 1000:.0f} ms slower each, as over a network: "
+                + ", ".join(
+                    f"{k.replace('_', ' ')} {v['diff_s']:.2f} s in {v['object_reads']} reads"
+                    for k, v in probe.items()
+                    if k != "latency_s"
+                )
+                + ")"
+            )
+            result["latency_probe"] = probe
         ok = ok and got["wall_ratio"] <= WALL_TARGET and got["bytes_ratio"] <= BYTES_TARGET
     result["targets"] = {"wall_ratio": WALL_TARGET, "bytes_ratio": BYTES_TARGET}
     result["pass"] = ok

@@ -106,6 +106,26 @@ def import_benchmark(body: Annotated[ImportRequest, Body()]) -> Response[out.Imp
     )
 
 
+@app.post(
+    "/benchmarks/publish",
+    summary="Publish the catalog into _shared",
+    description="Registers every first-party catalog recipe as a recipe version of the `_shared` "
+    "tenant. An admin of `_shared` only; idempotent (`created: false` for a version that "
+    "already holds the same recipe); a version holding other content is a 409 and nothing is "
+    "registered.",
+    tags=BENCH,
+    responses=problems(403, 409),
+)
+def publish_catalog() -> dto.PageOut[out.RecipeRegisterOut]:
+    done = svc().recipes.publish_catalog(current_identity(app))
+    created = sum(1 for r in done if r.created)
+    if created:
+        count("RecipesRegistered", created)
+    return dto.PageOut[out.RecipeRegisterOut](
+        items=[out.recipe_register_out(r) for r in done], next_cursor=None
+    )
+
+
 @app.get(
     "/benchmarks/hf/search",
     summary="Search Hugging Face datasets",
@@ -265,14 +285,27 @@ def delete_recipe_version(id: str, ref: str) -> out.RecipeVersionOut:
     return out.recipe_version_out(svc().recipes.delete(current_identity(app), id, ref))
 
 
+@app.post(
+    "/recipes/<id>/versions/<ref>/revive",
+    summary="Revive a tombstoned recipe version",
+    description="`ref` is the version label; the creator or an admin only.",
+    tags=RECIPES,
+    responses=problems(400, 403, 404),
+)
+def revive_recipe_version(id: str, ref: str) -> out.RecipeVersionOut:
+    return out.recipe_version_out(svc().recipes.revive(current_identity(app), id, ref))
+
+
 # -- uploads and jobs ------------------------------------------------------------------------
 
 
 @app.post(
     "/uploads",
     summary="Start an import from a large file",
-    description="Creates a pending import job and answers a presigned PUT for the file. Once "
-    "the file lands, the import runs by itself; follow it with `GET /jobs/{id}`.",
+    description="Creates a pending import job and answers a presigned PUT for the file. `kind` "
+    "says what the file is: `benchmark` (the default; rows imported through a recipe) or "
+    "`tasks` (a Terminal-Bench, Harbor or case-directory archive). Once the file lands, the "
+    "import runs by itself; follow it with `GET /jobs/{id}`.",
     tags=JOBS,
     status_code=201,
     responses=problems(400, 403, 404, ok=201, description="The job and its upload URL."),

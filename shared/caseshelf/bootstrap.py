@@ -124,10 +124,16 @@ def build_adapters(settings: Settings) -> tuple[BlobStore, Index]:
 
         from caseshelf.adapters.dynamodb import DynamoIndex
         from caseshelf.adapters.s3 import S3BlobStore
+        from caseshelf.services.storage import REMOTE_READ_WORKERS
 
         session = boto3.session.Session(region_name=settings.region)
         # SigV4 for presigned URLs: objects are SSE-KMS encrypted, which SigV2 cannot read.
-        s3_config = Config(signature_version="s3v4", retries={"mode": "standard"})
+        # One pooled connection per concurrent ranged read.
+        s3_config = Config(
+            signature_version="s3v4",
+            retries={"mode": "standard"},
+            max_pool_connections=REMOTE_READ_WORKERS,
+        )
         s3 = session.client("s3", endpoint_url=settings.endpoint_url, config=s3_config)
         ddb = session.client(
             "dynamodb",
@@ -164,6 +170,7 @@ def build(
     from caseshelf.services.exports import ExportService
     from caseshelf.services.registry import RegistryService
     from caseshelf.services.selection import SelectionService
+    from caseshelf.services.storage import REMOTE_READ_WORKERS
     from caseshelf.services.tasks import TaskImportService
 
     if store is None or index is None:
@@ -178,9 +185,11 @@ def build(
     )
     # An answer carrying cases stays well inside the 6 MB a Lambda response may be.
     selection = SelectionService(registry, max_case_bytes=settings.max_body_bytes * 4 // 5)
+    local = settings.backend == "local"
     diff = DiffService(
         registry,
-        max_gap_bytes=LOCAL_MAX_GAP_BYTES if settings.backend == "local" else REMOTE_MAX_GAP_BYTES,
+        max_gap_bytes=LOCAL_MAX_GAP_BYTES if local else REMOTE_MAX_GAP_BYTES,
+        read_workers=1 if local else REMOTE_READ_WORKERS,
     )
     exports = ExportService(
         registry,

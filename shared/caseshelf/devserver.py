@@ -11,6 +11,12 @@ list). The deployed API never reads them: there the authorizer alone says who is
 
 `/swagger` is served by the registry function (Swagger UI, assets inlined, no network needed)
 and `/openapi.json` is the merged document of every function.
+
+Uploads (dev only, in no template and no OpenAPI document): the embedded store's upload URLs
+are `PUT /_uploads/<token>` on this server (`LocalBlobStore.presign_put`). The store checks the
+token (HMAC-signed, expiring, naming the tenant and key) and writes the body; then, as S3 would,
+the server delivers an EventBridge `Object Created` event for the key to every function whose
+S3 `EventBridgeRule` in the template matches it, in the background, one invocation at a time.
 """
 
 from __future__ import annotations
@@ -23,10 +29,11 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote_plus, unquote, urlsplit
 
 import yaml
 
@@ -42,6 +49,9 @@ SWAGGER_PATH = "/swagger"
 OPENAPI_PATH = "/openapi.json"
 SWAGGER_FUNCTION = "RegistryFunction"
 DRAIN_LIMIT = 64 * 1024 * 1024  # an oversized body up to this is read and dropped, not kept
+UPLOADS_PATH = "/_uploads/"
+LOCAL_BUCKET = "local"
+WORKER_TIMEOUT_MS = 900_000
 _PARAM = re.compile(r"\{([A-Za-z0-9_]+)(\+?)\}")
 
 
@@ -150,6 +160,99 @@ def load_routes(template: Path) -> list[Route]:
                 )
             )
     return routes
+
+
+@dataclass(frozen=True)
+class ObjectRule:
+    """A function the template subscribes to S3 `Object Created` events (an `EventBridgeRule`
+    with `source: aws.s3`), and the key patterns it matches (`wildcard`, `prefix`, exact)."""
+
+    function: str
+    module_path: Path
+    handler_name: str
+    keys: tuple[re.Pattern[str], ...]
+    memory_mb: int = 1024
+
+    def matches(self, key: str) -> bool:
+        return any(p.fullmatch(key) for p in self.keys)
+
+
+def _key_pattern(spec: Any) -> re.Pattern[str] | None:
+    if isinstance(spec, str):
+        return re.compile(re.escape(spec))
+    if isinstance(spec, dict) and isinstance(spec.get("wildcard"), str):
+        return re.compile(".*".join(re.escape(p) for p in spec["wildcard"].split("*")))
+    if isinstance(spec, dict) and isinstance(spec.get("prefix"), str):
+        return re.compile(re.escape(spec["prefix"]) + ".*")
+    return None
+
+
+def load_object_rules(template: Path) -> list[ObjectRule]:
+    """Every function the template wires to S3 object-created events through EventBridge."""
+    doc = load_template(template)
+    glob = ((doc.get("Globals") or {}).get("Function")) or {}
+    rules: list[ObjectRule] = []
+    for name, res in (doc.get("Resources") or {}).items():
+        if not isinstance(res, dict) or res.get("Type") != "AWS::Serverless::Function":
+            continue
+        props = res.get("Properties") or {}
+        code_uri = props.get("CodeUri", glob.get("CodeUri"))
+        handler = props.get("Handler", glob.get("Handler"))
+        if not isinstance(code_uri, str) or not isinstance(handler, str):
+            continue
+        memory = props.get("MemorySize", glob.get("MemorySize", 1024))
+        for event in (props.get("Events") or {}).values():
+            if not isinstance(event, dict) or event.get("Type") != "EventBridgeRule":
+                continue
+            pattern = (event.get("Properties") or {}).get("Pattern") or {}
+            if "aws.s3" not in (pattern.get("source") or []):
+                continue
+            if "Object Created" not in (pattern.get("detail-type") or ["Object Created"]):
+                continue
+            specs = ((pattern.get("detail") or {}).get("object") or {}).get("key") or []
+            keys = tuple(p for p in map(_key_pattern, specs) if p is not None)
+            if not keys:
+                continue
+            module_path, attr = _handler_file((template.parent / code_uri).resolve(), handler)
+            rules.append(
+                ObjectRule(
+                    function=name,
+                    module_path=module_path,
+                    handler_name=attr,
+                    keys=keys,
+                    memory_mb=memory if isinstance(memory, int) else 1024,
+                )
+            )
+    return rules
+
+
+def object_created_event(key: str, etag: str, size: int) -> dict[str, Any]:
+    """An EventBridge `Object Created` event for one object, shaped as S3 sends it (the key
+    URL-encoded, as the worker expects)."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Object Created",
+        "source": "aws.s3",
+        "account": "000000000000",
+        "time": now,
+        "region": "us-east-1",
+        "resources": [f"arn:aws:s3:::{LOCAL_BUCKET}"],
+        "detail": {
+            "version": "0",
+            "bucket": {"name": LOCAL_BUCKET},
+            "object": {
+                "key": quote_plus(key, safe="/"),
+                "size": size,
+                "etag": etag,
+                "sequencer": f"{time.time_ns():020X}",
+            },
+            "request-id": str(uuid.uuid4()),
+            "requester": "000000000000",
+            "reason": "PutObject",
+        },
+    }
 
 
 def match(
@@ -267,10 +370,14 @@ class DevServer(ThreadingHTTPServer):
         routes: list[Route],
         *,
         quiet: bool = False,
+        object_rules: list[ObjectRule] | None = None,
     ) -> None:
         self.settings = settings
         self.routes = routes
         self.quiet = quiet
+        self.object_rules = list(object_rules or [])
+        self._workers: list[threading.Thread] = []
+        self._workers_lock = threading.Lock()
         # Powertools keeps the current event on the resolver class: like Lambda, one request
         # at a time reaches a handler.
         self.invoke_lock = threading.Lock()
@@ -282,7 +389,7 @@ class DevServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def handler_for(self, route: Route) -> Handler:
+    def handler_for(self, route: Route | ObjectRule) -> Handler:
         from caseshelf.api.openapi import load_function
 
         fn = getattr(load_function(route.module_path), route.handler_name, None)
@@ -303,6 +410,48 @@ class DevServer(ThreadingHTTPServer):
             handler_name=owner.handler_name,
             memory_mb=owner.memory_mb,
         )
+
+    def object_created(self, key: str, etag: str, size: int) -> None:
+        """Deliver an object-created event to every function subscribed to the key, in the
+        background (S3 answers the PUT first; the worker runs after)."""
+        event = object_created_event(key, etag, size)
+        for rule in self.object_rules:
+            if rule.matches(key):
+                worker = threading.Thread(
+                    target=self._deliver, args=(rule, event), name=f"s3-event-{rule.function}"
+                )
+                worker.start()
+                with self._workers_lock:
+                    self._workers = [w for w in self._workers if w.is_alive()] + [worker]
+
+    def _deliver(self, rule: ObjectRule, event: dict[str, Any]) -> None:
+        request_id = str(uuid.uuid4())
+        context = FakeLambdaContext(
+            function_name=rule.function,
+            memory_limit_in_mb=rule.memory_mb,
+            aws_request_id=request_id,
+            log_group_name=f"/aws/lambda/{rule.function}",
+            timeout_ms=WORKER_TIMEOUT_MS,
+        )
+        try:
+            handler = self.handler_for(rule)
+            with self.invoke_lock:
+                handler(event, context)
+        except Exception as exc:  # a worker's failure is the function's log, as on AWS
+            print(
+                f"caseshelf serve: {rule.function} failed on an S3 event: {exc!r}", file=sys.stderr
+            )
+
+    def wait_for_workers(self, timeout: float | None = None) -> None:
+        """Wait for the object-created deliveries under way (tests, shutdown)."""
+        with self._workers_lock:
+            workers = list(self._workers)
+        for worker in workers:
+            worker.join(timeout)
+
+    def server_close(self) -> None:
+        self.wait_for_workers()
+        super().server_close()
 
     def openapi_document(self) -> bytes:
         if self._openapi is None:
@@ -406,6 +555,61 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return None
         return self.rfile.read(length) if length > 0 else b""
 
+    def _refuse_upload(self, status: int, detail: str, length: int, **fields: Any) -> None:
+        """Answer an upload that is not taken; its body is drained when small enough, so the
+        client reads the answer instead of a reset connection, else the connection closes."""
+        from caseshelf.api.errors import PROBLEM_JSON, dumps, problem
+
+        drain = 0 <= length <= DRAIN_LIMIT
+        left = length if drain else 0
+        while left > 0:
+            chunk = self.rfile.read(min(left, 1 << 16))
+            if not chunk:
+                break
+            left -= len(chunk)
+        body = dumps(problem(status, detail, **fields)).encode("utf-8")
+        self._send(status, body, [("Content-Type", PROBLEM_JSON)], close=not drain)
+
+    def _upload(self, token: str) -> None:
+        """`PUT /_uploads/<token>`: the embedded store's stand-in for a presigned S3 PUT."""
+        from caseshelf.api.errors import status_of
+        from caseshelf.domain.errors import CaseshelfError
+
+        store = bootstrap.services().store
+        receive = getattr(store, "receive_upload", None)
+        check = getattr(store, "upload_key", None)
+        raw_length = self.headers.get("Content-Length") or ""
+        length = int(raw_length) if raw_length.isdigit() else -1
+        if receive is None or check is None:
+            self._refuse_upload(404, "this server's store takes no uploads", length)
+            return
+        if length < 0 or self.headers.get("Transfer-Encoding"):
+            self._refuse_upload(411, "an upload needs a Content-Length", length)
+            return
+        limit = self.server.settings.max_upload_bytes
+        if length > limit:
+            self._refuse_upload(
+                413,
+                f"the upload is {length} bytes; the limit is {limit}",
+                length,
+                size=length,
+                limit=limit,
+            )
+            return
+        try:
+            check(token)
+        except CaseshelfError as exc:
+            self._refuse_upload(status_of(exc)[0], exc.detail, length)
+            return
+        try:
+            key, md5 = receive(token, self.rfile, length)
+        except CaseshelfError as exc:
+            self._refuse_upload(status_of(exc)[0], exc.detail, 0)
+            return
+        etag = f'"{md5}"'
+        self._send(200, b"", [("ETag", etag)])
+        self.server.object_created(key, md5, length)
+
     def _dispatch(self) -> None:
         split = urlsplit(self.path)
         raw_path = split.path or "/"
@@ -413,6 +617,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         method = self.command.upper()
         if method in {"GET", "HEAD"} and path == OPENAPI_PATH:
             self._send(200, self.server.openapi_document(), [("Content-Type", "application/json")])
+            return
+        if method == "PUT" and raw_path.startswith(UPLOADS_PATH):
+            self._upload(raw_path[len(UPLOADS_PATH) :])
             return
         route: Route | None
         params: dict[str, str] = {}
@@ -526,9 +733,30 @@ def make_server(
 ) -> DevServer:
     """A server bound to (host, port) (port 0 picks a free one) over the services that
     `settings` build; call `serve_forever()` on it (tests run it in a thread)."""
-    routes = load_routes(template or default_template())
-    bootstrap.use(bootstrap.build(settings))
-    return DevServer((host, port), settings, routes, quiet=quiet)
+    template = template or default_template()
+    routes = load_routes(template)
+    server = DevServer(
+        (host, port), settings, routes, quiet=quiet, object_rules=load_object_rules(template)
+    )
+    try:
+        if settings.backend == "local" and settings.public_url is None:
+            # The store's upload URLs point back at this server (CASESHELF_PUBLIC_URL wins).
+            settings = settings.model_copy(update={"public_url": public_url(server)})
+            server.settings = settings
+        bootstrap.use(bootstrap.build(settings))
+    except BaseException:
+        server.server_close()
+        raise
+    return server
+
+
+def public_url(server: DevServer) -> str:
+    """The server's URL as a client reaches it (a wildcard bind answers on loopback)."""
+    host, port = server.server_address[:2]
+    host = str(host)
+    if host in {"0.0.0.0", "::", ""}:  # noqa: S104 - naming the wildcard, not binding it
+        host = "127.0.0.1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000) -> None:
@@ -550,6 +778,7 @@ __all__ = [
     "FakeLambdaContext",
     "Route",
     "build_event",
+    "load_object_rules",
     "load_routes",
     "make_server",
     "match",

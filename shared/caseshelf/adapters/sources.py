@@ -17,24 +17,34 @@ import csv
 import gzip
 import io
 import ipaddress
+import os
+import pickle
+import signal
 import socket
+import sys
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
 
-from caseshelf.domain.errors import BadRequest, Forbidden, NotFound
+from caseshelf.domain.errors import BadRequest, CaseshelfError, Forbidden, NotFound
 from caseshelf.domain.recipe import CsvSource, JsonlSource, ParquetSource, display_url
 
 Rows = Iterator[tuple[int, dict[str, Any]]]
 Opener = Callable[[str], IO[bytes]]
+T = TypeVar("T")
+Offload = Callable[[Iterator[Any]], Iterator[Any]]
 
 _DECODE_ERRORS: tuple[type[BaseException], ...] = (EOFError, zlib.error, OSError, ValueError)
+READ_CHUNK = 1 << 20  # bytes read at a time from a jsonl stream
+# A local file at least this large has its rows mapped in a worker process (`in_worker`).
+WORKER_MIN_BYTES = 4 << 20
+PIPE_BYTES = 1 << 20
 
 
 display_name = display_url
@@ -176,6 +186,23 @@ class SourceReader:
         url = source.url
         return _rows_from_stream(source, lambda: self.open(url), name or display_name(url))
 
+    def offload(self, source: JsonlSource | CsvSource | ParquetSource) -> Offload | None:
+        """`in_worker` when the work on this source's rows pays for a second process: a large
+        local jsonl or csv file, and a spare core to run it on. None otherwise."""
+        url = source.url if getattr(source, "text", None) is None else None
+        if (
+            url is None
+            or isinstance(source, ParquetSource)
+            or not (_is_local(url) and self.policy.allow_local)
+            or not worker_available()
+        ):
+            return None
+        try:
+            size = Path(url.removeprefix("file://")).expanduser().stat().st_size
+        except OSError:
+            return None  # reading it will name the problem
+        return in_worker if size >= WORKER_MIN_BYTES else None
+
 
 def rows_from_bytes(
     source: JsonlSource | CsvSource | ParquetSource, data: bytes, *, name: str
@@ -209,29 +236,48 @@ def _rows_from_stream(
     return _parquet(open_stream, name)
 
 
+def _lines(fh: IO[bytes]) -> Iterator[list[bytes]]:
+    """The lines of a binary stream (without their `\\n`), a chunk's worth at a time: one large
+    read and one split per chunk instead of a buffered readline per line."""
+    tail = b""
+    while True:
+        chunk = fh.read(READ_CHUNK)
+        if not chunk:
+            break
+        lines = (tail + chunk if tail else chunk).split(b"\n")
+        tail = lines.pop()
+        if lines:
+            yield lines
+    if tail:
+        yield [tail]
+
+
 def _jsonl(open_stream: Callable[[], IO[bytes]], name: str) -> Rows:
     loads = orjson.loads
     with _reading(name), open_stream() as fh:
         index = 0
-        for line_no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise BadRequest(
-                    f"source {name}: line {line_no}: malformed JSON ({exc})",
-                    source=name,
-                    line=line_no,
-                ) from None
-            if not isinstance(row, dict):
-                raise BadRequest(
-                    f"source {name}: line {line_no}: a row must be a JSON object",
-                    source=name,
-                    line=line_no,
-                )
-            yield index, row
-            index += 1
+        line_no = 0
+        for lines in _lines(fh):
+            for line in lines:
+                line_no += 1
+                try:
+                    row = loads(line)
+                except orjson.JSONDecodeError as exc:
+                    if not line.strip():
+                        continue  # a blank line
+                    raise BadRequest(
+                        f"source {name}: line {line_no}: malformed JSON ({exc})",
+                        source=name,
+                        line=line_no,
+                    ) from None
+                if type(row) is not dict:
+                    raise BadRequest(
+                        f"source {name}: line {line_no}: a row must be a JSON object",
+                        source=name,
+                        line=line_no,
+                    )
+                yield index, row
+                index += 1
 
 
 def _csv(source: CsvSource, open_stream: Callable[[], IO[bytes]], name: str) -> Rows:
@@ -314,3 +360,88 @@ def rows_of_file(data: bytes, filename: str) -> Rows:
             field="source.file",
         )
     return rows_from_bytes(source, data, name=filename)
+
+
+# -- a second process for the rows of a large local file -----------------------------------------
+
+
+def worker_available() -> bool:
+    """A forked worker helps only on Linux (fork is cheap and safe for the pure work it does) with
+    a second core to run on."""
+    if sys.platform != "linux" or not hasattr(os, "fork"):
+        return False
+    try:
+        return len(os.sched_getaffinity(0)) >= 2
+    except OSError:
+        return False
+
+
+class WorkerFailed(RuntimeError):
+    """The worker process stopped without finishing or raised an unexpected error."""
+
+
+def in_worker(items: Iterator[T]) -> Iterator[T]:
+    """`items`, produced in a forked child process while the caller consumes them in order.
+
+    The child starts on the first `next()`, runs the unstarted iterator it inherited (reading the
+    file, mapping and canonicalising rows: pure work), and streams each item back pickled over a
+    pipe. A `CaseshelfError` it raises is raised here with the same type, detail and fields, after
+    the items before it; any other failure is a `WorkerFailed`. Closing the generator early (the
+    consumer failed) kills the child. The child writes nothing but the pipe and leaves with
+    `os._exit`, so no buffer, handler or finaliser of the parent runs twice."""
+    read_fd, write_fd = os.pipe()
+    if sys.platform == "linux":  # a larger pipe means fewer context switches; optional
+        import fcntl
+
+        with suppress(OSError):
+            fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
+        os.close(read_fd)
+        _serve(items, write_fd)
+    os.close(write_fd)
+    finished = False
+    try:
+        with open(read_fd, "rb", buffering=PIPE_BYTES) as pipe:
+            load = pickle.load
+            while True:
+                try:
+                    kind, payload = load(pipe)
+                except EOFError:
+                    raise WorkerFailed("the import worker process stopped unexpectedly") from None
+                if kind == "item":
+                    yield payload
+                    continue
+                finished = True
+                if kind == "done":
+                    return
+                if kind == "error":
+                    error_type, detail, fields = payload
+                    raise error_type(detail, **fields)
+                raise WorkerFailed(f"the import worker process failed: {payload}")
+    finally:
+        if not finished:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def _serve(items: Iterator[Any], fd: int) -> NoReturn:  # pragma: no cover - child process
+    code = 0
+    try:
+        with open(fd, "wb", buffering=PIPE_BYTES) as pipe:
+            dump = pickle.dump
+            message: tuple[str, Any]
+            try:
+                for item in items:
+                    dump(("item", item), pipe, protocol=pickle.HIGHEST_PROTOCOL)
+                message = ("done", None)
+            except CaseshelfError as exc:
+                message = ("error", (type(exc), exc.detail, exc.fields))
+            except Exception as exc:  # reported to the parent, which raises
+                message = ("failed", f"{type(exc).__name__}: {exc}")
+            dump(message, pipe, protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException:  # the parent sees the pipe close early
+        code = 1
+    finally:
+        os._exit(code)

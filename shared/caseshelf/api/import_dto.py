@@ -121,7 +121,10 @@ class HfFilesOut(Wire):
 
 class UploadOut(Wire):
     job_id: str
-    upload_url: str | None = Field(description="Presigned PUT; null on the embedded store.")
+    upload_url: str | None = Field(
+        description="Presigned PUT. On the embedded store, the local server's own upload URL "
+        "(`caseshelf serve`), else null."
+    )
     key: str
     expires_in: int
     state: Literal["pending"] = "pending"

@@ -145,6 +145,11 @@ class Client(Protocol):
 
     def delete_recipe(self, name: str, version: str) -> dict[str, Any]: ...
 
+    def revive_recipe(self, name: str, version: str) -> dict[str, Any]: ...
+
+    def publish_catalog(self) -> dict[str, Any]:
+        """Page of RecipeRegisterOut: the catalog registered into `_shared`."""
+
     def create_upload(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
     def get_job(self, job_id: str) -> dict[str, Any]: ...
@@ -225,6 +230,19 @@ class _LocalImports:
         rec = self.services.recipes.delete(self.identity, name, version)
         return import_dto.recipe_version_out(rec).model_dump(mode="json")
 
+    def revive_recipe(self, name: str, version: str) -> dict[str, Any]:
+        from caseshelf.api import import_dto
+
+        rec = self.services.recipes.revive(self.identity, name, version)
+        return import_dto.recipe_version_out(rec).model_dump(mode="json")
+
+    def publish_catalog(self) -> dict[str, Any]:
+        from caseshelf.api import import_dto
+
+        done = self.services.recipes.publish_catalog(self.identity)
+        items = [import_dto.recipe_register_out(r).model_dump(mode="json") for r in done]
+        return _page(items, None)
+
     def create_upload(self, body: dict[str, Any]) -> dict[str, Any]:
         raise BadRequest(
             "the embedded store takes no uploads: import the file directly (caseshelf import)"
@@ -285,6 +303,14 @@ class _HttpImports:
 
     def delete_recipe(self, name: str, version: str) -> dict[str, Any]:
         out: dict[str, Any] = self.request("DELETE", "recipes", name, "versions", version)
+        return out
+
+    def revive_recipe(self, name: str, version: str) -> dict[str, Any]:
+        out: dict[str, Any] = self.request("POST", "recipes", name, "versions", version, "revive")
+        return out
+
+    def publish_catalog(self) -> dict[str, Any]:
+        out: dict[str, Any] = self.request("POST", "benchmarks", "publish")
         return out
 
     def create_upload(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -5,12 +5,14 @@
     caseshelf preview SOURCE --recipe R [--limit N]
     caseshelf benchmarks
     caseshelf recipes register|validate FILE
-    caseshelf recipes ls [--shared] | get ID[@VERSION] | rm ID@VERSION
+    caseshelf recipes ls [--shared] | get ID[@VERSION] | rm ID@VERSION | revive ID@VERSION
+    caseshelf recipes publish-catalog          (an admin of the _shared tenant)
 
 SOURCE is a local path (`.gz`, `.bz2`, `.zst` too), an `s3://` or `https://` URL, or
 `hf://owner/name` for a Hugging Face dataset. R is a recipe file (YAML or JSON) or the id of a
 registered or catalog recipe (`id@version` pins one). With `--api`, a local file is uploaded
-(`POST /uploads`) and the command follows the import job to its end.
+(`POST /uploads`, then a PUT to the URL it answers: S3's presigned URL, or the local server's
+own) and the command follows the import job to its end.
 """
 
 from __future__ import annotations
@@ -172,22 +174,21 @@ def _show_import(out: dict[str, Any]) -> None:
     fields_table(pairs)
 
 
-def _upload_and_follow(path: Path, body: dict[str, Any], wait: float) -> dict[str, Any]:
-    """With --api: upload a local file through a presigned URL and follow its import job."""
+def upload_and_follow(path: Path, body: dict[str, Any], wait: float) -> dict[str, Any]:
+    """Upload a local file (`POST /uploads`, then a PUT to the URL it answers) and follow its
+    job to the end; the job's `result`, plus `job_id`. `body` is the upload request without
+    `filename` (a `kind: tasks` one too)."""
     from caseshelf.cli.client import put_url
 
     if not path.is_file():
         raise BadRequest(f"{path}: no such file", field="source")
     name = re.sub(r"[^A-Za-z0-9._-]", "-", path.name).lstrip(".-") or "upload"
-    upload_body = {k: v for k, v in body.items() if k != "source"}
-    kind = body.get("source", {}).get("kind")
-    if kind is not None:
-        upload_body["kind"] = kind
     c = client()
-    up = c.create_upload({"filename": name, **upload_body})
+    up = c.create_upload({"filename": name, **body})
     if not up.get("upload_url"):
         raise BadRequest(
-            "this API takes no uploads (an embedded store): run the import without --api"
+            "this API gives no upload URL (an embedded store no server publishes): run the "
+            "import without --api, or against `caseshelf serve`"
         )
     note(f"uploading {path} as job {up['job_id']}")
     put_url(up["upload_url"], path.read_bytes())
@@ -196,18 +197,7 @@ def _upload_and_follow(path: Path, body: dict[str, Any], wait: float) -> dict[st
         while True:
             job = c.get_job(up["job_id"])
             if job["state"] == "succeeded":
-                result = dict(job["result"])
-                version = c.get_version(result["id"], result["version"])
-                return {
-                    "id": result["id"],
-                    "version": result["version"],
-                    "content_digest": result["content_digest"],
-                    "case_count": result["case_count"],
-                    "created": result.get("created", True),
-                    "rows_read": result.get("rows_read", result["case_count"]),
-                    "produced_by": version.get("produced_by") or {},
-                    "job_id": up["job_id"],
-                }
+                return {**job["result"], "job_id": up["job_id"]}
             if job["state"] == "failed":
                 abort(f"import job {up['job_id']} failed: {job['error'].get('detail')}")
             if time.monotonic() > deadline:
@@ -218,9 +208,30 @@ def _upload_and_follow(path: Path, body: dict[str, Any], wait: float) -> dict[st
             time.sleep(JOB_POLL_SECONDS)
 
 
+def _upload_rows(path: Path, body: dict[str, Any], wait: float) -> dict[str, Any]:
+    """With --api: a local file of rows through an upload and its job, shown like an import."""
+    upload_body: dict[str, Any] = {k: v for k, v in body.items() if k != "source"}
+    fmt = body.get("source", {}).get("kind")
+    if fmt is not None:
+        upload_body["format"] = fmt
+    result = upload_and_follow(path, {"kind": "benchmark", **upload_body}, wait)
+    version = client().get_version(result["id"], result["version"])
+    return {
+        "id": result["id"],
+        "version": result["version"],
+        "content_digest": result["content_digest"],
+        "case_count": result["case_count"],
+        "created": result.get("created", True),
+        "rows_read": result.get("rows_read", result["case_count"]),
+        "produced_by": version.get("produced_by") or {},
+        "job_id": result["job_id"],
+    }
+
+
 def register_commands(app: typer.Typer) -> None:
     recipes = typer.Typer(
-        help="Manage recipes: register, validate, ls, get, rm.", no_args_is_help=True
+        help="Manage recipes: register, validate, ls, get, rm, revive, publish-catalog.",
+        no_args_is_help=True,
     )
     app.add_typer(recipes, name="recipes")
 
@@ -245,7 +256,7 @@ def register_commands(app: typer.Typer) -> None:
             **_target(dataset, version, bump, limit),
         }
         if state().api and _is_local(source):
-            out = _upload_and_follow(Path(source).expanduser(), body, wait)
+            out = _upload_rows(Path(source).expanduser(), body, wait)
         else:
             with progress("importing rows") as bar:
                 seen = [0]
@@ -366,3 +377,32 @@ def register_commands(app: typer.Typer) -> None:
         name, version = parse_version(ref, what="ID@VERSION")
         out = client().delete_recipe(name, version)
         emit(out, lambda o: say(f"deleted {o['id']}@{o['version']}"))
+
+    @command(recipes, "revive")
+    def revive(ref: Annotated[str, typer.Argument(metavar="ID@VERSION")]) -> None:
+        """Revive a tombstoned recipe version (the creator or an admin)."""
+        name, version = parse_version(ref, what="ID@VERSION")
+        out = client().revive_recipe(name, version)
+        emit(out, lambda o: say(f"revived {o['id']}@{o['version']}"))
+
+    @command(recipes, "publish-catalog")
+    def publish_catalog() -> None:
+        """Register the first-party catalog as recipes of the _shared tenant (idempotent).
+
+        Run it as an admin of _shared: `--tenant _shared --roles admin` on the embedded store
+        or the local server; a token of that tenant on a deployed API."""
+        out = client().publish_catalog()
+
+        def render(page: dict[str, Any]) -> None:
+            rows = [
+                [
+                    r["id"],
+                    r["version"],
+                    "registered" if r["created"] else "unchanged",
+                    short(r["content_digest"]),
+                ]
+                for r in page["items"]
+            ]
+            table(["id", "version", "state", "content digest"], rows)
+
+        emit(out, render)

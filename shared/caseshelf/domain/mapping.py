@@ -24,18 +24,22 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Mapping as AnyMapping
 from typing import Any
 
+import orjson
+
+from caseshelf.domain.canonical import CANONICAL_OPTIONS
 from caseshelf.domain.envelope import case_to_plain, parse_case
-from caseshelf.domain.errors import BadRequest
+from caseshelf.domain.errors import BadRequest, TooLarge
 from caseshelf.domain.recipe import Recipe
 from caseshelf.domain.templates import (
     FieldExpr,
     FieldMissing,
     FilterFailed,
     compile_field,
+    compile_render,
     compile_template,
     compile_value,
 )
@@ -113,13 +117,14 @@ def _field(expr: str) -> FieldExpr:
     return compile_field(expr)
 
 
-def _field_map(spec: list[str] | dict[str, Any]) -> list[tuple[str, Builder]]:
+def _field_map(spec: list[str] | dict[str, Any], target: str) -> list[tuple[str, Builder, str]]:
+    """`(key, builder, error target)` of each entry of a details / metadata mapping."""
     if isinstance(spec, dict):
-        return [(key, compile_value(value)) for key, value in spec.items()]
-    out: list[tuple[str, Builder]] = []
+        return [(key, compile_value(value), f"{target}.{key}") for key, value in spec.items()]
+    out: list[tuple[str, Builder, str]] = []
     for expr in spec:
         fe = _field(expr)
-        out.append((fe.field, fe.value))
+        out.append((fe.field, fe.value, f"{target}.{fe.field}"))
     return out
 
 
@@ -136,9 +141,11 @@ class RowMapper:
         m = recipe.mapping
         self._id = _field(m.id_field) if m.id_field else None
         self._id_prefix = f"{recipe.id}-"
-        task = m.task_template if m.task_template is not None else None
-        self._task_tpl = compile_template(task).render if task is not None else None
-        self._task_field = _field(m.task_field) if (task is None and m.task_field) else None
+        self._task: Builder | None = None
+        if m.task_template is not None:
+            self._task = compile_render(m.task_template)
+        elif m.task_field:
+            self._task = _field(m.task_field).value
         self._answer = _field(m.answer_field) if m.answer_field else None
         answer_grader: dict[str, Any] = {"id": "answer-match"}
         if m.answer_mode:
@@ -147,8 +154,8 @@ class RowMapper:
         self._test_cmd = _field(m.test_cmd_field) if m.test_cmd_field else None
         self._hitl = _field(m.hitl_field) if m.hitl_field else None
         self._tags = [_field(t) for t in m.tag_fields]
-        self._details = _field_map(m.details_fields)
-        self._metadata = _field_map(m.metadata_fields)
+        self._details = _field_map(m.details_fields, "expectations.details")
+        self._metadata = _field_map(m.metadata_fields, "metadata")
         self._image_field = _field(m.image_field) if m.image_field else None
         self._image = m.image
         self._needs_image = container_needs_image(recipe)
@@ -157,6 +164,7 @@ class RowMapper:
             (g.id, compile_value(g.config) if g.config else None) for g in recipe.grader_templates
         ]
         self._env = self._compile_env(recipe)
+        self._build = self._compile_build()
 
     # -- env -------------------------------------------------------------------------------
 
@@ -258,84 +266,118 @@ class RowMapper:
                 f"row {index}: {exc.target} {exc.message}", row=index, field=exc.target
             ) from None
 
-    def _build(self, row: Row, index: int) -> dict[str, Any]:
-        cid = self.case_id(row, index)
-        case: dict[str, Any] = {"id": cid}
+    def _compile_build(self) -> Callable[[Row, int], dict[str, Any]]:
+        """The row -> case function, with the recipe's settings bound as closure variables:
+        every row of every import runs it, so it reads no attributes, skips what the recipe
+        does not use, and takes strings (the common case) before the checks that only other
+        values need."""
+        id_value = self._id.value if self._id is not None else None
+        id_prefix = self._id_prefix
+        case_id = self.case_id
+        task = self._task
+        hitl = self._hitl.value if self._hitl is not None else None
+        answer_value = self._answer.value if self._answer is not None else None
+        answer_grader = self._answer_grader
+        details = self._details
+        env_of = self._env
+        image_value = self._image_field.value if self._image_field is not None else None
+        fixed_image = self._image
+        needs_image = self._needs_image
+        test_cmd = self._test_cmd.value if self._test_cmd is not None else None
+        extra = self._extra
+        templates = self._templates
+        tag_values = [t.value for t in self._tags]
+        metadata = self._metadata
 
-        inputs: dict[str, Any] = {}
-        if self._task_tpl is not None:
-            user = self._task_tpl(row, index)
-            inputs["user"] = _user(user)
-        elif self._task_field is not None:
-            inputs["user"] = _user(self._task_field.value(row, index))
-        if self._hitl is not None:
-            hitl = _texts(self._hitl.value(row, index), "inputs.hitl")
-            if hitl:
-                inputs["hitl"] = hitl
-        if inputs:
-            case["inputs"] = inputs
+        def build(row: Row, index: int) -> dict[str, Any]:
+            cid = f"{id_prefix}{index}" if id_value is None else case_id(row, index)
+            case: dict[str, Any] = {"id": cid}
 
-        graders: list[dict[str, Any]] = []
-        expectations: dict[str, Any] = {}
-        if self._answer is not None:
-            answer = self._answer.value(row, index)
-            if not _empty(answer):
-                expectations["ground_truth"] = _finite(answer, "expectations.ground_truth")
-                graders.append(self._answer_grader)
-        if self._details:
-            details = {
-                k: _finite(f(row, index), f"expectations.details.{k}") for k, f in self._details
-            }
-            expectations["details"] = details
-        if expectations:
-            case["expectations"] = expectations
+            inputs: dict[str, Any] = {}
+            if task is not None:
+                user = task(row, index)
+                inputs["user"] = user if type(user) is str else _user(user)
+            if hitl is not None:
+                lines = _texts(hitl(row, index), "inputs.hitl")
+                if lines:
+                    inputs["hitl"] = lines
+            if inputs:
+                case["inputs"] = inputs
 
-        env = self._env(row, index)
-        if env is not None:
-            case["env"] = env
+            graders: list[dict[str, Any]] = []
+            expectations: dict[str, Any] = {}
+            if answer_value is not None:
+                answer = answer_value(row, index)
+                if type(answer) is str:
+                    if answer.strip():
+                        expectations["ground_truth"] = answer
+                        graders.append(answer_grader)
+                elif not _empty(answer):
+                    expectations["ground_truth"] = _finite(answer, "expectations.ground_truth")
+                    graders.append(answer_grader)
+            if details:
+                expectations["details"] = _values(details, row, index)
+            if expectations:
+                case["expectations"] = expectations
 
-        image = None
-        if self._image_field is not None:
-            v = self._image_field.value(row, index)
-            if not _empty(v):
-                image = _text(v, "image")
-        if image is None:
-            image = self._image
-        if image is not None:
-            case["image"] = image
-        elif self._needs_image:
-            raise _Bad(
-                "image",
-                f"is required: case {cid!r} runs in a container and no prebuilt image is given "
-                "(set mapping.image or mapping.image_field; images are referenced, never built)",
-            )
+            env = env_of(row, index)
+            if env is not None:
+                case["env"] = env
 
-        if self._test_cmd is not None:
-            cmd = self._test_cmd.value(row, index)
-            if not _empty(cmd):
-                graders.append({"id": "tests-pass", "config": {"cmd": _text(cmd, "tests-pass")}})
-        graders.extend(self._extra)
-        for gid, config in self._templates:
-            if config is None:
-                graders.append({"id": gid})
-            else:
-                cfg = _finite(config(row, index), f"graders.{gid}.config")
-                graders.append({"id": gid, "config": cfg} if cfg else {"id": gid})
-        if graders:
-            case["graders"] = graders
+            image = None
+            if image_value is not None:
+                v = image_value(row, index)
+                if not _empty(v):
+                    image = _text(v, "image")
+            if image is None:
+                image = fixed_image
+            if image is not None:
+                case["image"] = image
+            elif needs_image:
+                raise _Bad(
+                    "image",
+                    f"is required: case {cid!r} runs in a container and no prebuilt image is "
+                    "given (set mapping.image or mapping.image_field; images are referenced, "
+                    "never built)",
+                )
 
-        if self._tags:
-            tags: list[str] = []
-            for t in self._tags:
-                tags.extend(_texts(t.value(row, index), "tags"))
-            if tags:
-                case["tags"] = sorted(set(tags)) if len(tags) > 1 else tags
+            if test_cmd is not None:
+                cmd = test_cmd(row, index)
+                if not _empty(cmd):
+                    graders.append(
+                        {"id": "tests-pass", "config": {"cmd": _text(cmd, "tests-pass")}}
+                    )
+            if extra:
+                graders.extend(extra)
+            for gid, config in templates:
+                if config is None:
+                    graders.append({"id": gid})
+                else:
+                    cfg = _finite(config(row, index), f"graders.{gid}.config")
+                    graders.append({"id": gid, "config": cfg} if cfg else {"id": gid})
+            if graders:
+                case["graders"] = graders
 
-        if self._metadata:
-            case["metadata"] = {
-                k: _finite(f(row, index), f"metadata.{k}") for k, f in self._metadata
-            }
-        return case
+            if tag_values:
+                tags: list[str] = []
+                for tag_value in tag_values:
+                    tags.extend(_texts(tag_value(row, index), "tags"))
+                if tags:
+                    case["tags"] = sorted(set(tags)) if len(tags) > 1 else tags
+
+            if metadata:
+                case["metadata"] = _values(metadata, row, index)
+            return case
+
+        return build
+
+
+def _values(fields: list[tuple[str, Builder, str]], row: Row, index: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, build, target in fields:
+        v = build(row, index)
+        out[key] = v if type(v) is str else _finite(v, target)
+    return out
 
 
 def _need(fe: FieldExpr, row: Row, index: int, target: str) -> Any:
@@ -383,3 +425,54 @@ def rows_to_cases(
         if validate:
             case = case_to_plain(parse_case(case, index=index))
         yield case
+
+
+RecordBatch = tuple[list[str], list[bytes], list[Sequence[str]]]
+BATCH_ROWS = 1000
+
+
+def record_batches(
+    rows: Iterable[tuple[int, Row]],
+    recipe: Recipe,
+    *,
+    max_case_bytes: int,
+    batch_rows: int = BATCH_ROWS,
+) -> Iterator[RecordBatch]:
+    """Every row as its case's canonical record, in batches of `(case ids, canonical bytes,
+    sorted tags)` (what `RegistryService.register_records` takes), in order. Errors name the row:
+    a mapping error, two rows with the same case id, a case over `max_case_bytes` (413)."""
+    mapper = RowMapper(recipe)
+    seen: dict[str, int] = {}
+    dumps, options = orjson.dumps, CANONICAL_OPTIONS
+    no_tags: tuple[str, ...] = ()
+    ids: list[str] = []
+    datas: list[bytes] = []
+    tags: list[Sequence[str]] = []
+    for index, row in rows:
+        case = mapper(row, index)
+        cid = case["id"]
+        first = seen.setdefault(cid, index)
+        if first != index:
+            raise BadRequest(
+                f"rows {first} and {index} both map to case id {cid!r}",
+                case_ids=[cid],
+                rows=[first, index],
+            )
+        try:
+            data = dumps(case, option=options)
+        except orjson.JSONEncodeError as exc:  # an integer beyond 64 bits
+            raise BadRequest(f"row {index}: case {cid!r}: {exc}", row=index) from None
+        if len(data) > max_case_bytes:
+            raise TooLarge(
+                f"row {index}: case {cid!r} is {len(data)} bytes; the limit is {max_case_bytes}",
+                row=index,
+                case_id=cid,
+            )
+        ids.append(cid)
+        datas.append(data)
+        tags.append(case.get("tags", no_tags))
+        if len(ids) >= batch_rows:
+            yield ids, datas, tags
+            ids, datas, tags = [], [], []
+    if ids:
+        yield ids, datas, tags

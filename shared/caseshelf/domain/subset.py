@@ -14,16 +14,16 @@ restored. Only the manifest is read: ids, digests and tags are all there.
 from __future__ import annotations
 
 import hashlib
-import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import islice
+from itertools import chain, compress, count, groupby, islice, repeat
+from operator import itemgetter, sub
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from caseshelf.domain.errors import BadRequest
-from caseshelf.domain.manifest import Manifest
+from caseshelf.domain.manifest import CaseTags, Manifest
 from caseshelf.domain.models import BumpKind, DatasetId, Label
 
 # Unknown ids are listed in full up to this many; beyond it, the first ones and a count.
@@ -146,15 +146,56 @@ def sample_rank(seed: int | str, digest_hex: str) -> bytes:
 def sample_positions(
     candidates: Sequence[int], digests: Sequence[str], n: int, seed: int | str
 ) -> list[int]:
-    """The `n` candidates with the smallest ranks, back in dataset order."""
+    """The `n` candidates with the smallest ranks (`sample_rank`), back in dataset order. Equal
+    ranks (only equal digests give them) are taken in dataset order."""
     if n >= len(candidates):
         return list(candidates)
-    prefix = f"{seed}:sha256:".encode()
-    sha256 = hashlib.sha256
-    ranks = [sha256(prefix + digests[i].encode()).digest() for i in candidates]
-    # Ranks of distinct digests never tie; were they to, position decides (nsmallest is stable).
-    best = heapq.nsmallest(n, range(len(ranks)), key=ranks.__getitem__)
-    return sorted(candidates[b] for b in best)
+    # The hash state after the common prefix is copied rather than recomputed for every case.
+    copy_prefix = hashlib.sha256(f"{seed}:sha256:".encode()).copy
+    ranks: list[bytes] = []
+    append = ranks.append
+    for i in candidates:
+        h = copy_prefix()
+        h.update(digests[i].encode())
+        append(h.digest())
+    cut = _nth_smallest(ranks, n)
+    # Every candidate ranked at or below the cut, picked without a Python-level loop.
+    chosen = list(compress(candidates, map(cut.__ge__, ranks)))
+    if len(chosen) > n:  # candidates tied at the cut: the earlier ones are taken
+        room = n - sum(1 for r in ranks if r < cut)
+        chosen = []
+        for c, r in zip(candidates, ranks, strict=True):
+            if r < cut or (r == cut and room > 0):
+                room -= r == cut
+                chosen.append(c)
+    return chosen
+
+
+def _nth_smallest(ranks: list[bytes], n: int) -> bytes:
+    """The `n`-th smallest of `ranks` (1-based, counting repeats), `0 < n < len(ranks)`.
+
+    Ranks are uniform: those under a bound a little above the expected `n`-th are kept (by a
+    filter that runs in C) and only those are sorted; the bound doubles in the unlikely case
+    too few are under it."""
+    bound = (n * 5 // 4 + 64) * (1 << 32) // len(ranks)
+    while bound < 1 << 32:
+        under = sorted(filter(bound.to_bytes(4, "big").__gt__, ranks))
+        if len(under) >= n:
+            return under[n - 1]
+        bound *= 2
+    return sorted(ranks)[n - 1]
+
+
+def _cases_tagged(case_tags: Sequence[Sequence[int]], wanted: set[int]) -> Iterator[int]:
+    """Positions of the cases carrying any of the `wanted` tag indices, ascending, lazily."""
+    if not isinstance(case_tags, CaseTags):
+        return (i for i, tags in enumerate(case_tags) if not wanted.isdisjoint(tags))
+    # Scan the flat tag column once, in C: the owning case of each tag entry, kept where the
+    # tag is wanted, with repeats (a case with two wanted tags) folded.
+    starts, values = case_tags.starts, case_tags.values
+    owners = chain.from_iterable(map(repeat, count(), map(sub, islice(starts, 1, None), starts)))
+    hits = compress(owners, map(wanted.__contains__, values))
+    return map(itemgetter(0), groupby(hits))
 
 
 def _unknown_ids_error(unknown: list[str]) -> BadRequest:
@@ -191,11 +232,12 @@ def select_subset(manifest: Manifest, sel: Selection, *, dataset_id: str, versio
         tag_index = {name: t for t, name in enumerate(manifest.tag_names)}
         wanted_tags = {tag_index[t] for t in sel.tags if t in tag_index}
         case_tags = manifest.case_tags
-        candidates = (
-            (i for i in candidates if not wanted_tags.isdisjoint(case_tags[i]))
-            if wanted_tags
-            else ()
-        )
+        if not wanted_tags:
+            candidates = ()
+        elif sel.ids is not None:  # a few named cases: look at each
+            candidates = (i for i in candidates if not wanted_tags.isdisjoint(case_tags[i]))
+        else:
+            candidates = _cases_tagged(case_tags, wanted_tags)
 
     if sel.limit is not None:
         # Lazily: tags + limit stops at the limit-th match instead of scanning every case.

@@ -94,12 +94,15 @@ class _FilterProblem(Exception):
     pass
 
 
+# Filters run for every row of every import: each takes the common case (a string) first.
+
+
 def _lower(v: Any) -> Any:
-    return _text(_present(v)).lower()
+    return v.lower() if type(v) is str else _text(_present(v)).lower()
 
 
 def _upper(v: Any) -> Any:
-    return _text(_present(v)).upper()
+    return v.upper() if type(v) is str else _text(_present(v)).upper()
 
 
 def _present(v: Any) -> Any:
@@ -123,7 +126,11 @@ def _make(name: str, args: list[str]) -> Filter:
         return _upper
     if name == "strip":
         chars = one if args else None
-        return lambda v: _text(_present(v)).strip(chars)
+
+        def strip(v: Any) -> Any:
+            return v.strip(chars) if type(v) is str else _text(_present(v)).strip(chars)
+
+        return strip
     if name == "replace":
         if len(args) < 2:
             raise TemplateError("filter 'replace' takes two arguments: replace:A:B")
@@ -159,7 +166,7 @@ def _make(name: str, args: list[str]) -> Filter:
         first = name == "after"
 
         def cut(v: Any) -> Any:
-            text = _text(_present(v))
+            text = v if type(v) is str else _text(_present(v))
             head, sep, tail = text.partition(one)
             if not sep:
                 raise _FilterProblem(f"{one!r} not found for {name}:{one}")
@@ -333,7 +340,8 @@ class FieldExpr:
 
     def _compile(self, get: Callable[[Mapping[str, Any], int], Any]) -> Callable[..., Any]:
         field, filters, has_default = self.field, self.filters, self.has_default
-        if not filters and "." not in field and field != INDEX_FIELD:
+        one_key = "." not in field and field != INDEX_FIELD
+        if not filters and one_key:
 
             def plain(row: Mapping[str, Any], index: int) -> Any:
                 try:
@@ -342,6 +350,25 @@ class FieldExpr:
                     raise FieldMissing(field) from None
 
             return plain
+
+        if one_key:
+
+            def filtered_key(row: Mapping[str, Any], index: int) -> Any:
+                v = row.get(field, MISSING)
+                if v is MISSING and not has_default:
+                    raise FieldMissing(field)
+                try:
+                    for f in filters:
+                        v = f(v)
+                except _MissingValue:
+                    raise FieldMissing(field) from None
+                except _FilterProblem as exc:
+                    raise FilterFailed(field, str(exc)) from None
+                if v is MISSING:
+                    raise FieldMissing(field)
+                return v
+
+            return filtered_key
 
         def filtered(row: Mapping[str, Any], index: int) -> Any:
             v = get(row, index)
@@ -452,14 +479,22 @@ def render_value(value: Any, row: Mapping[str, Any], index: int) -> Any:
     return value
 
 
+def compile_render(text: str) -> Callable[[Mapping[str, Any], int], Any]:
+    """`compile_template(text).render`, or a cheaper function that renders the same: a constant
+    for literal text, the field's own lookup for a template that is one placeholder."""
+    tpl = compile_template(text)
+    if len(tpl.parts) == 1:
+        only = tpl.parts[0]
+        if isinstance(only, FieldExpr):
+            return only.value
+        return lambda row, index: only
+    return tpl.render
+
+
 def compile_value(value: Any) -> Callable[[Mapping[str, Any], int], Any]:
     """Compile every string inside a JSON value once; the result renders it per row."""
     if isinstance(value, str):
-        tpl = compile_template(value)
-        if len(tpl.parts) == 1 and isinstance(tpl.parts[0], str):
-            const = tpl.parts[0]
-            return lambda row, index: const
-        return tpl.render
+        return compile_render(value)
     if isinstance(value, dict):
         items = [(k, compile_value(v)) for k, v in value.items()]
         return lambda row, index: {k: f(row, index) for k, f in items}

@@ -8,6 +8,7 @@ follows the size of the change, not the size of the versions.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -67,43 +68,52 @@ class DiffResult:
 
 
 class _CountingReads:
-    """The part of a BlobStore that reading cases uses, counting requests and bytes."""
+    """The part of a BlobStore that reading cases uses, counting requests and bytes (reads may
+    run on several threads at once)."""
 
     def __init__(self, inner: BlobStore) -> None:
         self._inner = inner
+        self._lock = threading.Lock()
         self.objects = 0
         self.bytes = 0
 
-    def get_range(self, key: str, offset: int, length: int) -> bytes:
-        data = self._inner.get_range(key, offset, length)
-        self.objects += 1
-        self.bytes += len(data)
+    def _count(self, data: bytes) -> bytes:
+        with self._lock:
+            self.objects += 1
+            self.bytes += len(data)
         return data
 
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        return self._count(self._inner.get_range(key, offset, length))
+
     def get(self, key: str) -> bytes:
-        data = self._inner.get(key)
-        self.objects += 1
-        self.bytes += len(data)
-        return data
+        return self._count(self._inner.get(key))
 
 
 # The most unwanted bytes read between two wanted cases to save a request. On local files a
-# request costs microseconds: read little more than the changed cases themselves. On S3 a request
-# costs tens of milliseconds and bytes in the region cost nothing: read spans, as every reader
-# of packs does (1% of cases changed, scattered, is then a few whole-pack reads, not a thousand
-# requests in a row).
+# request costs microseconds: read little more than the changed cases themselves. Against S3 a
+# request costs tens of milliseconds of waiting plus about a millisecond of client CPU (which no
+# number of threads overlaps), while bytes in the region cost nothing: read spans, several at
+# once (`read_workers`). 1% of cases changed, scattered, is then a few concurrent span reads
+# instead of a thousand requests (docs/benchmarks.md has the measured trade).
 LOCAL_MAX_GAP_BYTES = 16 * 1024
 REMOTE_MAX_GAP_BYTES = MAX_GAP_BYTES
 
 
 class DiffService:
     def __init__(
-        self, registry: RegistryService, *, max_gap_bytes: int = LOCAL_MAX_GAP_BYTES
+        self,
+        registry: RegistryService,
+        *,
+        max_gap_bytes: int = LOCAL_MAX_GAP_BYTES,
+        read_workers: int = 1,
     ) -> None:
         """`max_gap_bytes`: the most unwanted bytes read between two wanted cases to save a
-        request (the trade between bytes read and requests made)."""
+        request (the trade between bytes read and requests made). `read_workers`: ranged reads
+        in flight at once (1 for the embedded store; more for S3, whose client is thread-safe)."""
         self.registry = registry
         self.max_gap_bytes = max_gap_bytes
+        self.read_workers = read_workers
 
     def diff_versions(
         self,
@@ -133,8 +143,8 @@ class DiffService:
         store = cast(BlobStore, counter)
         base_want = plan.removed + [i for i, _ in plan.changed]
         cand_want = plan.added + [j for _, j in plan.changed]
-        base_bodies = _read(store, base, base_m, base_want, self.max_gap_bytes)
-        cand_bodies = _read(store, candidate, cand_m, cand_want, self.max_gap_bytes)
+        base_bodies = self._read(store, base, base_m, base_want)
+        cand_bodies = self._read(store, candidate, cand_m, cand_want)
 
         added = [CaseBrief(cand_m.ids[j], user_text(cand_bodies[j])) for j in plan.added]
         removed = [CaseBrief(base_m.ids[i], user_text(base_bodies[i])) for i in plan.removed]
@@ -152,11 +162,17 @@ class DiffService:
             ReadStats(objects_read=counter.objects, bytes_read=counter.bytes),
         )
 
-
-def _read(
-    store: BlobStore, rec: VersionRecord, manifest: Manifest, indices: list[int], max_gap: int
-) -> dict[int, dict[str, Any]]:
-    if not indices:
-        return {}
-    raw = read_cases(store, rec.tenant, manifest, indices, max_gap=max_gap)
-    return {i: orjson.loads(data) for i, data in raw.items()}
+    def _read(
+        self, store: BlobStore, rec: VersionRecord, manifest: Manifest, indices: list[int]
+    ) -> dict[int, dict[str, Any]]:
+        if not indices:
+            return {}
+        raw = read_cases(
+            store,
+            rec.tenant,
+            manifest,
+            indices,
+            max_gap=self.max_gap_bytes,
+            workers=self.read_workers,
+        )
+        return {i: orjson.loads(data) for i, data in raw.items()}

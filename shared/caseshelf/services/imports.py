@@ -14,18 +14,17 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Protocol
 
 from pydantic import Field, ValidationError
 
-from caseshelf.domain.canonical import canonical_json
 from caseshelf.domain.envelope import validation_problem
-from caseshelf.domain.errors import BadRequest, CaseshelfError, TooLarge
+from caseshelf.domain.errors import BadRequest, CaseshelfError
 from caseshelf.domain.identity import Identity
-from caseshelf.domain.mapping import RowMapper, rows_to_cases
+from caseshelf.domain.mapping import RecordBatch, RowMapper, record_batches, rows_to_cases
 from caseshelf.domain.models import BumpKind, DatasetId, Label, Strict
 from caseshelf.domain.recipe import (
     CsvSource,
@@ -41,7 +40,6 @@ from caseshelf.services.registry import RegisterResult, RegistryService
 
 HF_SCHEME = "hf://"
 PREVIEW_ROWS = 5
-PROGRESS_EVERY = 1000
 
 
 class RecipeRef(Strict):
@@ -109,6 +107,7 @@ class ResolvedRecipe:
 class OpenedSource:
     rows: Rows
     provenance: dict[str, Any]
+    offload: Offload | None = None  # runs the work on `rows` in a second process
 
 
 @dataclass(frozen=True)
@@ -130,12 +129,17 @@ class ImportResult:
 
 Progress = Callable[[int], None]
 Rows = Iterator[tuple[int, dict[str, Any]]]
+Offload = Callable[[Iterator[Any]], Iterator[Any]]
 
 
 class RowReader(Protocol):
     """Rows of a file source (`caseshelf.adapters.sources.SourceReader`)."""
 
     def rows(self, source: JsonlSource | CsvSource | ParquetSource) -> Rows: ...
+
+    def offload(self, source: JsonlSource | CsvSource | ParquetSource) -> Offload | None:
+        """A way to run an iterator over the source's rows in a second process, when the
+        source is large enough for that to pay (a large local file); None otherwise."""
 
 
 class HubRows(Protocol):
@@ -280,7 +284,7 @@ class ImportService:
             prov["inline"] = True
         elif source.url is not None:
             prov["url"] = display_url(source.url)
-        return OpenedSource(reader.rows(source), prov)
+        return OpenedSource(reader.rows(source), prov, reader.offload(source))
 
     # -- preview ---------------------------------------------------------------------------
 
@@ -334,7 +338,12 @@ class ImportService:
             "limit": req.limit,
         }
         counter = _Counter()
-        records = self._records(recipe, rows, counter, progress, produced_by)
+        batches = record_batches(rows, recipe, max_case_bytes=self.registry.max_case_bytes)
+        if opened.offload is not None:
+            # Reading, mapping and canonicalising run in a second process while this one
+            # hashes and writes packs; batches come back in order, errors with their row.
+            batches = opened.offload(batches)
+        records = self._records(batches, counter, progress, produced_by)
         version, bump = req.version, req.bump
         if version is None and bump is None:
             bump = "minor"
@@ -352,44 +361,22 @@ class ImportService:
 
     def _records(
         self,
-        recipe: Recipe,
-        rows: Iterator[tuple[int, dict[str, Any]]],
+        batches: Iterator[RecordBatch],
         counter: _Counter,
         progress: Progress | None,
         produced_by: dict[str, Any],
-    ) -> Iterator[tuple[str, bytes, list[str]]]:
-        """Canonical records of the mapped rows. Once the last row is read, `rows_read` is
-        stamped into `produced_by`, which the registry reads only after the last record."""
-        mapper = RowMapper(recipe)
-        limit = self.registry.max_case_bytes
-        seen: dict[str, int] = {}
-        dumps = canonical_json
-        for index, row in rows:
-            case = mapper(row, index)
-            cid = case["id"]
-            first = seen.setdefault(cid, index)
-            if first != index:
-                raise BadRequest(
-                    f"rows {first} and {index} both map to case id {cid!r}",
-                    case_ids=[cid],
-                    rows=[first, index],
-                )
-            data = dumps(case, checked=True)
-            if len(data) > limit:
-                raise TooLarge(
-                    f"row {index}: case {cid!r} is {len(data)} bytes; the limit is {limit}",
-                    row=index,
-                    case_id=cid,
-                )
-            counter.rows += 1
-            if progress is not None and counter.rows % PROGRESS_EVERY == 0:
+    ) -> Iterator[tuple[str, bytes, Sequence[str]]]:
+        """The canonical records of the mapped rows, one by one. Once the last row is read,
+        `rows_read` is stamped into `produced_by`, which the registry reads only after the last
+        record."""
+        for ids, datas, tags in batches:
+            yield from zip(ids, datas, tags, strict=True)
+            counter.rows += len(ids)
+            if progress is not None:
                 progress(counter.rows)
-            yield cid, data, case.get("tags", ())
         if counter.rows == 0:
             raise BadRequest("the source has no rows: nothing to import", field="source")
         produced_by["rows_read"] = counter.rows
-        if progress is not None:
-            progress(counter.rows)
 
     # -- Hugging Face discovery ------------------------------------------------------------
 

@@ -1,19 +1,25 @@
 """Import jobs: large inputs uploaded to the bucket and imported by the S3 event.
 
+An upload declares what it is (`UploadRequest`, discriminated by `kind`): `benchmark` (the
+default) is a file of rows imported through a recipe; `tasks` is a Terminal-Bench, Harbor or
+case-directory archive imported by the task on-ramps (`caseshelf.services.tasks`).
+
 Two ways in, one worker:
 - `POST /uploads` (`create_upload`) writes a job item (`JOB#<id>`, state `pending`) and answers a
-  presigned PUT for `t/<tenant>/uploads/<job id>/<filename>`. The recipe is resolved (and pinned
-  to its version) at that moment, so a bad recipe fails before anything is uploaded.
+  presigned PUT for `t/<tenant>/uploads/<job id>/<filename>`. A benchmark's recipe is resolved
+  (and pinned to its version) at that moment, so a bad recipe fails before anything is uploaded.
+  On the embedded store served by `caseshelf serve` the URL is the dev server's own
+  `PUT /_uploads/<token>`, which writes the object and delivers the same object-created event.
 - A pipeline drops a file under `t/<tenant>/imports/<folder>/<file>` next to a sidecar
-  `t/<tenant>/imports/<folder>/import.json` holding the import request (recipe, dataset,
-  version or bump, limit...). The object's key and ETag name the job, so a redelivered event
-  finds the job already there and does nothing.
+  `t/<tenant>/imports/<folder>/import.json` holding the upload request without `filename`
+  (recipe, dataset, version or bump, limit...; or `kind: tasks` and its options). The object's
+  key and ETag name the job, so a redelivered event finds the job already there and does nothing.
 
 `handle_object` is the S3 event's entry point: it checks the key's tenant prefix against the
 job, moves the job pending -> running with a conditional write (a duplicate event loses that
 race and stops), runs the import, and records succeeded (with the version) or failed (with the
 error). A key outside any job, or under another tenant's prefix, is rejected, logged and left
-alone. The import's own commit protocol means a failure never leaves a half-registered version.
+alone. Each import's own commit protocol means a failure never leaves a half-registered version.
 """
 
 from __future__ import annotations
@@ -25,10 +31,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import orjson
-from pydantic import Field, ValidationError
+from pydantic import Discriminator, Field, RootModel, Tag, ValidationError, model_validator
 
 from caseshelf.domain import layout
 from caseshelf.domain.envelope import validation_problem
@@ -46,6 +52,9 @@ from caseshelf.services.imports import (
 )
 from caseshelf.services.versioned import Clock, iso, utc_now
 
+if TYPE_CHECKING:
+    from caseshelf.services.tasks import TaskImportService
+
 log = logging.getLogger("caseshelf.jobs")
 
 JOB_SK = "JOB"
@@ -56,18 +65,96 @@ _UPLOAD_KEY = re.compile(r"^t/([^/]+)/uploads/([0-9a-f]{32})/([^/]+)$")
 _DROP_KEY = re.compile(r"^t/([^/]+)/imports/((?:[^/]+/)*)([^/]+)$")
 
 
-class UploadRequest(Strict):
-    """The body of `POST /uploads`: the file's name and the import to run once it lands."""
+# -- what an upload is -------------------------------------------------------------------------
 
+
+def _one_target(version: str | None, bump: str | None) -> None:
+    if version is not None and bump is not None:
+        raise ValueError("give either version or bump, not both")
+
+
+class BenchmarkUpload(Strict):
+    """A benchmark's rows (jsonl, csv, parquet), imported through a recipe."""
+
+    kind: Literal["benchmark"] = Field(
+        default="benchmark", description="What the upload is; `benchmark` when absent."
+    )
     filename: str = Field(description="The file's name; its extension tells its format.")
-    recipe: str | RecipeRef | dict[str, Any]
-    kind: str | None = Field(default=None, pattern="^(jsonl|csv|parquet)$")
+    recipe: str | RecipeRef | dict[str, Any] = Field(
+        description="A recipe id (registered or catalog), {id, version}, or a whole recipe."
+    )
+    format: Literal["jsonl", "csv", "parquet"] | None = Field(
+        default=None, description="The file's format when its extension does not tell."
+    )
     dataset: DatasetId | None = None
     version: Label | None = None
     bump: BumpKind | None = None
     limit: int | None = Field(default=None, ge=1)
     description: str | None = None
     tags: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _target(self) -> BenchmarkUpload:
+        _one_target(self.version, self.bump)
+        return self
+
+
+class TasksUpload(Strict):
+    """A `.tar.gz`/`.zip` of Terminal-Bench or Harbor task directories, or of a case-directory
+    tree (`eval.yaml` + its case directories), imported by the task on-ramps."""
+
+    kind: Literal["tasks"] = Field(description="What the upload is.")
+    filename: str = Field(description="The archive's name (.tar.gz, .tgz, .tar, .zip).")
+    format: Literal["terminal-bench", "harbor", "case-dirs"]
+    image_template: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=512,
+        description="Container tasks: the prebuilt image of tasks that name none ({id}, {name}).",
+    )
+    skip_invalid: bool = Field(
+        default=False,
+        description="Container tasks: leave out invalid tasks, each reported in the result.",
+    )
+    id_prefix: str = Field(
+        default="",
+        max_length=64,
+        pattern=r"^[A-Za-z0-9._-]*$",
+        description="Container tasks: a prefix for every case id.",
+    )
+    dataset: DatasetId | None = None
+    version: Label | None = None
+    bump: BumpKind | None = None
+
+    @model_validator(mode="after")
+    def _options(self) -> TasksUpload:
+        _one_target(self.version, self.bump)
+        if self.format == "case-dirs" and (
+            self.image_template or self.skip_invalid or self.id_prefix
+        ):
+            raise ValueError("image_template, skip_invalid and id_prefix are for container tasks")
+        return self
+
+
+def _upload_kind(raw: Any) -> Any:
+    if isinstance(raw, dict):
+        return raw.get("kind", "benchmark")
+    return getattr(raw, "kind", "benchmark")
+
+
+UploadSpec = Annotated[
+    Annotated[BenchmarkUpload, Tag("benchmark")] | Annotated[TasksUpload, Tag("tasks")],
+    Discriminator(
+        _upload_kind,
+        custom_error_type="upload_kind",
+        custom_error_message="kind is 'benchmark' (the default) or 'tasks'",
+    ),
+]
+
+
+class UploadRequest(RootModel[UploadSpec]):
+    """The body of `POST /uploads` (and, without `filename`, of a drop's `import.json`): the
+    file's name and what to do with it once it lands, by `kind`."""
 
 
 def parse_upload(raw: Any) -> UploadRequest:
@@ -77,13 +164,13 @@ def parse_upload(raw: Any) -> UploadRequest:
         return UploadRequest.model_validate(raw)
     except ValidationError as exc:
         loc, msg = validation_problem(exc)
-        raise BadRequest(f"{loc}: {msg}", field=loc) from None
+        raise BadRequest(f"{loc or 'kind'}: {msg}", field=loc or "kind") from None
 
 
 @dataclass(frozen=True)
 class Upload:
     job: dict[str, Any]
-    url: str | None  # None on the embedded store, which has no presigned URLs
+    url: str | None  # None on an embedded store that no dev server publishes
     key: str
     expires_in: int
 
@@ -108,6 +195,7 @@ class JobService:
         index: Index,
         store: BlobStore,
         imports: ImportService,
+        tasks: TaskImportService,
         *,
         object_url: Callable[[str], str],
         object_reader: RowReader,
@@ -117,6 +205,7 @@ class JobService:
         self.index = index
         self.store = store
         self.imports = imports
+        self.tasks = tasks
         self.object_url = object_url
         self.object_reader = object_reader
         self.presign_expiry = presign_expiry
@@ -128,9 +217,18 @@ class JobService:
         self, identity: Identity, job_id: str, key: str, req: UploadRequest, *, via: str
     ) -> dict[str, Any]:
         now = self.clock()
-        pinned = self._pin_recipe(identity, req.recipe)
-        request = req.model_dump(mode="json", exclude_none=True)
-        request["recipe"] = pinned
+        spec = req.root
+        request = spec.model_dump(mode="json", exclude_none=True)
+        if isinstance(spec, BenchmarkUpload):
+            request["recipe"] = self._pin_recipe(identity, spec.recipe)
+        else:
+            from caseshelf.services.tasks import archive_kind
+
+            if archive_kind(spec.filename) is None:
+                raise BadRequest(
+                    f"filename {spec.filename!r}: a task upload is a .tar.gz, .tgz, .tar or .zip",
+                    field="filename",
+                )
         return {
             "id": job_id,
             "tenant": identity.tenant,
@@ -139,7 +237,7 @@ class JobService:
             "state": "pending",
             "via": via,
             "key": key,
-            "filename": req.filename,
+            "filename": spec.filename,
             "request": request,
             "created_at": iso(now),
             "updated_at": iso(now),
@@ -159,14 +257,14 @@ class JobService:
 
     def create_upload(self, identity: Identity, req: UploadRequest) -> Upload:
         tenant = identity.check_can_write()
-        if not _FILENAME.match(req.filename):
+        filename = req.root.filename
+        if not _FILENAME.match(filename):
             raise BadRequest(
-                f"filename {req.filename!r}: 1-128 of [A-Za-z0-9._-], starting with a letter or "
-                "digit",
+                f"filename {filename!r}: 1-128 of [A-Za-z0-9._-], starting with a letter or digit",
                 field="filename",
             )
         job_id = uuid.uuid4().hex
-        key = f"{layout.root(tenant)}uploads/{job_id}/{req.filename}"
+        key = f"{layout.root(tenant)}uploads/{job_id}/{filename}"
         job = self._new_job(identity, job_id, key, req, via="upload")
         self.index.put_item(job_pk(job_id), JOB_SK, job, if_absent=True)
         url = self.store.presign_put(key, expires=self.presign_expiry)
@@ -227,7 +325,7 @@ class JobService:
             req = parse_upload({**raw, "filename": filename})
         except NotFound:
             return self._reject(key, None, f"no sidecar {sidecar} next to the dropped file")
-        except (orjson.JSONDecodeError, CaseshelfError) as exc:
+        except (orjson.JSONDecodeError, TypeError, CaseshelfError) as exc:
             return self._reject(key, None, f"sidecar {sidecar} is not a valid import: {exc}")
         job_id = hashlib.sha256(f"{key}\n{etag or ''}".encode()).hexdigest()[:32]
         try:
@@ -252,14 +350,8 @@ class JobService:
         except Conflict:
             return Outcome("duplicate", job_id, "the job is already running or done")
         identity = Identity(job["tenant"], job["principal"], frozenset(job.get("roles") or ()))
-        request = dict(job["request"])
-        kind = request.pop("kind", None)
-        request.pop("filename", None)
-        req = ImportRequest.model_validate(
-            {**request, "source": SourceOverride(url=self.object_url(job["key"]), kind=kind)}
-        )
         try:
-            return self._import(job, identity, req)
+            return self._work(job, identity)
         finally:
             if job.get("via") == "upload":
                 self._remove_upload(job["key"])
@@ -272,19 +364,23 @@ class JobService:
         except CaseshelfError:
             log.warning("could not remove a finished upload", extra={"key": key})
 
-    def _import(self, job: dict[str, Any], identity: Identity, req: ImportRequest) -> Outcome:
+    def _work(self, job: dict[str, Any], identity: Identity) -> Outcome:
+        """Run a claimed job to `succeeded` or `failed`: nothing escapes, so no input can leave
+        a job `running`."""
         job_id = job["id"]
         try:
-            done = self.imports.run(
-                identity, req, via=job.get("via", "upload"), reader=self.object_reader
-            )
+            spec = parse_upload(job["request"]).root
+            if isinstance(spec, TasksUpload):
+                result = self._import_tasks(job, identity, spec)
+            else:
+                result = self._import_rows(job, identity, spec)
         except CaseshelfError as exc:
             error: dict[str, Any] = {
                 "title": exc.title,
                 "code": type(exc).__name__,
                 "detail": exc.detail,
             }
-            error.update({k: v for k, v in exc.fields.items() if isinstance(v, str | int)})
+            error.update({k: v for k, v in exc.fields.items() if _plain(v)})
             self._finish(job_id, "failed", error=error)
             log.info("import job failed", extra={"job_id": job_id, "error": exc.detail})
             return Outcome("failed", job_id, exc.detail)
@@ -300,20 +396,53 @@ class JobService:
                 },
             )
             return Outcome("failed", job_id, "internal error")
-        rec = done.result.record
-        self._finish(
-            job_id,
-            "succeeded",
-            result={
-                "id": rec.name,
-                "version": rec.version,
-                "content_digest": rec.content_digest,
-                "case_count": rec.case_count,
-                "created": done.result.created,
-                "rows_read": done.rows_read,
-            },
-        )
+        self._finish(job_id, "succeeded", result=result)
         return Outcome("succeeded", job_id)
+
+    def _import_rows(
+        self, job: dict[str, Any], identity: Identity, spec: BenchmarkUpload
+    ) -> dict[str, Any]:
+        request = spec.model_dump(exclude_none=True, exclude={"kind", "format", "filename"})
+        source = SourceOverride(url=self.object_url(job["key"]), kind=spec.format)
+        req = ImportRequest.model_validate({**request, "source": source})
+        done = self.imports.run(
+            identity, req, via=job.get("via", "upload"), reader=self.object_reader
+        )
+        rec = done.result.record
+        return {
+            "id": rec.name,
+            "version": rec.version,
+            "content_digest": rec.content_digest,
+            "case_count": rec.case_count,
+            "created": done.result.created,
+            "rows_read": done.rows_read,
+        }
+
+    def _import_tasks(
+        self, job: dict[str, Any], identity: Identity, spec: TasksUpload
+    ) -> dict[str, Any]:
+        res = self.tasks.import_object(
+            identity,
+            spec.format,
+            job["key"],
+            image_template=spec.image_template,
+            skip_invalid=spec.skip_invalid,
+            id_prefix=spec.id_prefix,
+            dataset=spec.dataset,
+            version=spec.version,
+            bump=spec.bump,
+            via=job.get("via", "upload"),
+        )
+        rec = res.record
+        return {
+            "id": rec.name,
+            "version": rec.version,
+            "content_digest": rec.content_digest,
+            "case_count": rec.case_count,
+            "created": res.created,
+            "skipped": [{"task": s.task, "reason": s.reason} for s in res.skipped],
+            "warnings": list(res.warnings),
+        }
 
     def _finish(self, job_id: str, state: str, **changes: Any) -> None:
         self.index.update_item(
@@ -322,3 +451,10 @@ class JobService:
             {"state": state, "updated_at": iso(self.clock()), **changes},
             expect={"state": "running"},
         )
+
+
+def _plain(value: Any) -> bool:
+    """Error fields a job item keeps: strings, numbers, and lists of them (e.g. `case_ids`)."""
+    if isinstance(value, list):
+        return all(isinstance(v, str | int) for v in value)
+    return isinstance(value, str | int)

@@ -16,7 +16,7 @@ from typing import Any
 
 from caseshelf.domain import layout
 from caseshelf.domain.canonical import digest_of
-from caseshelf.domain.errors import NotFound
+from caseshelf.domain.errors import Conflict, Forbidden, NotFound
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.layout import SHARED_TENANT
 from caseshelf.domain.paging import check_limit
@@ -99,10 +99,33 @@ class RecipeService:
             self._catalog = self._catalog_loader()
         return self._catalog
 
-    def sync_catalog(self, identity: Identity) -> list[RecipeRegistered]:
-        """Register every catalog recipe into `_shared` (admin only; idempotent)."""
-        admin = Identity(SHARED_TENANT, identity.principal, identity.roles)
-        return [self.register(admin, r) for r in self.catalog().values()]
+    def publish_catalog(self, identity: Identity) -> list[RecipeRegistered]:
+        """Register every catalog recipe, in id order, as a version of the `_shared` tenant.
+
+        Only an admin identity **of** `_shared` may (an admin of another tenant may not write
+        there). Idempotent: a version already holding the same recipe answers `created: False`
+        (and is revived if it was tombstoned); one holding another recipe is a 409 naming both
+        digests, raised before anything is registered."""
+        if identity.tenant != SHARED_TENANT:
+            raise Forbidden(
+                f"publishing the catalog writes to {SHARED_TENANT}: act as tenant "
+                f"{SHARED_TENANT} with the admin role",
+                tenant=identity.tenant,
+            )
+        identity.check_can_write()
+        recipes = self.benchmarks()
+        for recipe in recipes:  # all or nothing for a clash
+            clash = self.validate(identity, recipe)
+            current = self.versions.existing(SHARED_TENANT, recipe.id, recipe.version)
+            if clash.would_conflict and current is not None:
+                raise Conflict(
+                    f"{SHARED_TENANT} already holds recipe {recipe.id}@{recipe.version} as "
+                    f"{current.content_digest}; the catalog's is {clash.content_digest}",
+                    digests=[current.content_digest, clash.content_digest],
+                    id=recipe.id,
+                    version=recipe.version,
+                )
+        return [self.register(identity, r) for r in recipes]
 
     # -- writing ---------------------------------------------------------------------------
 

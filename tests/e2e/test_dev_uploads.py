@@ -1,0 +1,213 @@
+"""Uploads on the embedded store: `caseshelf serve` answers `PUT /_uploads/<token>` and runs the
+S3 worker on what lands; the CLI's `import FILE --api URL` goes through it end to end. Also the
+recipe `revive` and `publish-catalog` commands."""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from caseshelf import bootstrap
+from caseshelf.bootstrap import load_settings
+from caseshelf.devserver import DevServer, make_server
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.filterwarnings("ignore:No application metrics to publish"),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[DevServer]:
+    settings = load_settings({}, home=str(tmp_path / "home"), tenant="acme", principal="alice")
+    srv = make_server(settings, "127.0.0.1", 0, quiet=True)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(timeout=5)
+        bootstrap.use(None)
+
+
+def call(
+    url: str, method: str = "GET", body: Any = None, *, raw: bytes | None = None
+) -> SimpleNamespace:
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(url, data=data, method=method)
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            status, headers, payload = resp.status, resp.headers, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, headers, payload = exc.code, exc.headers, exc.read()
+    parsed = json.loads(payload) if "json" in headers.get("Content-Type", "") else None
+    return SimpleNamespace(status=status, headers=headers, json=parsed)
+
+
+def caseshelf(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASESHELF_")}
+    env["CASESHELF_HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-m", "caseshelf.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=180,
+        check=False,
+    )
+
+
+def tar_gz(root: Path, arcname: str) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(root, arcname=arcname)
+    return buf.getvalue()
+
+
+def test_cli_import_with_api_uploads_to_the_local_server_and_follows_the_job(
+    server: DevServer, shared_data: Path, tmp_path: Path
+) -> None:
+    # Given the local server on the embedded store, and GSM8K's test rows on disk
+    rows = shared_data / "gsm8k" / "test.jsonl"
+    # When the CLI imports the file against the server
+    got = caseshelf(
+        tmp_path / "cli",
+        "import",
+        str(rows),
+        "--recipe",
+        "recipes/gsm8k.yaml",
+        "--dataset",
+        "gsm8k-upload",
+        "--api",
+        server.url,
+        "--json",
+    )
+    # Then it uploaded the file, the worker registered it, and the CLI reports the version
+    assert got.returncode == 0, got.stderr
+    out = json.loads(got.stdout)
+    assert (out["id"], out["version"], out["case_count"]) == ("gsm8k-upload", "1.0.0", 1319)
+    assert out["produced_by"]["via"] == "upload" and out["produced_by"]["rows_read"] == 1319
+    job = call(f"{server.url}/jobs/{out['job_id']}").json
+    assert job["state"] == "succeeded" and job["result"]["content_digest"] == out["content_digest"]
+    # And the same file imported in-process gives the same content
+    direct = caseshelf(
+        tmp_path / "direct", "import", str(rows), "--recipe", "recipes/gsm8k.yaml", "--json"
+    )
+    assert json.loads(direct.stdout)["content_digest"] == out["content_digest"]
+    # And the finished upload is removed from the store
+    store = bootstrap.services().store
+    assert list(store.list("t/acme/uploads/")) == []
+
+
+def test_a_terminal_bench_archive_goes_through_a_dev_upload(
+    server: DevServer, shared_data: Path
+) -> None:
+    # Given a pending tasks upload and its URL on the local server
+    up = call(
+        f"{server.url}/uploads",
+        "POST",
+        {
+            "kind": "tasks",
+            "format": "terminal-bench",
+            "filename": "evoeval.tar.gz",
+            "image_template": "registry.example/tb:{id}",
+            "skip_invalid": True,
+        },
+    ).json
+    assert up["upload_url"].startswith(f"{server.url}/_uploads/")
+    # When the archive of the real evoeval tasks is PUT there
+    data = tar_gz(shared_data / "terminal-bench" / "evoeval", "evoeval")
+    put = call(up["upload_url"], "PUT", raw=data)
+    assert put.status == 200 and put.headers["ETag"].startswith('"')
+    server.wait_for_workers(60)
+    # Then the job registered the four complete tasks and reported the incomplete one
+    job = call(f"{server.url}/jobs/{up['job_id']}").json
+    assert job["state"] == "succeeded", job
+    assert (job["result"]["id"], job["result"]["case_count"]) == ("evoeval", 4)
+    assert job["result"]["skipped"][0]["task"] == "5"
+    # And a second PUT on the same URL finds the job done and registers nothing more
+    assert call(up["upload_url"], "PUT", raw=data).status == 200
+    server.wait_for_workers(60)
+    assert call(f"{server.url}/jobs/{up['job_id']}").json["state"] == "succeeded"
+    versions = call(f"{server.url}/datasets/evoeval/versions").json
+    assert len(versions["items"]) == 1
+
+
+def test_upload_urls_are_signed_limited_and_need_a_length(server: DevServer) -> None:
+    up = call(
+        f"{server.url}/uploads",
+        "POST",
+        {"filename": "rows.jsonl", "recipe": "gsm8k", "dataset": "x"},
+    ).json
+    url = up["upload_url"]
+    payload, _, mac = url.rsplit("/", 1)[1].partition(".")
+    # A token whose signature does not match is refused, and nothing lands
+    forged = f"{server.url}/_uploads/{payload}.{mac[:-2]}AA"
+    refused = call(forged, "PUT", raw=b'{"question": "q", "answer": "#### 1"}\n')
+    assert refused.status == 403 and "signature" in refused.json["detail"]
+    assert bootstrap.services().store.head(up["key"]) is None
+    # A body over the server's upload limit is 413
+    server.settings = server.settings.model_copy(update={"max_upload_bytes": 8})
+    too_big = call(url, "PUT", raw=b"x" * 64)
+    assert too_big.status == 413 and too_big.json["limit"] == 8
+    # A PUT without a Content-Length is 411
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
+    conn.putrequest("PUT", parts.path)
+    conn.endheaders()
+    assert conn.getresponse().status == 411
+    conn.close()
+    # And the job is still waiting for its file
+    assert call(f"{server.url}/jobs/{up['job_id']}").json["state"] == "pending"
+
+
+def test_recipe_revive_and_catalog_publishing_from_the_cli(
+    server: DevServer, tmp_path: Path
+) -> None:
+    home = tmp_path / "cli"
+    # A tombstoned recipe version comes back with `recipes revive`
+    assert caseshelf(home, "recipes", "register", "recipes/truthfulqa.yaml").returncode == 0
+    assert caseshelf(home, "recipes", "rm", "truthfulqa-csv@1.0.0").returncode == 0
+    assert caseshelf(home, "recipes", "get", "truthfulqa-csv").returncode == 1
+    revived = caseshelf(home, "recipes", "revive", "truthfulqa-csv@1.0.0", "--json")
+    assert revived.returncode == 0, revived.stderr
+    assert json.loads(revived.stdout)["deleted_at"] is None
+    assert caseshelf(home, "recipes", "revive", "truthfulqa-csv").returncode == 2
+    # Publishing the catalog needs an admin of _shared
+    refused = caseshelf(home, "recipes", "publish-catalog", "--roles", "admin")
+    assert refused.returncode == 1 and "_shared" in refused.stderr
+    admin = ("--tenant", "_shared", "--roles", "admin", "--json")
+    first = caseshelf(home, "recipes", "publish-catalog", *admin)
+    assert first.returncode == 0, first.stderr
+    assert [r["created"] for r in json.loads(first.stdout)["items"]] == [True] * 5
+    again = caseshelf(home, "recipes", "publish-catalog", *admin)
+    assert [r["created"] for r in json.loads(again.stdout)["items"]] == [False] * 5
+    # And the same over the local server's API
+    over_http = caseshelf(home, "recipes", "publish-catalog", "--api", server.url, *admin)
+    assert over_http.returncode == 0, over_http.stderr
+    items = json.loads(over_http.stdout)["items"]
+    assert len(items) == 5 and all(r["created"] for r in items)
+    shared = call(f"{server.url}/recipes?shared=true").json
+    assert [r["id"] for r in shared["items"]] == [r["id"] for r in items]

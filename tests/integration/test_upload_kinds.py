@@ -1,0 +1,318 @@
+"""Uploads that declare what they are (`kind: benchmark | tasks`), task archives imported by the
+S3 worker, recipe revive and catalog publishing: the importer Lambda fed API Gateway and S3
+events on moto (bucket and table built from the template)."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote_plus
+
+import pytest
+
+from caseshelf import bootstrap
+from caseshelf.api.openapi import load_function
+from caseshelf.domain.canonical import digest_of
+from caseshelf.domain.errors import NotFound
+from caseshelf.domain.identity import Identity
+from tests.conftest import aws_backend
+from tests.moto_infra import make_moto_dynamodb_atomic
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore:No application metrics to publish"),
+]
+
+EVENTS = Path(__file__).resolve().parents[1] / "events"
+ME = Identity("acme", "alice")
+
+
+@dataclass
+class Context:
+    function_name: str = "caseshelf-importer"
+    memory_limit_in_mb: int = 2048
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:importer"
+    aws_request_id: str = "req-1"
+
+
+@pytest.fixture
+def backend(aws_env: None) -> Iterator[Any]:
+    from moto import mock_aws
+
+    make_moto_dynamodb_atomic()
+    with mock_aws():
+        b = aws_backend("moto", None)
+        bootstrap.use(b.services)
+        try:
+            yield b
+        finally:
+            bootstrap.use(None)
+
+
+def call(ev: dict[str, Any]) -> tuple[int, Any]:
+    out = load_function("functions/importer/app.py").lambda_handler(ev, Context())
+    if "statusCode" not in out:
+        return 0, out
+    return out["statusCode"], json.loads(out["body"]) if out.get("body") else None
+
+
+def api(
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    tenant: str = "acme",
+    roles: str = "",
+    query: dict[str, str] | None = None,
+) -> tuple[int, Any]:
+    ev: dict[str, Any] = copy.deepcopy(
+        json.loads((EVENTS / "importer_import_post.json").read_text())
+    )
+    ev.update(httpMethod=method, path=path, resource=path)
+    ev["requestContext"].update(httpMethod=method, resourcePath=path, path=f"/prod{path}")
+    claims = ev["requestContext"]["authorizer"]["claims"]
+    claims.update({"custom:tenant": tenant, "custom:roles": roles})
+    ev["body"] = None if body is None else json.dumps(body)
+    ev["queryStringParameters"] = query
+    ev["multiValueQueryStringParameters"] = {k: [v] for k, v in query.items()} if query else None
+    return call(ev)
+
+
+def s3_event(key: str, etag: str = "0123456789abcdef0123456789abcdef") -> dict[str, Any]:
+    ev = json.loads((EVENTS / "s3_object_created.json").read_text())
+    ev["Records"][0]["s3"]["object"]["key"] = quote_plus(key, safe="/")
+    ev["Records"][0]["s3"]["object"]["eTag"] = etag
+    return ev
+
+
+def tar_gz(root: Path, arcname: str) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(root, arcname=arcname)
+    return buf.getvalue()
+
+
+def upload(backend: Any, body: dict[str, Any], data: bytes) -> dict[str, Any]:
+    """POST /uploads, put the object where the presigned URL points, deliver its S3 event."""
+    status, up = api("POST", "/uploads", body)
+    assert status == 201, up
+    backend.s3.put_object(Bucket=backend.settings.bucket, Key=up["key"], Body=data)
+    _, handled = call(s3_event(up["key"]))
+    assert handled["objects"][0]["job_id"] == up["job_id"]
+    return up
+
+
+# -- what an upload is ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({"filename": "a.jsonl", "recipe": "gsm8k", "image_template": "x"}, "image_template"),
+        ({"kind": "jsonl", "filename": "a.jsonl", "recipe": "gsm8k"}, "kind"),
+        ({"kind": "tasks", "filename": "t.tar.gz"}, "format"),
+        ({"kind": "tasks", "filename": "t.tar.gz", "format": "harbor", "recipe": "x"}, "recipe"),
+        (
+            {"kind": "tasks", "filename": "t.tar.gz", "format": "case-dirs", "skip_invalid": True},
+            "container tasks",
+        ),
+        ({"kind": "tasks", "filename": "tasks.txt", "format": "harbor"}, ".tar.gz"),
+        (
+            {
+                "kind": "tasks",
+                "filename": "t.zip",
+                "format": "harbor",
+                "version": "1",
+                "bump": "minor",
+            },
+            "either version or bump",
+        ),
+    ],
+)
+def test_an_upload_request_that_does_not_fit_its_kind_is_400_naming_why(
+    backend: Any, body: dict[str, Any], named: str
+) -> None:
+    # When an upload declares itself badly
+    status, problem = api("POST", "/uploads", body)
+    # Then it is refused before any job exists, naming the key or the rule
+    assert status == 400, problem
+    assert named in problem["detail"]
+
+
+def test_a_benchmark_upload_names_its_format_and_runs_through_the_recipe(backend: Any) -> None:
+    # Given a rows file whose name does not tell its format
+    rows = "".join(
+        json.dumps({"question": f"q{i}", "answer": f"a\n#### {i}"}) + "\n" for i in range(7)
+    )
+    # When it is uploaded as a benchmark with an explicit format
+    up = upload(
+        backend,
+        {"kind": "benchmark", "filename": "rows.data", "format": "jsonl", "recipe": "gsm8k"},
+        rows.encode(),
+    )
+    # Then the job imports it through the pinned recipe
+    _, job = api("GET", f"/jobs/{up['job_id']}")
+    assert job["state"] == "succeeded", job
+    assert job["request"]["format"] == "jsonl" and job["request"]["kind"] == "benchmark"
+    assert (job["result"]["id"], job["result"]["case_count"]) == ("gsm8k", 7)
+
+
+# -- task archives ---------------------------------------------------------------------------
+
+
+def test_a_terminal_bench_archive_upload_fails_whole_then_imports_with_skip_invalid(
+    backend: Any, shared_data: Path
+) -> None:
+    # Given the real evoeval tasks (task 5 has no tests) as one .tar.gz
+    data = tar_gz(shared_data / "terminal-bench" / "evoeval", "evoeval")
+    base = {
+        "kind": "tasks",
+        "format": "terminal-bench",
+        "filename": "evoeval.tar.gz",
+        "image_template": "registry.example/tb:{id}",
+        "dataset": "evoeval",
+        "version": "1.0.0",
+    }
+    # When it is uploaded without skip_invalid
+    bad = upload(backend, base, data)
+    # Then the job fails naming the task, and nothing is registered
+    _, job = api("GET", f"/jobs/{bad['job_id']}")
+    assert job["state"] == "failed"
+    assert "task '5'" in job["error"]["detail"] and job["error"]["case_ids"] == ["5"]
+    with pytest.raises(NotFound):
+        backend.services.registry.get_version(ME, "evoeval", "latest")
+
+    # When it is uploaded again with skip_invalid
+    ok = upload(backend, {**base, "skip_invalid": True}, data)
+    # Then the four complete tasks are registered, the skip reported and stamped
+    _, job = api("GET", f"/jobs/{ok['job_id']}")
+    assert job["state"] == "succeeded", job
+    result = job["result"]
+    assert (result["version"], result["case_count"], result["created"]) == ("1.0.0", 4, True)
+    assert [s["task"] for s in result["skipped"]] == ["5"]
+    rec = backend.services.registry.get_version(ME, "evoeval", "1.0.0")
+    assert rec.produced_by["via"] == "upload" and rec.produced_by["skip_invalid"] is True
+    assert rec.produced_by["source"]["kind"] == "terminal-bench"
+    # And a redelivered event changes nothing; the finished upload is gone
+    _, again = call(s3_event(ok["key"]))
+    assert again["objects"][0]["status"] == "duplicate"
+    assert backend.store.head(ok["key"]) is None
+    assert len(backend.services.registry.list_versions(ME, "evoeval").items) == 1
+
+
+def test_a_case_directory_archive_dropped_with_a_sidecar_imports_once(
+    backend: Any, shared_data: Path
+) -> None:
+    # Given a case-directory tree archived and dropped next to a `kind: tasks` sidecar
+    data = tar_gz(shared_data / "agent-eval-harness" / "opencode-smoke", "opencode-smoke")
+    bucket = backend.settings.bucket
+    sidecar = {"kind": "tasks", "format": "case-dirs", "dataset": "smoke"}
+    backend.s3.put_object(
+        Bucket=bucket, Key="t/acme/imports/smoke/import.json", Body=json.dumps(sidecar).encode()
+    )
+    key = "t/acme/imports/smoke/opencode-smoke.tar.gz"
+    backend.s3.put_object(Bucket=bucket, Key=key, Body=data)
+    # When the data file's event arrives (twice)
+    _, handled = call(s3_event(key))
+    _, again = call(s3_event(key))
+    # Then the tree is registered once, its case files kept byte for byte
+    assert handled["objects"][0]["status"] == "succeeded", handled
+    assert again["objects"][0]["status"] == "duplicate"
+    rec = backend.services.registry.get_version(ME, "smoke", "latest")
+    assert (rec.version, rec.case_count, rec.produced_by["via"]) == ("1.0.0", 1, "s3-drop")
+    assert rec.produced_by["source"]["kind"] == "case-dirs"
+    cases = backend.services.registry.list_cases(ME, "smoke", "1.0.0").items
+    original = (
+        shared_data / "agent-eval-harness" / "opencode-smoke" / "cases" / "case-001" / "input.yaml"
+    ).read_bytes()
+    assert cases[0]["inputs"]["user"].startswith("Create a file called hello.txt")
+    assert cases[0]["files"]["input.yaml"]["digest"] == digest_of(original)
+
+
+def test_a_case_directory_archive_may_not_point_outside_itself(
+    backend: Any, tmp_path: Path
+) -> None:
+    # Given a case-directory archive whose eval.yaml points its dataset at the server's disk
+    root = tmp_path / "evil"
+    (root / "cases" / "c1").mkdir(parents=True)
+    (root / "cases" / "c1" / "input.yaml").write_text("prompt: hi\n")
+    (root / "eval.yaml").write_text(f"name: evil\ndataset:\n  path: {tmp_path}\n")
+    # When it is uploaded
+    up = upload(
+        backend,
+        {"kind": "tasks", "format": "case-dirs", "filename": "evil.tar.gz"},
+        tar_gz(root, "evil"),
+    )
+    # Then the job fails naming the rule, and nothing is registered
+    _, job = api("GET", f"/jobs/{up['job_id']}")
+    assert job["state"] == "failed"
+    assert "dataset.path points outside the archive" in job["error"]["detail"]
+    with pytest.raises(NotFound):
+        backend.services.registry.get_version(ME, "evil", "latest")
+
+
+def test_an_archive_with_a_traversing_entry_fails_its_job(backend: Any) -> None:
+    # Given a tar whose entry climbs out of the tree
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo("../escape/task.yaml")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"{}"))
+    # When it is uploaded as Harbor tasks
+    up = upload(
+        backend, {"kind": "tasks", "format": "harbor", "filename": "t.tar.gz"}, buf.getvalue()
+    )
+    # Then the job fails naming the entry
+    _, job = api("GET", f"/jobs/{up['job_id']}")
+    assert job["state"] == "failed" and "../escape/task.yaml" in job["error"]["detail"]
+
+
+# -- recipes ---------------------------------------------------------------------------------
+
+
+def test_a_tombstoned_recipe_version_is_revived_by_its_creator(backend: Any) -> None:
+    recipe = {
+        "id": "mine",
+        "version": "1.0.0",
+        "category": "qa",
+        "source": {"kind": "jsonl"},
+        "mapping": {"task_field": "question"},
+    }
+    assert api("POST", "/recipes", recipe)[0] == 201
+    assert api("DELETE", "/recipes/mine/versions/1.0.0")[0] == 200
+    assert api("GET", "/recipes/mine")[0] == 404
+    # When another tenant tries, then the creator revives it
+    assert api("POST", "/recipes/mine/versions/1.0.0/revive", tenant="other")[0] == 404
+    status, body = api("POST", "/recipes/mine/versions/1.0.0/revive")
+    # Then it is live again
+    assert status == 200 and body["deleted_at"] is None
+    assert api("GET", "/recipes/mine")[1]["version"] == "1.0.0"
+
+
+def test_publishing_the_catalog_needs_an_admin_of_shared_and_is_idempotent(backend: Any) -> None:
+    # An admin of another tenant, and a non-admin of _shared, may not publish
+    assert api("POST", "/benchmarks/publish", roles="admin")[0] == 403
+    assert api("POST", "/benchmarks/publish", tenant="_shared")[0] == 403
+    # An admin of _shared registers every catalog recipe
+    status, first = api("POST", "/benchmarks/publish", tenant="_shared", roles="admin")
+    assert status == 200, first
+    ids = [r["id"] for r in first["items"]]
+    assert ids == ["gsm8k", "humaneval", "mmlu", "swe-bench-verified", "truthfulqa"]
+    assert all(r["created"] for r in first["items"])
+    # And again changes nothing
+    _, second = api("POST", "/benchmarks/publish", tenant="_shared", roles="admin")
+    assert [r["created"] for r in second["items"]] == [False] * 5
+    assert [r["content_digest"] for r in second["items"]] == [
+        r["content_digest"] for r in first["items"]
+    ]
+    # A tenant now reads a registered version from _shared (with its creator)
+    status, got = api("GET", "/recipes/gsm8k")
+    assert status == 200 and (got["owner"], got["created_by"]) == ("_shared", "alice")
+    listed = api("GET", "/recipes", query={"shared": "true"})[1]
+    assert len(listed["items"]) == 5
