@@ -6,9 +6,10 @@ Responses are shaped like the viewer's documented examples (`../shared/data/hf-v
 num_rows_per_page, partial}. The Hub side answers `/api/datasets/<repo>` (info with `sha` and
 `siblings`), `/api/datasets?search=`, and `/datasets/<repo>/resolve/<rev>/<file>`.
 
-Datasets can be gated (401 without the right token), failing (always 503), flaky (503 a few
-times, then fine) or partial (the viewer has only part of them). Every request is counted by
-endpoint, so tests and the benchmark can check paging arithmetic.
+Datasets can be gated (401 without the right token), failing (always 503), flaky (503 or 429 a
+few times, then fine), failing from some `/rows` offset on, or partial (the viewer has only part
+of them). Every request is counted by endpoint, so tests and the benchmark can check paging
+arithmetic.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ class FakeDataset:
     sha: str = "0123456789abcdef0123456789abcdef01234567"
     gated: bool = False
     fail_status: int | None = None  # every request answers this
-    flaky: int = 0  # the first N requests answer 503
+    flaky: int = 0  # the first N requests answer `flaky_status`
+    flaky_status: int = 503
+    fail_rows_from: int | None = None  # `/rows` pages at or past this offset always answer 503
     parquet: bool = False  # the viewer lists a parquet conversion
     partial: bool = False
     files: dict[str, bytes] = field(default_factory=dict)  # repo files by path
@@ -109,7 +112,7 @@ class FakeHub:
             return self._json(ds.fail_status, {"error": "upstream is down"})
         if ds.flaky > 0:
             ds.flaky -= 1
-            return self._json(503, {"error": "try again"})
+            return self._json(ds.flaky_status, {"error": "try again"})
         if ds.gated and auth != f"Bearer {GOOD_TOKEN}":
             return self._json(
                 401, {"error": "Access to dataset is restricted. You must be authenticated."}
@@ -217,6 +220,8 @@ class FakeHub:
         if rows is None:
             return self._json(404, {"error": "The config or the split does not exist."})
         offset = int(q.get("offset", "0"))
+        if ds.fail_rows_from is not None and offset >= ds.fail_rows_from:
+            return self._json(503, {"error": "upstream is down"})
         length = min(int(q.get("length", "100")), 100)
         page = rows[offset : offset + length]
         first = rows[0] if rows else {}
@@ -255,6 +260,14 @@ def standard_hub() -> FakeHub:
     hub.add(FakeDataset("acme/gated", {("default", "test"): gsm8k_like(5)}, gated=True))
     hub.add(FakeDataset("acme/down", {("default", "test"): gsm8k_like(5)}, fail_status=503))
     hub.add(FakeDataset("acme/flaky", {("default", "test"): gsm8k_like(5)}, flaky=2))
+    hub.add(
+        FakeDataset(
+            "acme/throttled", {("default", "test"): gsm8k_like(5)}, flaky=2, flaky_status=429
+        )
+    )
+    hub.add(
+        FakeDataset("acme/dies-midway", {("default", "test"): gsm8k_like(250)}, fail_rows_from=100)
+    )
     hub.add(FakeDataset("acme/huge", {("default", "train"): gsm8k_like(30)}, partial=True))
     hub.add(
         FakeDataset(

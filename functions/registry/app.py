@@ -172,13 +172,14 @@ def list_cases(
 @app.get(
     "/datasets/<id>/versions/<ref>/download",
     summary="The whole version as one dataset document",
-    description="On AWS: 200 `{url, filename, expires_in}` with a presigned GET URL of the "
-    "document. On the embedded store: the document itself, as an attachment. Either way the "
+    description="200 `{url, filename, expires_in}` with a presigned GET URL of the document "
+    "(S3 on AWS; a URL on the local server itself on the embedded store it serves). A "
+    "store no server publishes answers the document itself, as an attachment. Either way the "
     "document registers as it is, with the same content digest.",
     tags=TAGS,
     responses={
         200: {
-            "description": "A presigned URL (AWS) or the document (embedded store).",
+            "description": "A presigned URL, or the document where the store has no URLs.",
             "content": {"application/json": {"model": dto.DownloadOut}},
         },
         **problems(400, 403, 404, ok=None),

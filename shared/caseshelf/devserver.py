@@ -17,6 +17,11 @@ are `PUT /_uploads/<token>` on this server (`LocalBlobStore.presign_put`). The s
 token (HMAC-signed, expiring, naming the tenant and key) and writes the body; then, as S3 would,
 the server delivers an EventBridge `Object Created` event for the key to every function whose
 S3 `EventBridgeRule` in the template matches it, in the background, one invocation at a time.
+
+Downloads (dev only, likewise): the embedded store's presigned GET URLs are
+`GET /_downloads/<token>` on this server (`LocalBlobStore.presign_get`): the store checks the
+token (HMAC-signed, expiring, naming the tenant and key, made for GET) and the server streams
+the object. The request log never shows a token.
 """
 
 from __future__ import annotations
@@ -50,6 +55,16 @@ OPENAPI_PATH = "/openapi.json"
 SWAGGER_FUNCTION = "RegistryFunction"
 DRAIN_LIMIT = 64 * 1024 * 1024  # an oversized body up to this is read and dropped, not kept
 UPLOADS_PATH = "/_uploads/"
+DOWNLOADS_PATH = "/_downloads/"
+_TOKEN_IN_PATH = re.compile(r"(/_(?:uploads|downloads)/)[^\s?#\"]+")
+_CONTENT_TYPES = (
+    (".json", "application/json"),
+    (".tar.gz", "application/gzip"),
+    (".tgz", "application/gzip"),
+    (".gz", "application/gzip"),
+    (".zip", "application/zip"),
+    (".jsonl", "application/x-ndjson"),
+)
 LOCAL_BUCKET = "local"
 WORKER_TIMEOUT_MS = 900_000
 _PARAM = re.compile(r"\{([A-Za-z0-9_]+)(\+?)\}")
@@ -490,7 +505,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         if not self.server.quiet:
-            super().log_message(format, *args)
+            # An upload or download URL's token is a credential: the log shows its place only.
+            shown = tuple(redact_tokens(a) if isinstance(a, str) else a for a in args)
+            super().log_message(format, *shown)
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -606,9 +623,51 @@ class _RequestHandler(BaseHTTPRequestHandler):
         except CaseshelfError as exc:
             self._refuse_upload(status_of(exc)[0], exc.detail, 0)
             return
-        etag = f'"{md5}"'
-        self._send(200, b"", [("ETag", etag)])
+        # The delivery is under way before the answer, so a client that waits for the workers
+        # after its PUT never misses it; the worker itself runs in the background.
         self.server.object_created(key, md5, length)
+        self._send(200, b"", [("ETag", f'"{md5}"')])
+
+    def _download(self, token: str) -> None:
+        """`GET /_downloads/<token>`: the embedded store's stand-in for a presigned S3 GET. The
+        object is streamed as it is, named after its key."""
+        from caseshelf.api.errors import status_of
+        from caseshelf.domain.errors import CaseshelfError
+
+        if self._read_body() is None:
+            return
+        opener = getattr(bootstrap.services().store, "open_download", None)
+        if opener is None:
+            self._problem(404, "this server's store serves no downloads")
+            return
+        try:
+            key, fh, size = opener(token)
+        except CaseshelfError as exc:
+            status, _ = status_of(exc)
+            self._problem(status, exc.detail)
+            return
+        with fh:
+            name = key.rsplit("/", 1)[-1]
+            ctype = next(
+                (t for suffix, t in _CONTENT_TYPES if name.lower().endswith(suffix)),
+                "application/octet-stream",
+            )
+            self.send_response(200)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(size))
+            self.send_header("Content-Disposition", f'attachment; filename="{name}"')
+            self.send_header("Cache-Control", "private, no-store")
+            self.end_headers()
+            if self.command == "HEAD":
+                return
+            left = size
+            while left > 0:
+                chunk = fh.read(min(left, 1 << 20))
+                if not chunk:  # the object shrank under us: the client sees a short body
+                    self.close_connection = True
+                    break
+                self.wfile.write(chunk)
+                left -= len(chunk)
 
     def _dispatch(self) -> None:
         split = urlsplit(self.path)
@@ -620,6 +679,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return
         if method == "PUT" and raw_path.startswith(UPLOADS_PATH):
             self._upload(raw_path[len(UPLOADS_PATH) :])
+            return
+        if method in {"GET", "HEAD"} and raw_path.startswith(DOWNLOADS_PATH):
+            self._download(raw_path[len(DOWNLOADS_PATH) :])
             return
         route: Route | None
         params: dict[str, str] = {}
@@ -748,6 +810,11 @@ def make_server(
         server.server_close()
         raise
     return server
+
+
+def redact_tokens(text: str) -> str:
+    """`text` with the token of every upload or download path replaced by `<token>`."""
+    return _TOKEN_IN_PATH.sub(r"\1<token>", text)
 
 
 def public_url(server: DevServer) -> str:

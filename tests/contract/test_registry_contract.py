@@ -278,6 +278,30 @@ def test_v2_with_one_percent_changed_writes_about_one_percent(registry: Registry
     assert [c["expectations"]["ground_truth"] for c in page.items] == ["0", "2"]
 
 
+def test_an_explicit_base_is_the_version_dedup_reuses(registry: RegistryService) -> None:
+    # Given v1, then a v2 in which every case changed (so v2, the latest, shares nothing with v1)
+    n = 200
+    v1 = register(registry, ALICE, {"id": "big", "version": "1", "cases": cases(n)})
+    every = set(range(n))
+    register(registry, ALICE, {"id": "big", "version": "2", "cases": cases(n, changed=every)})
+    # When v3 (v1 with two cases changed) names v1 as its base
+    doc = {"id": "big", "version": "3", "base": "1", "cases": cases(n, changed={0, 100})}
+    v3 = register(registry, ALICE, doc)
+    # Then the unchanged cases are reused from v1 and only the changed ones are written
+    assert v3.stats.cases_reused == n - 2
+    assert v3.stats.case_bytes_written <= v1.stats.case_bytes_written * 0.03
+    got = registry.list_cases(ALICE, "big", "3", limit=2).items
+    assert [c["expectations"]["ground_truth"] for c in got] == ["1", "2"]
+    # And without a base, dedup runs against the latest live version instead
+    plain = register(registry, ALICE, {**doc, "version": "4", "base": None})
+    assert plain.stats.cases_reused == n  # v3 is now the latest, with the same cases
+    # A base that does not exist is not found, and nothing is registered
+    with pytest.raises(NotFound):
+        register(registry, ALICE, {**doc, "version": "5", "base": "9.9.9"})
+    with pytest.raises(NotFound):
+        registry.get_version(ALICE, "big", "5")
+
+
 def race(backend: Backend, docs: list[dict[str, Any]]) -> list[RegisterResult | Exception]:
     """Register each document from its own thread and service instance, all at once."""
     barrier = threading.Barrier(len(docs))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import urllib.error
 import urllib.request
@@ -98,12 +99,16 @@ def test_register_list_get_and_page_cases_over_http(server: DevServer) -> None:
     assert ids == [f"c{i}" for i in range(5)]
 
 
-def test_download_streams_the_document_as_an_attachment(server: DevServer) -> None:
+def test_download_answers_a_url_on_the_server_that_streams_the_document(
+    server: DevServer,
+) -> None:
     call(server, "POST", "/datasets", dataset(n=2))
     resp = call(server, "GET", "/datasets/demo/versions/latest/download")
-    assert resp.status == 200
-    assert 'filename="demo-1.0.0.json"' in resp.headers["Content-Disposition"]
-    assert [c["id"] for c in resp.json["cases"]] == ["c0", "c1"]
+    assert resp.status == 200 and resp.json["filename"] == "demo-1.0.0.json"
+    assert resp.json["url"].startswith(f"{server.url}/_downloads/")
+    doc = call(server, "GET", resp.json["url"][len(server.url) :])
+    assert doc.status == 200 and "attachment" in doc.headers["Content-Disposition"]
+    assert [c["id"] for c in doc.json["cases"]] == ["c0", "c1"]
 
 
 def test_tags_delete_and_revive_with_dev_identity_headers(server: DevServer) -> None:
@@ -152,6 +157,10 @@ def test_swagger_page_and_openapi_document(server: DevServer) -> None:
     assert page.status == 200
     assert page.headers["Content-Type"].startswith("text/html")
     assert b"SwaggerUIBundle" in page.body
+    # Its script and styles come with the page: nothing to fetch from elsewhere, so it loads
+    # on a machine without internet
+    assert b"<style>" in page.body
+    assert re.search(rb"<(script|link)[^>]*(src|href)=", page.body) is None
     assert b"/datasets/{id}/versions/{ref}/cases" in page.body
     doc = call(server, "GET", "/openapi.json")
     assert doc.status == 200

@@ -92,6 +92,23 @@ def test_a_flaky_upstream_recovers_within_the_retries(hf):
     assert len(list(hf.open_source("acme/flaky").rows)) == 5
 
 
+def test_429_is_retried_with_backoff_like_5xx(hf, hub):
+    # Given a viewer that throttles the first two requests with 429
+    rows = list(hf.open_source("acme/throttled").rows)
+    # Then the import waits and retries instead of failing
+    assert len(rows) == 5
+    assert hf.delays[:2] == [0.01, 0.02]
+
+
+def test_a_page_that_never_recovers_mid_paging_is_502(hf, hub):
+    # Given a split whose second /rows page always answers 503
+    got = hf.open_source("acme/dies-midway", config="default", split="test")
+    with pytest.raises(Upstream, match=r"rows 100-200.*after 4 attempts"):
+        list(got.rows)
+    # Then the first page was read once and the failing one retried to the limit
+    assert hub.counts["rows"] == 1 + 4
+
+
 def test_a_partial_dataset_is_never_taken_as_the_whole(hf):
     with pytest.raises(BadRequest, match="only part"):
         list(hf.open_source("acme/huge").rows)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hf_fake import standard_hub
+from tests.hf_fake import GOOD_TOKEN, standard_hub
 
 pytestmark = pytest.mark.e2e
 
@@ -83,6 +83,24 @@ def test_import_from_the_hub_through_the_catalog_recipe(tmp_path):
         hub.stop()
 
 
+def test_a_gated_hub_dataset_needs_hf_token_and_says_how_to_get_access(tmp_path):
+    hub = standard_hub()
+    try:
+        env = {"HF_ENDPOINT": hub.url, "CASESHELF_HF_VIEWER_URL": hub.url, "HF_TOKEN": ""}
+        args = ("import", "hf://acme/gated", "--recipe", "gsm8k", "--dataset", "g")
+        # Without a token: the error explains gated access, and nothing is registered
+        denied = caseshelf(tmp_path, *args, env=env)
+        assert denied.returncode == 1
+        assert "gated" in denied.stderr and "HF_TOKEN" in denied.stderr
+        # With HF_TOKEN set, the same import goes through, the token sent to the Hub
+        ok = caseshelf(tmp_path, *args, "--json", env={**env, "HF_TOKEN": GOOD_TOKEN})
+        assert ok.returncode == 0, ok.stderr
+        assert json.loads(ok.stdout)["case_count"] == 5
+        assert f"Bearer {GOOD_TOKEN}" in hub.tokens_seen
+    finally:
+        hub.stop()
+
+
 def test_preview_and_recipe_commands(tmp_path, shared_data):
     got = caseshelf(
         tmp_path,
@@ -95,9 +113,37 @@ def test_preview_and_recipe_commands(tmp_path, shared_data):
     assert got.returncode == 0, got.stderr
     preview = json.loads(got.stdout)
     assert len(preview["cases"]) == 5 and "Correct Answers" in preview["fields"]
+    valid = caseshelf(tmp_path, "recipes", "validate", "recipes/truthfulqa.yaml")
+    assert valid.returncode == 0 and "valid truthfulqa-csv@1.0.0" in valid.stdout
     assert caseshelf(tmp_path, "recipes", "register", "recipes/truthfulqa.yaml").returncode == 0
+    got = caseshelf(tmp_path, "recipes", "get", "truthfulqa-csv")
+    assert got.returncode == 0 and "task_field: Question" in got.stdout
     listed = json.loads(caseshelf(tmp_path, "recipes", "ls", "--json").stdout)
     assert [r["id"] for r in listed["items"]] == ["truthfulqa-csv"]
     assert caseshelf(tmp_path, "recipes", "rm", "truthfulqa-csv@1.0.0").returncode == 0
     bad = caseshelf(tmp_path, "import", "nowhere.jsonl", "--recipe", "recipes/gsm8k.yaml")
     assert bad.returncode == 1 and "no such file" in bad.stderr
+
+
+def test_preview_prints_each_row_and_the_case_it_becomes_with_brackets_intact(tmp_path):
+    # Given rows whose text looks like console markup, one of which does not map
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        '{"q": "close [/b] and [bold]keep[/bold] [a, b]", "a": "#### 1"}\n{"a": "#### 2"}\n'
+    )
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "id: t\nversion: 1.0.0\ncategory: qa\nsource: {kind: jsonl}\n"
+        "mapping: {task_field: q, answer_field: 'a|after:####|strip'}\n"
+    )
+    # When it is previewed for a person (no --json)
+    got = caseshelf(tmp_path, "preview", str(rows), "--recipe", str(recipe))
+    # Then the fields, each row, and its case or its error are shown, text unaltered
+    assert got.returncode == 0, got.stderr
+    out = got.stdout
+    assert "fields  q, a" in out
+    assert out.index("row 0") < out.index("becomes") < out.index("row 1")
+    assert out.count("close [/b] and [bold]keep[/bold] [a, b]") == 2
+    assert "row 1: missing field 'q'" in out
+    assert "1 of 2 rows mapped; nothing was registered" in got.stderr
+    assert caseshelf(tmp_path, "ls", "--json").stdout.count('"id"') == 0

@@ -90,6 +90,18 @@ def test_an_upstream_that_never_recovers_is_502_and_registers_nothing(svc, hub):
         svc.registry.get_version(ME, "down", "latest")
 
 
+def test_an_upstream_that_fails_after_the_first_page_registers_nothing(svc, hub):
+    # Given a dataset whose viewer fails for good after 100 of its 250 rows
+    req = parse_import(
+        {"recipe": "gsm8k", "source": {"url": "hf://acme/dies-midway"}, "dataset": "midway"}
+    )
+    # When it is imported, the error is a 502 and not a 100-case version
+    with pytest.raises(Upstream):
+        svc.imports.run(ME, req)
+    with pytest.raises(NotFound):
+        svc.registry.get_version(ME, "midway", "latest")
+
+
 def test_hf_discovery(svc):
     assert [d["id"] for d in svc.imports.hf_search(ME, "gsm")] == ["openai/gsm8k"]
     assert svc.imports.hf_splits(ME, "acme/multi") == [

@@ -84,6 +84,9 @@ def test_register_legacy_files_warns_and_migrate_silences(shared_data, tmp_path)
     first = cli(tmp_path, "register", str(trip), "--json")
     assert first.returncode == 0, first.stderr
     assert "docs/migration.md#dataset.legacy_item" in first.stderr
+    # One warning per code for the whole file (6 legacy items), naming the file
+    warned = [line for line in first.stderr.splitlines() if "dataset.legacy_item:" in line]
+    assert len(warned) == 1 and str(trip) in warned[0]
     check = cli(tmp_path, "migrate", "--check", str(work))
     assert check.returncode == 1
     assert cli(tmp_path, "migrate", str(work)).returncode == 0

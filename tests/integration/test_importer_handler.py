@@ -157,6 +157,25 @@ def test_the_api_never_reads_the_servers_disk(backend, tmp_path):
     assert status == 403
 
 
+def test_an_import_reads_a_gzipped_source_under_the_callers_own_prefix(backend):
+    # Given a compressed jsonl under the tenant's prefix of the registry's bucket
+    import gzip
+
+    key = "t/acme/sources/rows.jsonl.gz"
+    backend.s3.put_object(
+        Bucket=backend.settings.bucket, Key=key, Body=gzip.compress(ROWS.encode())
+    )
+    url = f"s3://{backend.settings.bucket}/{key}"
+    # When the API imports it by URL
+    status, body = api(
+        "POST", "/benchmarks/import", {"recipe": "gsm8k", "source": {"url": url}, "dataset": "s3"}
+    )
+    # Then it is streamed through smart_open, decompressed, and stamped with its URL
+    assert status == 201, body
+    assert body["case_count"] == 30
+    assert body["produced_by"]["source"]["url"] == url
+
+
 def test_upload_then_s3_event_runs_the_job_once(backend):
     status, up = api(
         "POST", "/uploads", {"filename": "rows.jsonl", "recipe": "gsm8k", "dataset": "big"}
@@ -182,6 +201,27 @@ def test_upload_then_s3_event_runs_the_job_once(backend):
     assert again["objects"][0]["status"] == "duplicate"
     assert len(backend.services.registry.list_versions(ME, "big").items) == 1
     assert api("GET", f"/jobs/{up['job_id']}", tenant="other")[0] == 404
+
+
+def test_a_job_is_running_while_its_import_runs(backend, monkeypatch):
+    # Given an upload whose file has arrived
+    _, up = api("POST", "/uploads", {"filename": "rows.jsonl", "recipe": "gsm8k", "dataset": "s"})
+    backend.s3.put_object(Bucket=backend.settings.bucket, Key=up["key"], Body=ROWS.encode())
+    seen: list[str] = []
+    imports = backend.services.jobs.imports
+    real_run = imports.run
+
+    def watching_run(*args: Any, **kwargs: Any) -> Any:
+        seen.append(api("GET", f"/jobs/{up['job_id']}")[1]["state"])
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(imports, "run", watching_run)
+    # When the S3 event runs it
+    _, handled = call(s3_event(up["key"]))
+    # Then the job went pending -> running -> succeeded
+    assert handled["objects"][0]["status"] == "succeeded"
+    assert seen == ["running"]
+    assert api("GET", f"/jobs/{up['job_id']}")[1]["state"] == "succeeded"
 
 
 def test_a_failed_job_reports_its_error_and_registers_nothing(backend):
@@ -214,6 +254,25 @@ def test_keys_outside_a_job_or_under_another_tenant_are_rejected(backend):
     assert job["state"] == "pending"
     with pytest.raises(NotFound):
         backend.services.registry.get_version(ME, "x", "latest")
+
+
+def test_a_dropped_key_with_spaces_is_unquote_plus_decoded(backend):
+    # Given a drop folder and a data file whose names hold spaces
+    bucket = backend.settings.bucket
+    folder = "t/acme/imports/nightly run/"
+    sidecar = {"recipe": "gsm8k", "dataset": "spaced"}
+    backend.s3.put_object(
+        Bucket=bucket, Key=f"{folder}import.json", Body=json.dumps(sidecar).encode()
+    )
+    backend.s3.put_object(Bucket=bucket, Key=f"{folder}rows 1.jsonl", Body=ROWS.encode())
+    # When the bucket notification names it URL-encoded ("nightly+run/rows+1.jsonl")
+    ev = s3_event(f"{folder}rows 1.jsonl")
+    assert "+" in ev["Records"][0]["s3"]["object"]["key"]
+    _, handled = call(ev)
+    # Then the worker finds the object under its real name and imports it
+    assert handled["objects"][0]["status"] == "succeeded", handled
+    rec = backend.services.registry.get_version(ME, "spaced", "latest")
+    assert rec.case_count == 30
 
 
 def test_a_drop_with_a_sidecar_imports_once_through_eventbridge(backend):

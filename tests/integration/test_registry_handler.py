@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -245,6 +246,18 @@ def test_validate_reports_digest_and_would_conflict_without_registering(api: Api
 # -- bad input --------------------------------------------------------------------------------
 
 
+def test_json_sent_with_curls_form_content_type_is_read_as_json(api: Api) -> None:
+    # Given a client that labels its JSON body as a form (curl -d without a Content-Type)
+    ev = event("POST", "/datasets", body=dataset())
+    ev["headers"]["Content-Type"] = "application/x-www-form-urlencoded"
+    ev["multiValueHeaders"]["Content-Type"] = ["application/x-www-form-urlencoded"]
+    # When it registers
+    resp = api.invoke(ev)
+    # Then the body is read as the JSON it is
+    assert resp.status == 201, resp.body
+    assert resp.json["case_count"] == 3
+
+
 def test_malformed_json_is_400_with_its_position(api: Api) -> None:
     raw = '{"id": "demo",\n  "version": "1.0.0",\n  "cases": [}'
     body = problem_of(api("POST", "/datasets", raw=raw), 400)
@@ -290,6 +303,21 @@ def test_invalid_label_is_400_naming_the_field(api: Api, label: str) -> None:
 def test_invalid_dataset_id_in_the_path_is_400(api: Api) -> None:
     body = problem_of(api("GET", "/datasets/..hidden"), 400)
     assert "..hidden" in body["detail"]
+
+
+def test_an_invalid_label_or_ref_in_the_path_is_400_not_404(api: Api) -> None:
+    api("POST", "/datasets", body=dataset())
+    base = "/datasets/demo/versions"
+    # Reads: a ref that no label or tag could be
+    assert problem_of(api("GET", f"{base}/a b"), 400)["field"] == "ref"
+    assert problem_of(api("GET", f"{base}/a b/cases"), 400)["field"] == "ref"
+    # Changes: a label that could never have been registered
+    assert problem_of(api("DELETE", f"{base}/a b"), 400)["field"] == "version"
+    assert problem_of(api("POST", f"{base}/a b/revive"), 400)["field"] == "version"
+    tags = api("PUT", f"{base}/latest/tags", body={"tags": ["x"]})
+    assert "latest" in problem_of(tags, 400)["detail"]
+    # A well-formed label that is not there is still simply not found
+    problem_of(api("DELETE", f"{base}/9.9.9"), 404)
 
 
 def test_non_object_body_and_missing_body_are_400(api: Api) -> None:
@@ -486,6 +514,36 @@ def test_a_tenant_header_is_never_an_identity(api: Api) -> None:
     problem_of(api.invoke(ev), 404)
 
 
+def with_dev_headers(ev: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+    for name, value in headers.items():
+        ev["headers"][name] = value
+        ev["multiValueHeaders"][name] = [value]
+    return ev
+
+
+def test_dev_principal_and_role_headers_grant_nothing(api: Api) -> None:
+    # Given alice's version
+    api("POST", "/datasets", body=dataset())
+    path = "/datasets/demo/versions/1.0.0"
+    dev = {"X-Caseshelf-Principal": "alice", "X-Caseshelf-Roles": "admin"}
+    # When bob sends the dev headers naming alice, and the admin role
+    ev = with_dev_headers(event("DELETE", path, principal="bob"), dev)
+    # Then he is still bob without a role: not the creator, not an admin
+    assert "only the creator" in problem_of(api.invoke(ev), 403)["detail"]
+    assert api("GET", path).json["deleted_at"] is None
+    # And with no authorizer context at all, the dev headers are no identity either
+    bare = with_dev_headers(
+        event("GET", "/datasets", authorizer=None), {**dev, "X-Caseshelf-Tenant": "acme"}
+    )
+    problem_of(api.invoke(bare), 403)
+    # And a non-admin cannot write to _shared by claiming the role in a header
+    shared = with_dev_headers(
+        event("POST", "/datasets", body=dataset(), tenant="_shared", principal="eve"),
+        {"X-Caseshelf-Roles": "admin"},
+    )
+    problem_of(api.invoke(shared), 403)
+
+
 def test_unexpected_errors_are_500_without_internals(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -501,3 +559,127 @@ def test_unexpected_errors_are_500_without_internals(
 def test_unknown_route_is_404_problem(api: Api) -> None:
     body = problem_of(api("GET", "/nothing-here"), 404)
     assert "/nothing-here" in body["detail"]
+
+
+# -- wire conventions (DESIGN §7) -------------------------------------------------------------
+
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+VERSION_KEYS = {
+    "id",
+    "version",
+    "content_digest",
+    "case_count",
+    "description",
+    "tags",
+    "version_tags",
+    "created_at",
+    "created_by",
+    "deleted_at",
+    "produced_by",
+}
+
+
+def digests_in(value: Any, key: str = "") -> list[str]:
+    """Every value the wire calls a digest: under a key naming one, or a list of them."""
+    if isinstance(value, dict):
+        return [d for k, v in value.items() for d in digests_in(v, k)]
+    if isinstance(value, list):
+        return [d for v in value for d in digests_in(v, key)]
+    return [value] if "digest" in key else []
+
+
+def test_every_answer_keeps_the_wire_conventions(api: Api) -> None:
+    # Given a version with a companion file, and a second one of other content
+    doc = dataset()
+    doc["cases"][0]["files"] = {"notes.md": {"text": "a note\n"}}
+    reg = api("POST", "/datasets", body=doc)
+    api("POST", "/datasets", body=dataset("1.1.0", n=4))
+    answers = {
+        "register": reg,
+        "validate": api("POST", "/datasets/validate", body=dataset("2.0.0")),
+        "datasets": api("GET", "/datasets"),
+        "dataset": api("GET", "/datasets/demo"),
+        "versions": api("GET", "/datasets/demo/versions"),
+        "version": api("GET", "/datasets/demo/versions/1.0.0"),
+        "cases": api("GET", "/datasets/demo/versions/1.0.0/cases"),
+        "tags": api("PUT", "/datasets/demo/versions/1.0.0/tags", body={"tags": ["stable"]}),
+        "conflict": api("POST", "/datasets", body=dataset(n=5)),
+    }
+    # Then register, validate, version metadata and every list have their documented shape
+    assert set(answers["register"].json) == {
+        "id",
+        "version",
+        "content_digest",
+        "case_count",
+        "created",
+    }
+    validate = answers["validate"].json
+    assert {"valid", "would_conflict", "content_digest", "case_count"} <= set(validate)
+    assert validate["valid"] is True
+    for name in ("version", "tags"):
+        assert set(answers[name].json) >= VERSION_KEYS, name
+    for name in ("datasets", "versions", "cases"):
+        assert set(answers[name].json) == {"items", "next_cursor"}, name
+    assert all(set(v) >= VERSION_KEYS for v in answers["versions"].json["items"])
+    # And errors are problem+json
+    problem_of(answers["conflict"], 409)
+    # And every digest anywhere is written sha256:<64 hex>
+    found = [d for resp in answers.values() for d in digests_in(resp.json)]
+    assert len(found) == 11  # content, latest, file and conflict digests all took part
+    assert [d for d in found if not isinstance(d, str) or not DIGEST.match(d)] == []
+    assert answers["cases"].json["items"][0]["files"]["notes.md"]["digest"].startswith("sha256:")
+
+
+# -- logs -------------------------------------------------------------------------------------
+
+SECRET_TOKEN = "eyJhbGciOiJSUzI1NiJ9.c2VjcmV0LXBheWxvYWQ.c2lnbmF0dXJlLW5ldmVyLWxvZ2dlZA"
+
+
+def test_no_token_reaches_the_logs_on_success_error_or_crash(
+    api: Api,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given requests that carry a bearer token, as API Gateway passes them on
+    def signed(ev: dict[str, Any]) -> dict[str, Any]:
+        return with_dev_headers(ev, {"Authorization": f"Bearer {SECRET_TOKEN}"})
+
+    caplog.set_level("DEBUG")
+    # When one succeeds, one is refused and one crashes inside the service
+    assert api.invoke(signed(event("POST", "/datasets", body=dataset()))).status == 201
+    assert api.invoke(signed(event("POST", "/datasets", raw="{"))).status == 400
+
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("failure while reading")
+
+    monkeypatch.setattr(api.services.registry, "summary", boom)
+    assert api.invoke(signed(event("GET", "/datasets/demo"))).status == 500
+    # Then the crash is logged, but no log line holds the token
+    out, err = capfd.readouterr()
+    logged = out + err + caplog.text
+    assert "unhandled error" in logged
+    assert SECRET_TOKEN not in logged
+    assert "c2VjcmV0LXBheWxvYWQ" not in logged
+
+
+def test_the_deployed_functions_never_log_or_print_whole_events() -> None:
+    # Whole events carry the caller's Authorization header: neither the Logger's event logging
+    # nor the resolver's debug printing may be switched on in the template.
+    from tests.moto_infra import load_template
+
+    template = load_template()
+    envs = [template.get("Globals", {}).get("Function", {}).get("Environment", {})]
+    envs += [
+        r.get("Properties", {}).get("Environment", {})
+        for r in template["Resources"].values()
+        if r.get("Type") == "AWS::Serverless::Function"
+    ]
+    for env in envs:
+        variables = {k: str(v).lower() for k, v in (env.get("Variables") or {}).items()}
+        for name in (
+            "POWERTOOLS_LOGGER_LOG_EVENT",
+            "POWERTOOLS_DEV",
+            "POWERTOOLS_EVENT_HANDLER_DEBUG",
+        ):
+            assert variables.get(name, "false") in {"false", "0"}, name

@@ -219,6 +219,53 @@ def test_registry_reaches_only_tenant_objects_and_index_rows() -> None:
     assert not ddb & {"dynamodb:Scan", "dynamodb:DeleteItem", "dynamodb:DeleteTable"}
 
 
+def test_uploads_and_drops_reach_the_importer_through_eventbridge(
+    transformed: dict[str, Any],
+) -> None:
+    # The bucket sends its events to EventBridge, never straight to a function (that would make
+    # the bucket and the function reference each other)
+    bucket = load_template()["Resources"]["DataBucket"]["Properties"]
+    assert bucket["NotificationConfiguration"] == {
+        "EventBridgeConfiguration": {"EventBridgeEnabled": True}
+    }
+    # The importer's rule takes object-created events of this bucket's uploads and drops
+    res = transformed["Resources"]
+    rules = [r for r in res.values() if r["Type"] == "AWS::Events::Rule"]
+    [rule] = [
+        r
+        for r in rules
+        if any(
+            t["Arn"] == {"Fn::GetAtt": ["ImporterFunction", "Arn"]}
+            for t in r["Properties"]["Targets"]
+        )
+    ]
+    pattern = rule["Properties"]["EventPattern"]
+    assert pattern["source"] == ["aws.s3"] and pattern["detail-type"] == ["Object Created"]
+    assert pattern["detail"]["bucket"]["name"] == [{"Ref": "DataBucket"}]
+    assert pattern["detail"]["object"]["key"] == [
+        {"wildcard": "t/*/uploads/*"},
+        {"wildcard": "t/*/imports/*"},
+    ]
+    # And EventBridge may invoke it; the function writes and removes uploads, nothing wider
+    invokers = [
+        r["Properties"]
+        for r in res.values()
+        if r["Type"] == "AWS::Lambda::Permission"
+        and r["Properties"]["FunctionName"] == {"Ref": "ImporterFunction"}
+    ]
+    assert any(p["Principal"] == "events.amazonaws.com" for p in invokers)
+    stmts = list(statements(functions()["ImporterFunction"]))
+    writes = {
+        str(r)
+        for s in stmts
+        if "s3:PutObject" in as_list(s["Action"])
+        for r in as_list(s["Resource"])
+    }
+    assert str({"Fn::Sub": "${DataBucket.Arn}/t/*/uploads/*"}) in writes
+    deletes = [s for s in stmts if "s3:DeleteObject" in as_list(s["Action"])]
+    assert [s["Resource"] for s in deletes] == [{"Fn::Sub": "${DataBucket.Arn}/t/*/uploads/*"}]
+
+
 def test_every_function_logs_with_retention() -> None:
     groups = resources("AWS::Logs::LogGroup").values()
     named = {str(g["Properties"]["LogGroupName"]) for g in groups}
@@ -240,3 +287,49 @@ def test_an_alarm_watches_the_apis_5xx() -> None:
     [alarm] = alarms
     assert alarm["Namespace"] == "AWS/ApiGateway"
     assert {"Name": "ApiName", "Value": api["Name"]} in alarm["Dimensions"]
+
+
+READ_PREFIXES = ("Get", "List", "Describe", "Query", "Scan", "BatchGet")
+
+
+def role_grants(transformed: dict[str, Any], function: str) -> list[tuple[str, str]]:
+    """(action, resource) pairs of a function's role as deployed (SAM policy templates
+    expanded); a resource is its `Fn::Sub` text."""
+    role = transformed["Resources"][f"{function}Role"]["Properties"]
+    out = []
+    for policy in role.get("Policies") or []:
+        for stmt in policy["PolicyDocument"]["Statement"]:
+            assert stmt["Effect"] == "Allow"
+            for action in as_list(stmt["Action"]):
+                for res in as_list(stmt["Resource"]):
+                    sub = res.get("Fn::Sub", res) if isinstance(res, dict) else res
+                    text = sub[0] if isinstance(sub, list) else sub
+                    out.append((action, text if isinstance(text, str) else str(res)))
+    return out
+
+
+def writes(grants: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(a, r) for a, r in grants if not a.split(":", 1)[1].startswith(READ_PREFIXES)]
+
+
+def test_the_diff_function_only_reads(transformed: dict[str, Any]) -> None:
+    grants = role_grants(transformed, "DiffFunction")
+    assert {a for a, _ in grants} >= {"s3:GetObject", "dynamodb:Query"}
+    assert writes(grants) == []
+
+
+def test_the_export_function_writes_only_under_exports(transformed: dict[str, Any]) -> None:
+    grants = role_grants(transformed, "ExportFunction")
+    assert {a for a, _ in grants} >= {"s3:GetObject", "s3:ListBucket", "dynamodb:Query"}
+    written = writes(grants)
+    assert {a for a, _ in written} == {"s3:PutObject", "s3:PutObjectTagging", "s3:DeleteObject"}
+    assert {r for _, r in written} == {"${DataBucket.Arn}/t/*/exports/*"}
+
+
+def test_the_subset_function_writes_only_a_derived_version_and_deletes_nothing(
+    transformed: dict[str, Any],
+) -> None:
+    written = writes(role_grants(transformed, "SubsetFunction"))
+    assert not [a for a, _ in written if "Delete" in a]
+    s3 = {r for a, r in written if a.startswith("s3:")}
+    assert s3 == {f"${{DataBucket.Arn}}/t/*/{area}/*" for area in ("manifests", "packs", "blobs")}

@@ -70,6 +70,9 @@ def test_input_json_is_read_and_a_missing_input_names_the_case():
         ("  path: cases\n  workspace:\n    files: [{dest: /abs, source: y}]\n", "absolute"),
         ("  path: cases\n  workspace:\n    files: [{dest: ../up, source: y}]\n", "traverses"),
         ("  path: cases\n  workspace:\n    files: [{dest: '', source: y}]\n", "dest"),
+        ("  path: cases\n  workspace:\n    files: [{dest: /, source: y}]\n", "dest"),
+        ("  path: cases\n  workspace:\n    files: [{source: y}]\n", "dest, source"),
+        ("  path: cases\n  workspace:\n    files: [../up/]\n", "traverses"),
     ],
 )
 def test_dataset_block_is_validated_at_load(tmp_path, block, message):

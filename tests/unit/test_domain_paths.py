@@ -106,13 +106,34 @@ def test_plain_ids_are_their_own_directory_name(case_id):
 
 
 @pytest.mark.parametrize(
-    "case_id", ["HumanEval/0", "../x", ".hidden", "..", ".", "é", "a b", "~x", "%41", "a\n", "名"]
+    "case_id",
+    [
+        "HumanEval/0",
+        "../x",
+        ".hidden",
+        "..",
+        ".",
+        "é",
+        "a b",
+        "~x",
+        "%41",
+        "a\n",
+        "名",
+        "manifest.json",
+        "bundle.tar.gz",
+    ],
 )
 def test_other_ids_are_encoded_safely_and_reversibly(case_id):
     name = case_dir_name(case_id)
     assert name != case_id
     assert "/" not in name and not name.startswith(".") and name not in {".", ".."}
     assert case_id_from_dir(name) == case_id
+
+
+def test_ids_named_like_the_export_root_files_never_take_their_place():
+    assert case_dir_name("manifest.json") == "~manifest%2Ejson"
+    assert case_dir_name("bundle.tar.gz") == "~bundle%2Etar%2Egz"
+    assert case_dir_name("manifest.json.bak") == "manifest.json.bak"
 
 
 def test_known_encodings_are_stable():

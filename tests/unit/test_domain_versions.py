@@ -240,6 +240,14 @@ def test_a_malformed_digest_ref_is_a_bad_request(ref):
         resolve_ref(records("1.0.0"), ref)
 
 
+@pytest.mark.parametrize("ref", ["a b", "v1/2", "x" * 65, "", "../1.0.0", "sha1:abc"])
+def test_a_ref_outside_the_label_rule_is_a_bad_request_not_a_miss(ref):
+    # A label or a version tag obeys the label rule, so such a ref is a mistake, not a miss
+    with pytest.raises(BadRequest) as err:
+        resolve_ref(records("1.0.0"), ref, name="ds")
+    assert err.value.fields["field"] == "ref"
+
+
 def test_a_tombstoned_version_resolves_only_with_include_deleted():
     recs = [rec("1.0.0", 0), rec("1.1.0", 1, deleted=True, content=9)]
     with pytest.raises(NotFound):

@@ -257,3 +257,10 @@ def test_manifest_with_an_escaping_path_is_refused(case_id, dirname, rel, reason
     }
     with pytest.raises(BadRequest, match=reason):
         parse_manifest(orjson.dumps(doc))
+
+
+def test_the_root_file_names_are_the_ones_case_directories_avoid():
+    from caseshelf.domain.export import BUNDLE_NAME, MANIFEST_NAME
+    from caseshelf.domain.paths import EXPORT_ROOT_FILES
+
+    assert {MANIFEST_NAME, BUNDLE_NAME} == EXPORT_ROOT_FILES

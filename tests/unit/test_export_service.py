@@ -382,3 +382,55 @@ def test_bundle_with_a_symlink_member_is_refused(exported, tmp_path):
     with pytest.raises(BadRequest, match="not a regular file"):
         pull(store, "exp/", tmp_path / "d", bundle=True)
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("bundle", [False, True])
+def test_cases_named_like_the_manifest_or_the_bundle_export_and_pull(svc, tmp_path, bundle):
+    # Given cases whose ids are the names of the export's root files
+    body = {
+        "id": "roots",
+        "version": "1.0.0",
+        "cases": [{"id": n, "inputs": {"user": n}} for n in ("manifest.json", "bundle.tar.gz")],
+    }
+    svc.registry.register(ME, parse_dataset(body))
+    # When exported to a directory and to a bucket, then pulled
+    out = tmp_path / "out"
+    svc.exports.export_version(ME, "roots", "1.0.0", to=str(out))
+    store = MemoryStore()
+    svc.exports.store_for_bucket = lambda bucket: store
+    svc.exports.export_version(ME, "roots", "1.0.0", to="s3://pods/roots")
+    got = pull(store, "roots/", tmp_path / "pulled", bundle=bundle)
+    # Then the manifest and the bundle stay files, and each case has its own directory
+    assert (out / "manifest.json").is_file() and not (out / "bundle.tar.gz").exists()
+    assert store.objects["roots/bundle.tar.gz"][:2] == b"\x1f\x8b"
+    manifest = orjson.loads((out / "manifest.json").read_bytes())
+    assert {c["dir"] for c in manifest["cases"].values()} == {
+        "~manifest%2Ejson",
+        "~bundle%2Etar%2Egz",
+    }
+    assert (out / "~manifest%2Ejson" / "input.yaml").is_file()
+    assert got.case_count == 2
+    assert _read_tree(tmp_path / "pulled") == _read_tree(out)
+
+
+@pytest.mark.parametrize(
+    "dest",
+    [
+        *("input.yaml", "answers.yaml", ".claude/settings.json", "hooks/pre.sh", "batch.yaml"),
+        *("tool_handlers.yaml", "input.json", "", ".", "/", "/etc/x", "../up.md", "a/../../up.md"),
+    ],
+)
+def test_registering_a_shared_file_on_a_reserved_or_unsafe_dest_is_refused(svc, dest):
+    # Given a version whose shared file would land on a reserved name or outside the case
+    body = {
+        "id": "bad-dest",
+        "version": "1.0.0",
+        "cases": [{"id": "c1", "inputs": {"user": "q"}}],
+        "shared_files": [{"dest": dest, "text": "x"}],
+    }
+    # When registered, Then it is a 400 naming the dest, and nothing is registered
+    with pytest.raises(BadRequest) as info:
+        svc.registry.register(ME, parse_dataset(body))
+    assert "shared_files" in str(info.value.detail) and "dest" in str(info.value.detail)
+    with pytest.raises(NotFound):
+        svc.registry.get_version(ME, "bad-dest", "1.0.0")

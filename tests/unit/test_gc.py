@@ -159,3 +159,27 @@ def test_tenant_with_an_unreadable_manifest_is_left_alone(world: World) -> None:
     assert report.orphans == []
     assert report.problems and rec.manifest_key in report.problems[0]
     assert keys_under(store, "packs")  # nothing removed
+
+
+def test_a_crashed_first_registration_of_a_new_tenant_is_collected(world: World) -> None:
+    # Given a tenant whose very first registration crashes at the commit point: the index has
+    # no row of that tenant at all, only the store holds its packs and manifest
+    store, index, registry = world
+    index.armed = True
+    with pytest.raises(Crash):
+        registry.register(ME, dataset("1.0.0", case("a", "one")))
+    index.armed = False
+    orphaned = {o.key for o in store.list("t/team-a/")}
+    assert orphaned and index.list_tenants() == []
+
+    # When gc deletes what is unreferenced, after the grace period
+    later = time.time() + 2 * HOUR
+    report = collect_garbage(store, index, now=later, grace_seconds=HOUR, delete=True)
+
+    # Then the tenant is scanned from the store and its objects are gone
+    assert report.tenants == ["team-a"]
+    assert set(report.keys) == orphaned
+    assert list(store.list("t/team-a/")) == []
+    # And the retry registers from scratch and reads back
+    assert registry.register(ME, dataset("1.0.0", case("a", "one"))).created
+    assert [c["id"] for c in registry.list_cases(ME, "demo", "latest").items] == ["a"]

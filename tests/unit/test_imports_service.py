@@ -193,6 +193,25 @@ def test_catalog_recipes_are_served_from_shared_and_resolvable_by_id(svc):
     assert stored.owner == "_shared" and stored.recipe.source.dataset == "openai/gsm8k"
 
 
+def test_every_catalog_recipe_names_its_origin_and_citation(svc):
+    # The first-party catalog is GSM8K, HumanEval, MMLU, TruthfulQA and SWE-bench Verified on HF
+    by_id = {r.id: r for r in svc.recipes.benchmarks()}
+    assert by_id["swe-bench-verified"].source.dataset == "princeton-nlp/SWE-bench_Verified"
+    for recipe in by_id.values():
+        assert recipe.source.kind == "huggingface", recipe.id
+        assert recipe.origin.homepage and recipe.origin.paper and recipe.origin.license, recipe.id
+        assert (recipe.origin.citation or "").startswith("@"), recipe.id
+
+
+def test_progress_is_reported_as_rows_are_read_up_to_the_total(svc, tmp_path):
+    url = write_rows(tmp_path / "rows.jsonl", rows(2500))
+    seen: list[int] = []
+    done = svc.imports.run(
+        ME, parse_import({"recipe": RECIPE, "source": {"url": url}}), progress=seen.append
+    )
+    assert seen and seen == sorted(seen) and seen[-1] == 2500 == done.rows_read
+
+
 def test_the_recipe_registry_is_versioned_with_tombstones_and_conflicts(svc):
     reg = svc.recipes.register(ME, RECIPE)
     again = svc.recipes.register(ME, RECIPE)

@@ -211,6 +211,20 @@ def test_bare_list_warns_once_per_code(tmp_path):
     }
 
 
+def test_a_user_string_is_prompt_text_even_when_a_file_has_that_name(tmp_path):
+    # Given a prompt that happens to name a file next to the dataset
+    (tmp_path / "prompt.md").write_text("file body, never read\n")
+    f = tmp_path / "d.yaml"
+    f.write_text(
+        "apiVersion: lab/v1\nkind: Dataset\nmetadata: {name: d}\n"
+        "spec:\n  items:\n  - id: a\n    inputs: {user: prompt.md}\n  - id: b\n"
+        "    prompt: prompt.md\n"
+    )
+    raw, _ = load_dataset(f)
+    # Then both items keep the text itself
+    assert [c["inputs"]["user"] for c in raw["cases"]] == ["prompt.md", "prompt.md"]
+
+
 def test_non_dataset_kind_is_refused(tmp_path):
     f = tmp_path / "x.yaml"
     f.write_text("apiVersion: lab/v1\nkind: Experiment\nspec: {}\n")

@@ -53,6 +53,37 @@ def test_env_precedence_repo_path_over_git_over_files_over_os_use_over_prompt_ov
     assert row_to_case(row, 0, recipe(mapping, category="browser"))["env"] == {"kind": "browser"}
 
 
+def test_os_use_env_carries_setup_display_screenshot_and_placement():
+    r = recipe(
+        {
+            "os_use_env": True,
+            "os_use_setup": ["apt-get install -y {pkg}"],
+            "display": ":1",
+            "screenshot_path": "/tmp/shot.png",
+            "placement": "docker",
+            "image": "desk:1",
+        },
+        category="tool",
+    )
+    case = row_to_case({"q": "x", "pkg": "jq"}, 0, r)
+    assert case["env"] == {
+        "kind": "os-use",
+        "setup": ["apt-get install -y jq"],
+        "display": ":1",
+        "screenshot_path": "/tmp/shot.png",
+        "placement": "docker",
+    }
+    assert case["image"] == "desk:1"
+
+
+def test_extra_graders_are_appended_as_given_after_the_answer_grader():
+    extra = [{"id": "steps"}, {"id": "judge", "config": {"rubric": "{q} stays literal"}}]
+    r = recipe({"answer_field": "a", "extra_graders": extra})
+    case = row_to_case({"q": "x", "a": "1"}, 0, r)
+    assert [g["id"] for g in case["graders"]] == ["answer-match", "steps", "judge"]
+    assert case["graders"][2]["config"] == {"rubric": "{q} stays literal"}
+
+
 def test_ref_defaults_to_head_and_a_given_ref_is_kept():
     r = recipe({"git_field": "repo", "ref_field": "ref"})
     head = row_to_case({"q": "x", "repo": "g", "ref": ""}, 0, r)

@@ -12,6 +12,7 @@ from caseshelf.bootstrap import Services, build, load_settings
 from caseshelf.domain.errors import BadRequest, NotFound
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.subset import SubsetRequest
+from caseshelf.services.loaders import load_dataset
 from caseshelf.services.registry import parse_dataset
 
 pytestmark = pytest.mark.unit
@@ -261,24 +262,12 @@ def test_another_tenants_data_is_never_diffable(svc):
 # -- the real everdict example -----------------------------------------------------------
 
 
-def everdict_envelope(doc: dict[str, Any]) -> dict[str, Any]:
-    """These files use everdict's own keys (`task`, `timeoutSec`). Until the loaders fold legacy
-    shapes into the envelope, convert the two keys here: task -> inputs.user,
-    timeoutSec -> timeout_sec."""
-    cases = []
-    for c in doc["cases"]:
-        c = dict(c)
-        c["inputs"] = {"user": c.pop("task")}
-        c["timeout_sec"] = c.pop("timeoutSec")
-        cases.append(c)
-    return {**doc, "cases": cases}
-
-
 def test_everdict_repo_smoke_1_0_0_to_1_1_0(svc, shared_data):
     # Given the two published versions of repo-smoke
+    # read as `caseshelf register` reads them (everdict's `task`/`timeoutSec` folded in)
     for v in ("1.0.0", "1.1.0"):
-        raw = json.loads((shared_data / "everdict" / f"repo-smoke-{v}.json").read_text())
-        svc.registry.register(ME, parse_dataset(everdict_envelope(raw)))
+        raw, _ = load_dataset(shared_data / "everdict" / f"repo-smoke-{v}.json")
+        svc.registry.register(ME, parse_dataset(raw))
     # When diffed
     res = diff(svc, "1.0.0", "1.1.0", name="repo-smoke")
     out = dto.diff_out(res).model_dump(mode="json")
@@ -289,3 +278,17 @@ def test_everdict_repo_smoke_1_0_0_to_1_1_0(svc, shared_data):
     ]
     assert [c["path"] for c in out["meta"]["changes"]] == ["/description"]
     assert "adds a rename case" in out["meta"]["changes"][0]["after"]
+
+
+def test_subset_cases_over_the_answer_limit_are_too_large(svc):
+    # Given a selection service bounded like an HTTP answer
+    from caseshelf.domain.errors import TooLarge
+    from caseshelf.services.selection import SelectionService
+
+    register(svc, ME, "1.0.0", [case(i) for i in range(10)])
+    bounded = SelectionService(svc.registry, max_case_bytes=200)
+    request = SubsetRequest.model_validate({"limit": 8})
+    # When the cases are asked for, Then it is refused naming the size; ids alone still answer
+    with pytest.raises(TooLarge, match="register the selection"):
+        bounded.select_subset(ME, "qa", "1.0.0", request, with_cases=True)
+    assert len(bounded.select_subset(ME, "qa", "1.0.0", request).case_ids) == 8

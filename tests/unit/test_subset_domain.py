@@ -198,3 +198,45 @@ def test_samples_are_stable_and_independent_of_how_the_manifest_was_built(m, n, 
     rebuilt = manifest(shuffled_tags)
     assert ids_of(rebuilt, select(rebuilt, sample=n, seed=seed)) == ids_of(m, once)
     assert once.stamp and once.stamp.selected == min(n, len(m))
+
+
+def reference_subset(m: Manifest, kw: dict[str, Any]) -> list[str]:
+    """The documented rule written plainly: ids -> tags -> limit -> sample, dataset order."""
+    rows = [(m.ids[i], m.digests[i], set(m.tags_of(i))) for i in range(len(m))]
+    if "ids" in kw:
+        rows = [r for r in rows if r[0] in kw["ids"]]
+    if "tags" in kw:
+        rows = [r for r in rows if r[2] & set(kw["tags"])]
+    if "limit" in kw:
+        rows = rows[: kw["limit"]]
+    if "sample" in kw:
+        seed = kw.get("seed", 0)
+        rank = lambda r: hashlib.sha256(f"{seed}:sha256:{r[1]}".encode()).digest()  # noqa: E731
+        chosen = {r[0] for r in sorted(rows, key=rank)[: kw["sample"]]}
+        rows = [r for r in rows if r[0] in chosen]
+    return [r[0] for r in rows]
+
+
+@given(dataset, selections, st.data())
+def test_steps_run_in_the_documented_order_ids_tags_limit_sample(m, kw, data):
+    # Given any selection (ids drawn from the version itself)
+    kw = dict(kw)
+    if data.draw(st.booleans()):
+        kw["ids"] = tuple(data.draw(st.lists(st.sampled_from(list(m.ids)), min_size=1)))
+    if "seed" in kw and "sample" not in kw:
+        del kw["seed"]
+    expected = reference_subset(m, kw)
+    # When selected, Then it is exactly the plain rule (a swapped step gives other cases)
+    if not expected:
+        with pytest.raises(BadRequest, match="check tags and limit"):
+            select(m, **kw)
+        return
+    assert ids_of(m, select(m, **kw)) == expected
+
+
+def test_tags_filter_before_limit_and_limit_before_sample():
+    # tags then limit: the first hard case, not the first case filtered by tag (none)
+    assert ids_of(M, select(M, tags=("hard",), limit=1)) == ["b"]
+    # limit then sample: the sample is drawn from the first two cases only
+    for seed in range(20):
+        assert set(ids_of(M, select(M, limit=2, sample=1, seed=seed))) <= {"a", "b"}

@@ -150,6 +150,11 @@ allow_internet = false
     assert case["metadata"]["authors"] == [{"name": "A"}]
 
 
+def test_harbor_gpus_are_kept_when_asked_for():
+    toml = '[environment]\ndocker_image = "i"\ngpus = 2\nmemory_mb = 512\n'
+    assert harbor_case(harbor_task(toml))["resources"] == {"memory_mb": 512, "gpus": 2}
+
+
 def test_harbor_without_image_or_template_names_the_task():
     with pytest.raises(BadRequest, match=r"task 'h1'.*docker_image"):
         harbor_case(harbor_task("[environment]\ncpus = 1\n"))

@@ -20,6 +20,7 @@ ROW = {
     "n": 3,
     "empty": "",
     "enc": '["t1", "t2"]',
+    "thousands": "1,234.5",
 }
 
 
@@ -59,6 +60,12 @@ def test_the_gsm8k_answer_is_the_text_after_the_marker_stripped():
         ("{_index}", 7),
         ("{{literal}} {n}", "{literal} 3"),
         ("{question|replace:\\::-}", "What is 2+2?"),
+        ("{meta.level|lower}", "easy"),
+        ("{question|strip:?}", "What is 2+2"),
+        ("{n|letter}", "D"),
+        ("{meta.level|prefix:L-|suffix:!}", "L-Easy!"),
+        ("{thousands|float}", 1234.5),
+        ("{thousands|before:.}", "1,234"),
     ],
 )
 def test_filters(text, expected):

@@ -367,3 +367,31 @@ def test_collect_case_tree_keeps_regular_files_and_safe_symlinks_only(project):
     assert "bad_link.md" not in got and not any(k.startswith("dirlink") for k in got)
     assert "src/pkg/mod.py" in got and "src/nested_link.py" not in got
     assert len(warnings) == 3
+
+
+def test_an_export_of_a_case_tree_with_symlinks_holds_no_symlink(project, tmp_path):
+    # Given case files that are symlinks (safe, to a sibling case, to a directory) and a shared
+    # directory source with a nested symlink
+    from caseshelf.bootstrap import build, load_settings
+
+    case = _case(project)
+    os.symlink("strategy.md", case / "ok_link.md")
+    os.symlink("../case-002/secret.md", case / "bad_link.md")
+    os.symlink("src", case / "dirlink")
+    config = _config(project, [{"dest": "skills", "source": "skills"}])
+    warnings: list[str] = []
+    services = build(load_settings({}, home=str(tmp_path / "home")))
+    exports = services.exports
+    exports.warn = warnings.append
+    # When the tree is exported to a directory
+    exports.export_tree(config, to=str(tmp_path / "out"))
+    # Then every entry is a regular file or a directory (`_tree` fails on a symlink), the safe
+    # link is materialized, and the rest was left out with a warning naming it
+    tree = _tree(tmp_path / "out")
+    assert tree["case-001/ok_link.md"] == "plan\n"
+    assert tree["case-002/skills/triage/SKILL.md"] == "# skill\n"
+    assert not any(k.endswith(("bad_link.md", "alias.md")) for k in tree)
+    assert not any("/dirlink" in k or k.endswith("nested_link.py") for k in tree)
+    assert not any("secret" in v for k, v in tree.items() if k.startswith("case-001/"))
+    for name in ("bad_link.md", "dirlink", "nested_link.py", "alias.md"):
+        assert any(name in w for w in warnings), name

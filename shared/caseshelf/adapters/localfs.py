@@ -1,10 +1,12 @@
 """BlobStore on a local directory: the same key tree as the bucket, written atomically.
 
-Served by `caseshelf serve`, the store also stands in for S3's presigned PUT: given the server's
-public URL, `presign_put` answers `<public url>/_uploads/<token>`, where the token is an
-HMAC-signed, expiring value naming the tenant and the key; the dev server hands the request body
-to `receive_upload`, which checks the token and writes the object. The signing key is random per
-store (per server process): a restart voids every outstanding upload URL.
+Served by `caseshelf serve`, the store also stands in for S3's presigned PUT and GET: given the
+server's public URL, `presign_put` answers `<public url>/_uploads/<token>` and `presign_get`
+`<public url>/_downloads/<token>`, where the token is an HMAC-signed, expiring value naming the
+method, the tenant and the key; the dev server hands an upload's body to `receive_upload`, which
+checks the token and writes the object, and a download's token to `open_download`, which checks
+it and opens the object. A token grants its own method only: a download URL never writes. The
+signing key is random per store (per server process): a restart voids every outstanding URL.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from caseshelf.domain.paths import relative_path_problem
 from caseshelf.ports import ObjectInfo
 
 UPLOAD_PATH = "/_uploads/"
+DOWNLOAD_PATH = "/_downloads/"
 _CHUNK = 1 << 20
 
 
@@ -41,8 +44,9 @@ def _unb64(text: str) -> bytes:
 
 
 class UploadTokens:
-    """`<payload>.<mac>`, both base64url: the payload is `{"t": tenant, "k": key, "e": expiry}`
-    (epoch seconds), the mac its HMAC-SHA256 under a secret only this process knows."""
+    """`<payload>.<mac>`, both base64url: the payload is `{"t": tenant, "k": key, "e": expiry,
+    "m": method}` (epoch seconds; `PUT` for an upload, `GET` for a download), the mac its
+    HMAC-SHA256 under a secret only this process knows."""
 
     def __init__(self, secret: bytes | None = None, clock: Callable[[], float] = time.time) -> None:
         self._secret = secret or secrets.token_bytes(32)
@@ -51,26 +55,38 @@ class UploadTokens:
     def _mac(self, payload: str) -> str:
         return _b64(hmac.new(self._secret, payload.encode("ascii"), hashlib.sha256).digest())
 
-    def sign(self, key: str, expires: int) -> str:
+    def sign(self, key: str, expires: int, *, method: str = "PUT") -> str:
         tenant = _tenant_of(key)
-        body = {"t": tenant, "k": key, "e": int(self._clock()) + int(expires)}
+        body = {"t": tenant, "k": key, "e": int(self._clock()) + int(expires), "m": method}
         payload = _b64(orjson.dumps(body))
         return f"{payload}.{self._mac(payload)}"
 
-    def verify(self, token: str) -> str:
-        """The key a token names; `Forbidden` when it is forged, altered or expired."""
+    def verify(self, token: str, *, method: str = "PUT") -> str:
+        """The key a token names for `method`; `Forbidden` when it is forged, altered, expired
+        or made for the other method."""
+        what = "download" if method == "GET" else "upload"
         payload, _, mac = token.partition(".")
         if not payload or not mac or not hmac.compare_digest(mac, self._mac(payload)):
-            raise Forbidden("the upload URL is not valid (bad signature)", field="token")
+            raise Forbidden(f"the {what} URL is not valid (bad signature)", field="token")
         try:
             body = orjson.loads(_unb64(payload))
             tenant, key, expiry = body["t"], body["k"], int(body["e"])
+            signed_for = body["m"]
         except (binascii.Error, ValueError, KeyError, TypeError):
-            raise Forbidden("the upload URL is not valid (bad payload)", field="token") from None
+            raise Forbidden(f"the {what} URL is not valid (bad payload)", field="token") from None
+        if signed_for != method:
+            article = "a" if method == "GET" else "an"
+            raise Forbidden(f"the URL is not {article} {what} URL", field="token")
         if expiry < self._clock():
-            raise Forbidden("the upload URL has expired", field="token")
-        if not isinstance(key, str) or _tenant_of(key) != tenant:
-            raise Forbidden("the upload URL is not valid (tenant and key differ)", field="token")
+            raise Forbidden(f"the {what} URL has expired", field="token")
+        if not isinstance(key, str):
+            raise Forbidden(f"the {what} URL is not valid (bad payload)", field="token")
+        try:
+            owner = _tenant_of(key)
+        except BadRequest:
+            raise Forbidden(f"the {what} URL is not valid (bad key)", field="token") from None
+        if owner != tenant:
+            raise Forbidden(f"the {what} URL is not valid (tenant and key differ)", field="token")
         return key
 
 
@@ -100,9 +116,9 @@ class LocalBlobStore:
         if problem:
             raise BadRequest(f"object key {key!r} {problem}", field="key")
         path = self.root / key
-        # Refuse keys that resolve out of the root through a planted symlink (CWE-59).
-        parent = path.parent.resolve() if path.parent.exists() else path.parent
-        if not str(parent).startswith(str(self.root)):
+        # Refuse keys that resolve out of the root through a planted symlink (CWE-59): in any
+        # existing directory on the way, or the object itself. The store never makes symlinks.
+        if not path.resolve().is_relative_to(self.root):
             raise BadRequest(f"object key {key!r} escapes the store", field="key")
         return path
 
@@ -182,7 +198,12 @@ class LocalBlobStore:
         self._path(key).unlink(missing_ok=True)
 
     def presign_get(self, key: str, *, expires: int = 900) -> str | None:
-        return None
+        """`<public url>/_downloads/<token>` when a dev server publishes this store, else None
+        (the caller then reads the object itself)."""
+        if self.public_url is None:
+            return None
+        self._path(key)
+        return f"{self.public_url}{DOWNLOAD_PATH}{self.tokens.sign(key, expires, method='GET')}"
 
     def presign_put(self, key: str, *, expires: int = 900) -> str | None:
         """`<public url>/_uploads/<token>` when a dev server publishes this store, else None."""
@@ -221,3 +242,20 @@ class LocalBlobStore:
         finally:
             tmp.unlink(missing_ok=True)
         return key, md5.hexdigest()
+
+    def open_download(self, token: str) -> tuple[str, BinaryIO, int]:
+        """The key a download token grants, the object opened for reading, and its size:
+        `Forbidden` for a forged, altered, expired or upload token, `NotFound` when the object
+        is gone. The caller closes the file."""
+        key = self.tokens.verify(token, method="GET")
+        path = self._path(key)
+        try:
+            fh = path.open("rb")
+        except (FileNotFoundError, IsADirectoryError):
+            raise NotFound(f"no object {key}", key=key) from None
+        try:
+            size = os.fstat(fh.fileno()).st_size
+        except OSError:
+            fh.close()
+            raise
+        return key, fh, size

@@ -160,6 +160,30 @@ def too_large(size: int, limit: int) -> dict[str, Any]:
     }
 
 
+_FORM = "application/x-www-form-urlencoded"
+
+
+def as_json_body(event: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Every body this API takes is JSON. A client that sends JSON labelled as a form (curl's
+    `-d` without `-H 'Content-Type: application/json'`) would otherwise be parsed as form fields
+    and refused with a baffling 'unknown key'; read such a body as the JSON it is."""
+    headers = event.get("headers") or {}
+    ctype = next((v for k, v in headers.items() if k.lower() == "content-type"), None)
+    if not event.get("body") or not ctype or not str(ctype).lower().startswith(_FORM):
+        return event
+    fixed = dict(event)
+    fixed["headers"] = {
+        k: ("application/json" if k.lower() == "content-type" else v) for k, v in headers.items()
+    }
+    multi = event.get("multiValueHeaders")
+    if multi:
+        fixed["multiValueHeaders"] = {
+            k: (["application/json"] if k.lower() == "content-type" else v)
+            for k, v in multi.items()
+        }
+    return fixed
+
+
 class CaseshelfResolver(APIGatewayRestResolver):
     """A REST API resolver that refuses oversized bodies before parsing them.
 
@@ -183,7 +207,7 @@ class CaseshelfResolver(APIGatewayRestResolver):
             self._swagger[0]
         ):
             self._install_swagger()
-        return super().resolve(event, context)
+        return super().resolve(as_json_body(event), context)
 
     def configure_openapi_later(self, **settings: Any) -> None:
         """`configure_openapi(**settings)`, deferred until the document is first built."""

@@ -332,7 +332,12 @@ class LocalClient(_LocalImports):
     def services(self) -> Services:
         from caseshelf import bootstrap
 
-        svc = bootstrap.build(self.settings)
+        settings = self.settings
+        if settings.backend == "local" and settings.public_url is not None:
+            # The embedded store's URLs are signed with a key drawn by this process, which no
+            # server honours: in-process, the CLI reads and writes the store itself.
+            settings = settings.model_copy(update={"public_url": None})
+        svc = bootstrap.build(settings)
         bootstrap.use(svc)
         return svc
 
@@ -777,7 +782,8 @@ class HttpClient(_HttpImports):
             doc = orjson.loads(data)
         except orjson.JSONDecodeError:
             doc = None
-        # A deployed API answers a presigned URL; the local one streams the document itself.
+        # An API answers a presigned URL (S3, or the local server's own); one over a store
+        # that no server publishes streams the document itself.
         if isinstance(doc, dict) and isinstance(doc.get("url"), str) and "cases" not in doc:
             return Downloaded(safe_filename(doc.get("filename"), default), fetch_url(doc["url"]))
         return Downloaded(_filename(headers, default), data)

@@ -86,6 +86,7 @@ def register_commands(app: typer.Typer) -> None:
         if subset:
             body["subset"] = subset
         out = client().export(name, r, body, to=to)
+        local = to if to is not None and not to.startswith("s3://") else None
         for w in out.get("warnings") or []:
             warn(w)
         hidden = (out.get("warning_count") or 0) - len(out.get("warnings") or [])
@@ -93,17 +94,17 @@ def register_commands(app: typer.Typer) -> None:
             warn(f"... and {hidden} more")
 
         def render(o: dict[str, Any]) -> None:
-            fields_table(
-                [
-                    ("export", o["export_id"]),
-                    ("prefix", o["prefix"]),
-                    ("cases", o["case_count"]),
-                    ("files", o["file_count"]),
-                    ("manifest", o["manifest_key"]),
-                    ("reused", "yes" if o["reused"] else "no"),
-                    ("bundle", o.get("bundle_url")),
-                ]
-            )
+            rows: list[tuple[str, Any]] = [
+                ("export", o["export_id"]),
+                ("prefix", o["prefix"]),
+                ("cases", o["case_count"]),
+                ("files", o["file_count"]),
+                ("manifest", o["manifest_key"]),
+                ("reused", "yes" if o["reused"] else "no"),
+            ]
+            if local is None:  # a local --to has unpacked the bundle: its URL is not shown
+                rows.append(("bundle", o.get("bundle_url")))
+            fields_table(rows)
             if o.get("test_data_ref"):
                 s3 = o["test_data_ref"]["s3"]
                 note(f"test_data_ref: {{s3: {{bucket: {s3['bucket']}, key: {s3['key']}}}}}")

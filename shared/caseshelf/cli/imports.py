@@ -24,6 +24,7 @@ from typing import Annotated, Any
 
 import typer
 import yaml
+from rich.markup import escape
 
 from caseshelf.cli import (
     abort,
@@ -228,6 +229,17 @@ def _upload_rows(path: Path, body: dict[str, Any], wait: float) -> dict[str, Any
     }
 
 
+def _clipped(value: Any, width: int = 120) -> Any:
+    """A row for a human preview: every string longer than `width` cut with an ellipsis."""
+    if isinstance(value, str):
+        return value if len(value) <= width else value[: width - 1] + "…"
+    if isinstance(value, dict):
+        return {k: _clipped(v, width) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clipped(v, width) for v in value]
+    return value
+
+
 def register_commands(app: typer.Typer) -> None:
     recipes = typer.Typer(
         help="Manage recipes: register, validate, ls, get, rm, revive, publish-catalog.",
@@ -290,11 +302,17 @@ def register_commands(app: typer.Typer) -> None:
         def render(p: dict[str, Any]) -> None:
             from caseshelf.cli import dumps
 
-            say(f"[bold]fields[/]  {', '.join(p['fields'])}")
-            for case in p["cases"]:
-                say(dumps(case))
-            for err in p["errors"]:
-                say(f"[red]row {err['row']}[/]  {err['detail']}")
+            say(f"[bold]fields[/]  {escape(', '.join(p['fields']))}")
+            failed = {err["row"]: err["detail"] for err in p["errors"]}
+            cases = iter(p["cases"])
+            for index, row in enumerate(p["rows"]):
+                say(f"[bold]row {index}[/]")
+                say(escape(dumps(_clipped(row))))
+                if index in failed:
+                    say(f"[red]does not map:[/] {escape(failed[index])}")
+                else:
+                    say("[bold]becomes[/]")
+                    say(escape(dumps(next(cases))))
             note(f"{len(p['cases'])} of {len(p['rows'])} rows mapped; nothing was registered")
 
         emit(out, render)
@@ -367,7 +385,7 @@ def register_commands(app: typer.Typer) -> None:
 
         def render(o: dict[str, Any]) -> None:
             note(f"{o['id']}@{o['version']} from {o['owner']}  {short(o['content_digest'])}")
-            say(yaml.safe_dump(o["recipe"], sort_keys=False, allow_unicode=True).rstrip())
+            say(escape(yaml.safe_dump(o["recipe"], sort_keys=False, allow_unicode=True).rstrip()))
 
         emit(out, render)
 

@@ -1,15 +1,31 @@
 """`caseshelf import-tasks`: Terminal-Bench and Harbor task trees, and eval-harness case
-directories, registered as a dataset version."""
+directories, registered as a dataset version.
+
+On the embedded store the tree is read and registered in-process. With `--api` a local tree goes
+through an upload instead, so its size is not bound by the API's request body limit: a directory
+is packed into a temporary `.tar.gz` (an archive goes as it is), uploaded with
+`{kind: tasks, format, ...}` and its import job followed to the end; the server reads it with the
+same checks as a local import.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import stat
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from caseshelf.cli import client, command, emit, fields_table, note, say
+from caseshelf.cli import client, command, emit, fields_table, note, say, state
+from caseshelf.cli.imports import WaitOpt
+from caseshelf.domain.errors import BadRequest
 
 
 class TaskFormat(StrEnum):
@@ -41,6 +57,88 @@ def _register_tasks(path: str, fmt: str, options: dict[str, Any]) -> dict[str, A
     registered: dict[str, Any] = dict(c.register(built.body))
     registered["skipped"] = [{"task": s.task, "reason": s.reason} for s in built.skipped]
     return registered
+
+
+def _pack_directory(root: Path, dest: Path) -> None:
+    """Write the tree under `root` as a gzipped tar at `dest`, streamed file by file, with the
+    rules of a local import (`services.tasks.read_directory`): paths relative to `root`, a file
+    symlink that resolves inside `root` stored as a copy, any other link refused, regular files
+    only, permission bits kept. Owners and times are left out, so the archive says only what
+    the import reads."""
+    from caseshelf.domain.paths import relative_path_problem
+
+    root = root.resolve()
+    with tarfile.open(dest, "w:gz", compresslevel=6, format=tarfile.PAX_FORMAT) as tar:
+        for dirpath, dirnames, filenames in os.walk(root):
+            base = Path(dirpath)
+            for d in dirnames:
+                if (base / d).is_symlink():
+                    rel = (base / d).relative_to(root).as_posix()
+                    raise BadRequest(
+                        f"{root}: {rel} is a directory symlink; not followed", path=rel
+                    )
+            dirnames.sort()
+            for fname in sorted(filenames):
+                full = base / fname
+                rel = full.relative_to(root).as_posix()
+                problem = relative_path_problem(rel)
+                if problem:
+                    raise BadRequest(f"{root}: {rel!r} {problem}", path=rel)
+                if full.is_symlink():
+                    target = full.resolve()
+                    if not target.is_relative_to(root) or not target.is_file():
+                        raise BadRequest(
+                            f"{root}: {rel} links outside the tree (or to no file); not followed",
+                            path=rel,
+                        )
+                    full = target
+                with full.open("rb") as fh:
+                    st = os.fstat(fh.fileno())
+                    if not stat.S_ISREG(st.st_mode):
+                        raise BadRequest(f"{root}: {rel} is not a regular file", path=rel)
+                    info = tarfile.TarInfo(rel)
+                    info.size = st.st_size
+                    info.mode = st.st_mode & 0o777
+                    tar.addfile(info, fh)
+
+
+@contextmanager
+def _archive_of(path: Path, fmt: str) -> Iterator[Path]:
+    """`path` as an archive to upload: an archive as it is; a directory (for case-dirs, also
+    the directory of an `eval.yaml`) packed into a temporary `<name>.tar.gz`."""
+    from caseshelf.services.tasks import archive_kind
+
+    if path.is_file() and fmt == "case-dirs" and archive_kind(path.name) is None:
+        path = path.parent  # an eval.yaml: its project directory goes up
+    if path.is_file():
+        with path.open("rb") as fh:
+            head = fh.read(4)
+        if archive_kind(path.name, head) is None:
+            raise BadRequest(f"{path}: not a directory, .tar.gz or .zip", path=str(path))
+        yield path
+        return
+    if not path.is_dir():
+        raise BadRequest(f"{path}: no such file or directory", path=str(path))
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", path.resolve().name).lstrip(".-")[:100] or "tasks"
+    with tempfile.TemporaryDirectory(prefix="caseshelf-upload-") as tmp:
+        archive = Path(tmp) / f"{name}.tar.gz"
+        note(f"packing {path}")
+        _pack_directory(path, archive)
+        yield archive
+
+
+def _upload_tasks(path: str, fmt: str, options: dict[str, Any], wait: float) -> dict[str, Any]:
+    """With --api: a local tree through an upload and its import job, answered like a local
+    import (plus `job_id`)."""
+    from caseshelf.cli.imports import upload_and_follow
+
+    body: dict[str, Any] = {"kind": "tasks", "format": fmt}
+    body.update({k: v for k, v in options.items() if v is not None and v is not False and v != ""})
+    with _archive_of(Path(path).expanduser(), fmt) as archive:
+        result = upload_and_follow(archive, body, wait)
+    for line in result.get("warnings") or []:
+        note(f"warning: {line}")
+    return result
 
 
 def register_commands(app: typer.Typer) -> None:
@@ -79,18 +177,30 @@ def register_commands(app: typer.Typer) -> None:
         bump: Annotated[
             str | None, typer.Option("--bump", help="major|minor|patch (default: minor).")
         ] = None,
+        wait: WaitOpt = 900.0,
     ) -> None:
         """Import container tasks or case directories as a dataset version."""
         if bump is not None and bump not in ("major", "minor", "patch"):
             raise typer.BadParameter("major, minor or patch", param_hint="--bump")
-        if format == TaskFormat.case_dirs:
+        if format == TaskFormat.case_dirs and (image_template or skip_invalid or id_prefix):
+            raise typer.BadParameter(
+                "--image-template, --skip-invalid and --id-prefix are for container tasks",
+                param_hint="--format",
+            )
+        options: dict[str, Any] = {
+            "image_template": image_template,
+            "skip_invalid": skip_invalid,
+            "id_prefix": id_prefix,
+            "dataset": dataset,
+            "version": version,
+            "bump": bump,
+        }
+        result: dict[str, Any]
+        if state().api and not path.startswith("s3://"):
+            result = _upload_tasks(path, format.value, options, wait)
+        elif format == TaskFormat.case_dirs:
             from caseshelf.services.casedirs import build_case_dir_dataset
 
-            if image_template or skip_invalid or id_prefix:
-                raise typer.BadParameter(
-                    "--image-template, --skip-invalid and --id-prefix are for container tasks",
-                    param_hint="--format",
-                )
             built = build_case_dir_dataset(
                 path,
                 dataset=dataset,
@@ -99,17 +209,9 @@ def register_commands(app: typer.Typer) -> None:
             )
             for line in built.warnings:
                 note(f"warning: {line}")
-            result: dict[str, Any] = dict(client().register(built.body))
+            result = dict(client().register(built.body))
             result["skipped"] = []
         else:
-            options: dict[str, Any] = {
-                "image_template": image_template,
-                "skip_invalid": skip_invalid,
-                "id_prefix": id_prefix,
-                "dataset": dataset,
-                "version": version,
-                "bump": bump,
-            }
             result = _register_tasks(path, format.value, options)
         for skipped in result.get("skipped") or []:
             note(f"skipped {skipped['task']}: {skipped['reason']}")

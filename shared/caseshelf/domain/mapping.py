@@ -26,7 +26,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Mapping as AnyMapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -133,6 +133,31 @@ def container_needs_image(recipe: Recipe) -> bool:
     return m.repo_path is not None or bool(m.placement)
 
 
+class _Fixed:
+    """The same value for every row (an env that reads no field)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __call__(self, row: Row, index: int) -> Any:
+        return self.value
+
+
+ROW_ERRORS = (FieldMissing, FilterFailed, _Bad)
+
+
+def row_error(exc: Exception, index: int) -> BadRequest:
+    """The 400 for a row that does not map (one of ROW_ERRORS), naming the row and the field."""
+    if isinstance(exc, FieldMissing):
+        return BadRequest(f"row {index}: missing field {exc.field!r}", row=index, field=exc.field)
+    if isinstance(exc, FilterFailed):
+        return BadRequest(
+            f"row {index}: field {exc.field!r}: {exc.message}", row=index, field=exc.field
+        )
+    assert isinstance(exc, _Bad)
+    return BadRequest(f"row {index}: {exc.target} {exc.message}", row=index, field=exc.target)
+
+
 class RowMapper:
     """A recipe compiled once; `mapper(row, index)` is the case's canonical plain form."""
 
@@ -164,7 +189,7 @@ class RowMapper:
             (g.id, compile_value(g.config) if g.config else None) for g in recipe.grader_templates
         ]
         self._env = self._compile_env(recipe)
-        self._build = self._compile_build()
+        self.build = self._compile_build()  # raises ROW_ERRORS; `mapper(row, i)` a BadRequest
 
     # -- env -------------------------------------------------------------------------------
 
@@ -172,8 +197,7 @@ class RowMapper:
         m = recipe.mapping
         placement = {"placement": m.placement} if m.placement else {}
         if m.repo_path is not None:
-            const = {"kind": "repo", "source": {"path": m.repo_path}, **placement}
-            return lambda row, index: const
+            return _Fixed({"kind": "repo", "source": {"path": m.repo_path}, **placement})
         if m.git_field is not None:
             git = _field(m.git_field)
             ref = _field(m.ref_field) if m.ref_field else None
@@ -216,8 +240,7 @@ class RowMapper:
 
             return os_use
         if m.prompt_env:
-            const = {"kind": "prompt"}
-            return lambda row, index: const
+            return _Fixed({"kind": "prompt"})
         if m.start_url_field is not None:
             url = _field(m.start_url_field)
 
@@ -229,8 +252,7 @@ class RowMapper:
 
             return browser
         if recipe.category == "browser":
-            const = {"kind": "browser"}
-            return lambda row, index: const
+            return _Fixed({"kind": "browser"})
         return lambda row, index: None
 
     # -- one row ---------------------------------------------------------------------------
@@ -252,19 +274,9 @@ class RowMapper:
 
     def __call__(self, row: Row, index: int) -> dict[str, Any]:
         try:
-            return self._build(row, index)
-        except FieldMissing as exc:
-            raise BadRequest(
-                f"row {index}: missing field {exc.field!r}", row=index, field=exc.field
-            ) from None
-        except FilterFailed as exc:
-            raise BadRequest(
-                f"row {index}: field {exc.field!r}: {exc.message}", row=index, field=exc.field
-            ) from None
-        except _Bad as exc:
-            raise BadRequest(
-                f"row {index}: {exc.target} {exc.message}", row=index, field=exc.target
-            ) from None
+            return self.build(row, index)
+        except ROW_ERRORS as exc:
+            raise row_error(exc, index) from None
 
     def _compile_build(self) -> Callable[[Row, int], dict[str, Any]]:
         """The row -> case function, with the recipe's settings bound as closure variables:
@@ -280,6 +292,7 @@ class RowMapper:
         answer_grader = self._answer_grader
         details = self._details
         env_of = self._env
+        env_fixed = env_of.value if isinstance(env_of, _Fixed) else None
         image_value = self._image_field.value if self._image_field is not None else None
         fixed_image = self._image
         needs_image = self._needs_image
@@ -316,11 +329,15 @@ class RowMapper:
                     expectations["ground_truth"] = _finite(answer, "expectations.ground_truth")
                     graders.append(answer_grader)
             if details:
-                expectations["details"] = _values(details, row, index)
+                values: dict[str, Any] = {}
+                for key, value_of, target in details:
+                    v = value_of(row, index)
+                    values[key] = v if type(v) is str else _finite(v, target)
+                expectations["details"] = values
             if expectations:
                 case["expectations"] = expectations
 
-            env = env_of(row, index)
+            env = env_fixed if env_fixed is not None else env_of(row, index)
             if env is not None:
                 case["env"] = env
 
@@ -427,7 +444,16 @@ def rows_to_cases(
         yield case
 
 
-RecordBatch = tuple[list[str], list[bytes], list[Sequence[str]]]
+class RecordBatch(NamedTuple):
+    """Consecutive cases as canonical records, ready for a pack: what
+    `RegistryService.register_records` consumes (and hashes)."""
+
+    ids: list[str]
+    lengths: list[int]  # bytes of each record
+    data: bytes  # the records back to back, each followed by "\n"
+    tags: list[Sequence[str]]  # sorted, unique tags of each case
+
+
 BATCH_ROWS = 1000
 
 
@@ -438,18 +464,21 @@ def record_batches(
     max_case_bytes: int,
     batch_rows: int = BATCH_ROWS,
 ) -> Iterator[RecordBatch]:
-    """Every row as its case's canonical record, in batches of `(case ids, canonical bytes,
-    sorted tags)` (what `RegistryService.register_records` takes), in order. Errors name the row:
-    a mapping error, two rows with the same case id, a case over `max_case_bytes` (413)."""
-    mapper = RowMapper(recipe)
+    """Every row as its case's canonical record, in batches, in order. Errors name the row: a
+    mapping error, two rows with the same case id, a case over `max_case_bytes` (413)."""
+    build = RowMapper(recipe).build
     seen: dict[str, int] = {}
     dumps, options = orjson.dumps, CANONICAL_OPTIONS
     no_tags: tuple[str, ...] = ()
     ids: list[str] = []
-    datas: list[bytes] = []
+    lengths: list[int] = []
+    records: list[bytes] = []
     tags: list[Sequence[str]] = []
     for index, row in rows:
-        case = mapper(row, index)
+        try:
+            case = build(row, index)
+        except ROW_ERRORS as exc:
+            raise row_error(exc, index) from None
         cid = case["id"]
         first = seen.setdefault(cid, index)
         if first != index:
@@ -462,17 +491,21 @@ def record_batches(
             data = dumps(case, option=options)
         except orjson.JSONEncodeError as exc:  # an integer beyond 64 bits
             raise BadRequest(f"row {index}: case {cid!r}: {exc}", row=index) from None
-        if len(data) > max_case_bytes:
+        size = len(data)
+        if size > max_case_bytes:
             raise TooLarge(
-                f"row {index}: case {cid!r} is {len(data)} bytes; the limit is {max_case_bytes}",
+                f"row {index}: case {cid!r} is {size} bytes; the limit is {max_case_bytes}",
                 row=index,
                 case_id=cid,
             )
         ids.append(cid)
-        datas.append(data)
+        lengths.append(size)
+        records.append(data)
         tags.append(case.get("tags", no_tags))
         if len(ids) >= batch_rows:
-            yield ids, datas, tags
-            ids, datas, tags = [], [], []
+            records.append(b"")
+            yield RecordBatch(ids, lengths, b"\n".join(records), tags)
+            ids, lengths, records, tags = [], [], [], []
     if ids:
-        yield ids, datas, tags
+        records.append(b"")
+        yield RecordBatch(ids, lengths, b"\n".join(records), tags)

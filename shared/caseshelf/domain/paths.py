@@ -67,15 +67,25 @@ def destination_problem(dest: str) -> str | None:
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 
+# Files at the root of an export, next to the case directories: an id spelled like one of them is
+# encoded, so its directory never takes the place of the file (a directory `manifest.json` cannot
+# sit beside the file `manifest.json` on a disk).
+EXPORT_ROOT_FILES = frozenset({"manifest.json", "bundle.tar.gz"})
+
 
 def case_dir_name(case_id: str) -> str:
     """Map a case id to a directory name by a reversible, safe encoding.
 
-    Identity for ids of `[A-Za-z0-9._-]` that do not start with '.'; anything else is written as
+    Identity for ids of `[A-Za-z0-9._-]` that do not start with '.' and are not the name of a file
+    at the export root (`EXPORT_ROOT_FILES`); anything else is written as
     `~` + percent-encoding of its UTF-8 bytes, with only `[A-Za-z0-9_-]` left as they are, so the
     result never contains '/', never starts with '.', and can never equal '.' or '..'.
     """
-    if _SAFE_ID.fullmatch(case_id) and not case_id.startswith("."):
+    if (
+        _SAFE_ID.fullmatch(case_id)
+        and not case_id.startswith(".")
+        and case_id not in EXPORT_ROOT_FILES
+    ):
         return case_id
     out = ["~"]
     for byte in case_id.encode("utf-8"):

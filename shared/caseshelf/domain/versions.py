@@ -146,6 +146,12 @@ def resolve_ref(
             raise BadRequest(f"invalid digest ref {ref!r}", field="ref")
         matches = [r for r in pool if r.content_digest == ref]
         found = max(matches, key=order_key) if matches else None
+    elif not _LABEL.fullmatch(ref):
+        # Labels and version tags share one rule: a ref outside it cannot name anything.
+        raise BadRequest(
+            f"invalid ref {ref!r}: a version label, a version tag, 'latest' or sha256:<64 hex>",
+            field="ref",
+        )
     else:
         by_label = [r for r in pool if r.version == ref]
         if by_label:

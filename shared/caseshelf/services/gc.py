@@ -7,7 +7,8 @@ reaches it through its manifest, and it is older than the grace period, which sp
 of a registration still in flight.
 
 The store is listed before the index is read, so a version committed while gc runs protects what
-it references (it is in the index by the time the references are gathered).
+it references (it is in the index by the time the references are gathered). Tenants come from the
+store as well as the index: a tenant whose first registration crashed has objects and no row.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from caseshelf.ports import BlobStore, Index, ObjectInfo
 
 # The areas registration writes before its commit point.
 AREAS = ("packs/", "blobs/", "manifests/")
+TENANTS_ROOT = "t/"  # every tenant's keys are under t/<tenant>/ (`layout.root`)
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,21 @@ def referenced_keys(store: BlobStore, index: Index, tenant: str) -> tuple[set[st
     return refs, problems
 
 
+def objects_by_tenant(store: BlobStore) -> dict[str, list[ObjectInfo]]:
+    """The objects of the areas gc looks at, by tenant, from one listing of the whole store."""
+    found: dict[str, list[ObjectInfo]] = {}
+    for obj in store.list(TENANTS_ROOT):
+        parts = obj.key.split("/", 3)
+        if len(parts) < 4 or parts[2] + "/" not in AREAS:
+            continue
+        try:
+            tenant = layout.check_tenant(parts[1])
+        except CaseshelfError:
+            continue  # not a key this store writes
+        found.setdefault(tenant, []).append(obj)
+    return found
+
+
 def collect_garbage(
     store: BlobStore,
     index: Index,
@@ -133,12 +150,10 @@ def collect_garbage(
     left untouched: gc never deletes on an incomplete picture.
     """
     report = GcReport(deleted=delete)
-    for tenant in index.list_tenants():
+    in_store = objects_by_tenant(store)
+    for tenant in sorted(set(index.list_tenants()) | set(in_store)):
         report.tenants.append(tenant)
-        root = layout.root(tenant)
-        listed: list[ObjectInfo] = []
-        for area in AREAS:
-            listed.extend(store.list(root + area))
+        listed = in_store.get(tenant, [])
         refs, problems = referenced_keys(store, index, tenant)
         report.scanned_count += len(listed)
         if problems:

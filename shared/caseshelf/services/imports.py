@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Protocol
@@ -365,13 +365,12 @@ class ImportService:
         counter: _Counter,
         progress: Progress | None,
         produced_by: dict[str, Any],
-    ) -> Iterator[tuple[str, bytes, Sequence[str]]]:
-        """The canonical records of the mapped rows, one by one. Once the last row is read,
-        `rows_read` is stamped into `produced_by`, which the registry reads only after the last
-        record."""
-        for ids, datas, tags in batches:
-            yield from zip(ids, datas, tags, strict=True)
-            counter.rows += len(ids)
+    ) -> Iterator[RecordBatch]:
+        """The mapped rows' batches, counted. Once the last row is read, `rows_read` is stamped
+        into `produced_by`, which the registry reads only after the last batch."""
+        for batch in batches:
+            yield batch
+            counter.rows += len(batch.ids)
             if progress is not None:
                 progress(counter.rows)
         if counter.rows == 0:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from pydantic import ValidationError
@@ -24,7 +25,6 @@ from caseshelf.domain.canonical import (
     content_digest,
     digest_of,
     hex_of,
-    sha256_hex,
 )
 from caseshelf.domain.envelope import canonical_records, validation_problem
 from caseshelf.domain.errors import BadRequest, Conflict, NotFound, TooLarge
@@ -50,6 +50,9 @@ from caseshelf.ports import BlobStore, Index, Page
 from caseshelf.services.bulk import gc_paused
 from caseshelf.services.storage import BlobWriter, PackWriter, read_blobs, read_cases
 from caseshelf.services.versioned import Clock, VersionedStore, utc_now
+
+if TYPE_CHECKING:  # the import path's type; the registry needs none of the mapping at run time
+    from caseshelf.domain.mapping import RecordBatch
 
 KIND = "dataset"
 MAX_CASE_BYTES = 4 * 1024 * 1024
@@ -519,13 +522,14 @@ class RegistryService:
         description: str,
         tags: Sequence[str],
         produced_by: dict[str, Any] | None,
-        records: Iterable[tuple[str, bytes, Sequence[str]]],
+        records: Iterable[RecordBatch],
     ) -> RegisterResult:
-        """Register cases streamed as `(case id, canonical bytes, sorted tags)`, consumed once
-        and never all held at once: the import path, whose mapper builds each case already
-        validated in canonical form (`caseshelf.domain.mapping`). The same commit protocol,
-        dedup against the latest live version, size limit, and 409 / idempotency rules as
-        `register`. An error while consuming `records` leaves nothing registered."""
+        """Register cases streamed as batches of canonical records
+        (`caseshelf.domain.mapping.record_batches`), consumed once and never all held at once:
+        the import path, whose mapper builds each case already validated in canonical form. The
+        registry hashes every record itself. The same commit protocol, dedup against the latest
+        live version, size limit, and 409 / idempotency rules as `register`. An error while
+        consuming `records` leaves nothing registered."""
         tenant = identity.check_can_write()
         check_dataset_id(name)
         if (version is None) == (bump is None):
@@ -541,31 +545,60 @@ class RegistryService:
         pairs: list[tuple[str, str]] = []
         reused = 0
         limit = self.max_case_bytes
-        add_case, append, find, sha = builder.add_case, packs.append, known.get, sha256_hex
+        add_case, append, find, sha256 = builder.add_case, packs.append, known.get, hashlib.sha256
         pending: list[str] = []  # the placeholder name of each pack number
+
+        def pack_name(number: int) -> str:
+            if number == len(pending):
+                pending.append(PENDING_PACK + str(number))
+            return pending[number]
+
         # Everything that builds per-case objects runs with the collector paused, the content
         # digest and the manifest too: they make 100,000s of small objects that all stay alive.
         with gc_paused():
-            for case_id, data, case_tags in records:
-                if len(data) > limit:
+            for ids, lengths, data, case_tags in records:
+                if not ids:
+                    continue
+                if max(lengths) > limit:
+                    i = next(i for i, n in enumerate(lengths) if n > limit)
                     raise TooLarge(
-                        f"case {case_id!r} is {len(data)} bytes; the limit is {limit}",
-                        case_id=case_id,
+                        f"case {ids[i]!r} is {lengths[i]} bytes; the limit is {limit}",
+                        case_id=ids[i],
                     )
-                if case_id in seen:
-                    raise BadRequest(f"duplicate case ids: {case_id}", case_ids=[case_id])
-                seen.add(case_id)
-                hex_digest = sha(data)
-                loc = find(hex_digest)
-                if loc is not None:
-                    add_case(case_id, hex_digest, case_tags, loc.container, loc.offset, loc.length)
-                    reused += 1
-                else:
-                    number, offset = append(data)
-                    if number == len(pending):
-                        pending.append(PENDING_PACK + str(number))
-                    add_case(case_id, hex_digest, case_tags, pending[number], offset, len(data))
-                pairs.append((case_id, "sha256:" + hex_digest))
+                before = len(seen)
+                seen.update(ids)
+                if len(seen) != before + len(ids):
+                    earlier = {case_id for case_id, _ in pairs}
+                    dup = next(c for i, c in enumerate(ids) if c in earlier or c in ids[:i])
+                    raise BadRequest(f"duplicate case ids: {dup}", case_ids=[dup])
+                view, start = memoryview(data), 0
+                digests = []
+                for size in lengths:
+                    digests.append(sha256(view[start : start + size]).hexdigest())
+                    start += size + 1
+                pairs.extend(zip(ids, ["sha256:" + d for d in digests], strict=True))
+                if not known or not any(d in known for d in digests):
+                    # The whole batch into one pack: its records already end in "\n".
+                    number, offset = append(view[:-1])
+                    container = pack_name(number)
+                    for case_id, hex_digest, size, t in zip(
+                        ids, digests, lengths, case_tags, strict=True
+                    ):
+                        add_case(case_id, hex_digest, t, container, offset, size)
+                        offset += size + 1
+                    continue
+                start = 0
+                for case_id, hex_digest, size, t in zip(
+                    ids, digests, lengths, case_tags, strict=True
+                ):
+                    loc = find(hex_digest)
+                    if loc is not None:
+                        add_case(case_id, hex_digest, t, loc.container, loc.offset, loc.length)
+                        reused += 1
+                    else:
+                        number, offset = append(view[start : start + size])
+                        add_case(case_id, hex_digest, t, pack_name(number), offset, size)
+                    start += size + 1
             packs.flush()
             builder.resolve_pending(packs.digest_of_pack)
             cdigest = content_digest(

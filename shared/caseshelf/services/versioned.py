@@ -130,6 +130,7 @@ class VersionedStore:
         """A version in the caller's own tenant (writes never reach `_shared` for others)."""
         tenant = identity.check_can_write()
         check_dataset_id(name)
+        check_label(version)
         rec = self.index.get_version(tenant, self.kind, name, version)
         if rec is None:
             raise NotFound(f"no {self.noun} version {name}@{version}", id=name, version=version)

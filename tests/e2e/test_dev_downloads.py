@@ -1,0 +1,264 @@
+"""Presigned downloads on the embedded store: `caseshelf serve` answers `GET /_downloads/<token>`,
+so `download` answers a URL as on AWS and `export --to DIR --api URL` unpacks the bundle; and
+`import-tasks PATH --api URL` packs the tree and goes through an upload and its job."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from caseshelf import bootstrap
+from caseshelf.adapters.localfs import LocalBlobStore
+from caseshelf.bootstrap import load_settings
+from caseshelf.devserver import DevServer, make_server
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.filterwarnings("ignore:No application metrics to publish"),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+
+DEMO = {
+    "id": "demo",
+    "version": "1.0.0",
+    "cases": [
+        {
+            "id": f"HumanEval/{i}",
+            "inputs": {"user": f"write f{i}"},
+            "expectations": {"ground_truth": f"def f{i}(): ..."},
+            "tags": ["odd" if i % 2 else "even"],
+            "files": {"tests/run.sh": {"text": f"#!/bin/sh\necho {i}\n"}},
+        }
+        for i in range(4)
+    ],
+    "shared_files": [{"dest": "SKILL.md", "text": "# skill\n"}],
+}
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[DevServer]:
+    # Not quiet: the request log is part of what is checked (no token in it)
+    settings = load_settings({}, home=str(tmp_path / "home"), tenant="acme", principal="alice")
+    srv = make_server(settings, "127.0.0.1", 0, quiet=False)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(timeout=5)
+        bootstrap.use(None)
+
+
+def call(url: str, method: str = "GET", body: Any = None) -> SimpleNamespace:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            status, headers, payload = resp.status, resp.headers, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, headers, payload = exc.code, exc.headers, exc.read()
+    ctype = headers.get("Content-Type", "")
+    parsed = json.loads(payload) if "json" in ctype and payload else None
+    return SimpleNamespace(status=status, headers=headers, body=payload, json=parsed)
+
+
+def caseshelf(home: Path, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASESHELF_")}
+    env["CASESHELF_HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-m", "caseshelf.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=180,
+        check=False,
+    )
+
+
+def token_of(url: str) -> str:
+    return url.rsplit("/", 1)[1]
+
+
+def test_download_answers_a_url_the_dev_server_serves(
+    server: DevServer, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Given a version registered through the local API
+    reg = call(f"{server.url}/datasets", "POST", DEMO)
+    assert reg.status == 201, reg.json
+    # When its download is asked for
+    got = call(f"{server.url}/datasets/demo/versions/1.0.0/download")
+    # Then the answer is the AWS shape, with a URL on the server itself
+    assert got.status == 200
+    assert set(got.json) == {"url", "filename", "expires_in"}
+    assert got.json["filename"] == "demo-1.0.0.json" and got.json["expires_in"] == 900
+    url = got.json["url"]
+    assert url.startswith(f"{server.url}/_downloads/")
+    # And a plain GET of it (no identity, no credentials) streams the document
+    doc = call(url)
+    assert doc.status == 200
+    assert doc.headers["Content-Type"] == "application/json"
+    assert doc.headers["Content-Disposition"].startswith("attachment; filename=")
+    assert int(doc.headers["Content-Length"]) == len(doc.body)
+    # Which registers as it is, under another id, with the same content digest
+    again = dict(doc.json, id="demo-copy")
+    copy = call(f"{server.url}/datasets", "POST", again)
+    assert copy.status == 201 and copy.json["content_digest"] == reg.json["content_digest"]
+    # And the request log names the route, never the token
+    err = capfd.readouterr().err
+    assert "/_downloads/<token>" in err
+    assert token_of(url) not in err
+
+
+def test_download_tokens_are_checked(server: DevServer) -> None:
+    assert call(f"{server.url}/datasets", "POST", DEMO).status == 201
+    url = call(f"{server.url}/datasets/demo/versions/1.0.0/download").json["url"]
+    payload, _, mac = token_of(url).partition(".")
+    # A forged signature is 403, as problem+json, and shows nothing of the object
+    forged = call(f"{server.url}/_downloads/{payload}.{mac[:-2]}AA")
+    assert forged.status == 403 and "signature" in forged.json["detail"]
+    assert b'"cases"' not in forged.body
+    # An expired token is 403
+    store = bootstrap.services().store
+    assert isinstance(store, LocalBlobStore)
+    key = next(o.key for o in store.list("t/acme/exports/downloads/"))
+    expired = store.tokens.sign(key, -5, method="GET")
+    got = call(f"{server.url}/_downloads/{expired}")
+    assert got.status == 403 and "expired" in got.json["detail"]
+    # An upload URL's token does not read, and a download URL's token does not write
+    upload_token = store.tokens.sign(key, 60)
+    assert call(f"{server.url}/_downloads/{upload_token}").status == 403
+    put = urllib.request.Request(f"{server.url}/_uploads/{token_of(url)}", data=b"{}", method="PUT")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(put, timeout=30)
+    assert refused.value.code == 403
+    assert json.loads(store.get(key))["id"] == "demo"
+    # A valid token for an object that is gone is 404
+    gone = store.tokens.sign("t/acme/exports/downloads/gone.json", 60, method="GET")
+    assert call(f"{server.url}/_downloads/{gone}").status == 404
+    # And the route is in no OpenAPI document
+    assert "/_downloads" not in call(f"{server.url}/openapi.json").body.decode()
+
+
+def test_cli_download_and_export_to_a_directory_through_the_local_api(
+    server: DevServer, tmp_path: Path
+) -> None:
+    # Given a version registered through the local API
+    assert call(f"{server.url}/datasets", "POST", DEMO).status == 201
+    home = tmp_path / "cli"
+    # When the CLI downloads it over the API
+    got = caseshelf(
+        home, "download", "demo@1.0.0", "-o", str(tmp_path / "d.json"), "--api", server.url
+    )
+    # Then it followed the URL to the document
+    assert got.returncode == 0, got.stderr
+    doc = json.loads((tmp_path / "d.json").read_text())
+    assert doc["id"] == "demo" and len(doc["cases"]) == 4
+    # When it exports a subset into a local directory over the API
+    out_dir = tmp_path / "out"
+    exp = caseshelf(
+        home,
+        "export",
+        "demo@1.0.0",
+        "--to",
+        str(out_dir),
+        "--tags",
+        "even",
+        "--api",
+        server.url,
+        "--json",
+    )
+    # Then the bundle was fetched from the server and unpacked, verified, with its modes
+    assert exp.returncode == 0, exp.stderr
+    out = json.loads(exp.stdout)
+    assert out["case_count"] == 2 and out["prefix"] == str(out_dir)
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert manifest["subset"]["tags"] == ["even"]
+    case = out_dir / "~HumanEval%2F0"
+    assert (case / "SKILL.md").read_text() == "# skill\n"
+    assert (case / "tests" / "run.sh").read_text() == "#!/bin/sh\necho 0\n"
+    assert not (out_dir / "~HumanEval%2F1").exists()
+    # And the same export from the embedded store (same tenant) writes the same files
+    direct_home = tmp_path / "direct"
+    (tmp_path / "demo.json").write_text(json.dumps(DEMO))
+    acme = ("--tenant", "acme")
+    assert caseshelf(direct_home, "register", str(tmp_path / "demo.json"), *acme).returncode == 0
+    local_dir = tmp_path / "local"
+    direct = caseshelf(
+        direct_home, "export", "demo@1.0.0", "--to", str(local_dir), "--tags", "even", *acme
+    )
+    assert direct.returncode == 0, direct.stderr
+    files = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file())
+    local = sorted(p.relative_to(local_dir).as_posix() for p in local_dir.rglob("*") if p.is_file())
+    assert files == local
+    for rel in files:
+        assert (out_dir / rel).read_bytes() == (local_dir / rel).read_bytes(), rel
+
+
+def test_cli_import_tasks_with_api_packs_the_tree_and_follows_the_job(
+    server: DevServer, shared_data: Path, tmp_path: Path
+) -> None:
+    # Given the real Terminal-Bench tasks on disk (one of them without tests), and a server
+    # whose request body limit is far below the dataset's size
+    src = str(shared_data / "terminal-bench")
+    options = ["--image-template", "reg/tb:{id}", "--skip-invalid", "--dataset", "tb"]
+    limit = 64 * 1024
+    server.settings = server.settings.model_copy(update={"max_body_bytes": limit})
+    # When the CLI imports the directory against the local server
+    got = caseshelf(tmp_path / "cli", "import-tasks", src, *options, "--api", server.url, "--json")
+    # Then it packed and uploaded the tree, and the job's result is printed like an import
+    assert got.returncode == 0, got.stderr
+    out = json.loads(got.stdout)
+    assert (out["id"], out["version"], out["case_count"]) == ("tb", "1.0.0", 9)
+    assert [s["task"] for s in out["skipped"]] == ["5"]
+    assert "skipped 5" in got.stderr
+    job = call(f"{server.url}/jobs/{out['job_id']}").json
+    assert job["state"] == "succeeded" and job["result"]["content_digest"] == out["content_digest"]
+    version = call(f"{server.url}/datasets/tb/versions/1.0.0").json
+    assert version["produced_by"]["via"] == "upload"
+    # And the image template reached every case
+    cases = call(f"{server.url}/datasets/tb/versions/1.0.0/cases?limit=100").json["items"]
+    images = {c["id"]: c.get("image") for c in cases}
+    assert images["24"] == "reg/tb:24"
+    # And the whole version is more than one request body could have carried
+    document = call(call(f"{server.url}/datasets/tb/versions/1.0.0/download").json["url"])
+    assert len(document.body) > limit
+    # And the same tree imported in-process gives the same content
+    direct = caseshelf(tmp_path / "direct", "import-tasks", src, *options, "--json")
+    assert direct.returncode == 0, direct.stderr
+    assert json.loads(direct.stdout)["content_digest"] == out["content_digest"]
+    # And the finished upload is removed from the store
+    assert list(bootstrap.services().store.list("t/acme/uploads/")) == []
+
+
+def test_cli_import_tasks_case_dirs_with_api_uploads_the_project(
+    server: DevServer, shared_data: Path, tmp_path: Path
+) -> None:
+    # Given an eval-harness project (eval.yaml and its case directories)
+    config = str(shared_data / "agent-eval-harness" / "opencode-smoke" / "eval.yaml")
+    args = ["import-tasks", config, "--format", "case-dirs", "--dataset", "smoke", "--json"]
+    # When it is imported against the local server, and in-process
+    got = caseshelf(tmp_path / "cli", *args, "--api", server.url)
+    direct = caseshelf(tmp_path / "direct", *args)
+    # Then the project went up as one archive and both give the same content
+    assert got.returncode == 0, got.stderr
+    assert direct.returncode == 0, direct.stderr
+    out = json.loads(got.stdout)
+    assert out["id"] == "smoke" and out["job_id"]
+    assert out["content_digest"] == json.loads(direct.stdout)["content_digest"]

@@ -1,0 +1,211 @@
+"""Large local files: rows read in chunks, and mapped in a forked worker process while the
+caller hashes and stores them. The worker must give the same version, and the same errors naming
+the line or row, as the single-process path."""
+
+import json
+import os
+import sys
+
+import pytest
+
+from caseshelf.adapters import sources
+from caseshelf.adapters.sources import SourceReader, WorkerFailed, in_worker, smart_opener
+from caseshelf.bootstrap import build, load_settings
+from caseshelf.domain.errors import BadRequest, NotFound, TooLarge
+from caseshelf.domain.identity import Identity
+from caseshelf.domain.recipe import CsvSource, JsonlSource
+from caseshelf.services.imports import parse_import
+
+pytestmark = pytest.mark.unit
+
+ME = Identity("acme", "alice")
+RECIPE = {
+    "id": "mini",
+    "version": "1.0.0",
+    "category": "qa",
+    "source": {"kind": "jsonl"},
+    "mapping": {
+        "task_field": "q",
+        "answer_field": "a|after:####|strip",
+        "tag_fields": ["level"],
+        "details_fields": {"solution": "{a}"},
+    },
+}
+needs_fork = pytest.mark.skipif(
+    not sources.worker_available(), reason="the worker needs fork and a second core (Linux)"
+)
+
+
+@pytest.fixture
+def svc(tmp_path):
+    return build(load_settings({}, home=str(tmp_path / "home")))
+
+
+def rows_file(path, n, *, bad_line=None):
+    lines = [
+        json.dumps({"q": f"question {i}", "a": f"work\n#### {i}", "level": ["easy", "hard"][i % 2]})
+        for i in range(n)
+    ]
+    if bad_line is not None:
+        lines[bad_line - 1] = '{"q": oops}'
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def run(svc, url, **extra):
+    return svc.imports.run(ME, parse_import({"recipe": RECIPE, "source": {"url": url}, **extra}))
+
+
+@pytest.fixture
+def worker_calls(monkeypatch):
+    """Every file goes through the worker, and the calls to it are counted."""
+    calls = []
+
+    def counted(items):
+        calls.append(1)
+        return in_worker(items)
+
+    monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 0)
+    monkeypatch.setattr(sources, "in_worker", counted)
+    return calls
+
+
+@needs_fork
+def test_an_import_through_the_worker_registers_the_same_version(svc, tmp_path, monkeypatch):
+    # Given a file imported once in this process
+    url = rows_file(tmp_path / "rows.jsonl", 2500)
+    monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 1 << 40)
+    alone = run(svc, url, dataset="alone")
+    # When the same file is imported through the worker
+    calls = []
+    monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 0)
+    monkeypatch.setattr(sources, "in_worker", lambda items: calls.append(1) or in_worker(items))
+    worked = run(svc, url, dataset="worked")
+    # Then the worker ran, and both versions hold the same cases
+    assert calls == [1]
+    assert worked.result.record.content_digest == alone.result.record.content_digest
+    assert worked.result.record.case_count == 2500 and worked.rows_read == 2500
+    first = svc.registry.list_cases(ME, "worked", "latest", limit=2).items
+    assert first[0]["id"] == "mini-0" and first[1]["tags"] == ["hard"]
+    assert first[1]["expectations"] == {
+        "ground_truth": "1",
+        "details": {"solution": "work\n#### 1"},
+    }
+
+
+@needs_fork
+def test_a_malformed_line_in_the_worker_names_its_line_and_registers_nothing(
+    svc, tmp_path, worker_calls
+):
+    url = rows_file(tmp_path / "rows.jsonl", 3000, bad_line=2718)
+    with pytest.raises(BadRequest, match="line 2718: malformed JSON") as exc:
+        run(svc, url)
+    assert exc.value.fields["line"] == 2718 and worker_calls == [1]
+    with pytest.raises(NotFound):
+        svc.registry.get_version(ME, "mini", "latest")
+
+
+@needs_fork
+def test_colliding_ids_in_the_worker_name_both_rows(svc, tmp_path, worker_calls):
+    path = tmp_path / "rows.jsonl"
+    rows = [{"id": f"r{i}", "q": "x", "a": "#### 1", "level": "easy"} for i in range(1500)]
+    rows[1400]["id"] = "r7"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recipe = {**RECIPE, "mapping": {**RECIPE["mapping"], "id_field": "id"}}
+    with pytest.raises(BadRequest, match="rows 7 and 1400") as exc:
+        svc.imports.run(ME, parse_import({"recipe": recipe, "source": {"url": str(path)}}))
+    assert exc.value.fields == {"case_ids": ["r7"], "rows": [7, 1400]}
+
+
+@needs_fork
+def test_a_row_over_the_size_limit_in_the_worker_is_413_naming_the_row(tmp_path, worker_calls):
+    svc = build(load_settings({}, home=str(tmp_path / "home"), max_case_bytes=2000))
+    path = tmp_path / "rows.jsonl"
+    rows = [{"q": "x", "a": "#### 1", "level": "easy"} for _ in range(1200)]
+    rows[1100]["q"] = "y" * 3000
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(TooLarge, match="row 1100") as exc:
+        run(svc, str(path))
+    assert exc.value.fields["row"] == 1100
+
+
+@needs_fork
+def test_a_limit_through_the_worker_takes_the_first_rows(svc, tmp_path, worker_calls):
+    url = rows_file(tmp_path / "rows.jsonl", 2000)
+    done = run(svc, url, limit=1234)
+    assert done.result.record.case_count == 1234 and done.produced_by["rows_read"] == 1234
+
+
+@needs_fork
+def test_the_worker_streams_items_in_order_and_reports_failures():
+    assert list(in_worker(iter(range(5000)))) == list(range(5000))
+
+    def broken():
+        yield 1
+        raise RuntimeError("boom")
+
+    got = in_worker(broken())
+    assert next(got) == 1
+    with pytest.raises(WorkerFailed, match="RuntimeError: boom"):
+        next(got)
+
+
+@needs_fork
+def test_closing_early_stops_and_reaps_the_worker(monkeypatch):
+    forked = []
+    real_fork = os.fork
+
+    def fork():
+        pid = real_fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork)
+
+    def endless():
+        while True:
+            yield b"x" * 4096
+
+    got = in_worker(endless())
+    assert next(got) == b"x" * 4096
+    # When the consumer stops early (it failed), the child is killed and reaped: no zombie
+    got.close()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(forked[0], os.WNOHANG)
+
+
+def test_only_large_local_jsonl_or_csv_files_go_to_a_worker(tmp_path, monkeypatch):
+    reader = SourceReader(smart_opener())
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b"{}\n" * 10)
+    monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 16)
+    monkeypatch.setattr(sources, "worker_available", lambda: True)
+    assert reader.offload(JsonlSource(kind="jsonl", url=str(big))) is not None
+    assert reader.offload(CsvSource(kind="csv", url=str(big))) is not None
+    assert reader.offload(JsonlSource(kind="jsonl", text="{}\n" * 10)) is None
+    assert reader.offload(JsonlSource(kind="jsonl", url="https://example.org/x.jsonl")) is None
+    assert reader.offload(JsonlSource(kind="jsonl", url=str(tmp_path / "missing"))) is None
+    monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 1 << 20)
+    assert reader.offload(JsonlSource(kind="jsonl", url=str(big))) is None
+
+
+def test_no_worker_without_fork_and_a_second_core(monkeypatch):
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert not sources.worker_available()
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 7, 64, 1 << 20])
+def test_jsonl_read_in_chunks_keeps_rows_and_line_numbers(tmp_path, monkeypatch, chunk):
+    # Given lines that straddle chunk edges, blank lines, CRLF and no final newline
+    monkeypatch.setattr(sources, "READ_CHUNK", chunk)
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"q": "a"}\r\n\n  \n{"q": "b\\u00e9"}\n{"q": "c"}')
+    reader = SourceReader(smart_opener())
+    # Then every row comes out once, in order, numbered by row
+    got = list(reader.rows(JsonlSource(kind="jsonl", url=str(path))))
+    assert got == [(0, {"q": "a"}), (1, {"q": "b\u00e9"}), (2, {"q": "c"})]
+    # And a bad line is named by its line number, blank lines counted
+    path.write_bytes(b'{"q": "a"}\n\n{"q": "b"}\n[1]\n')
+    with pytest.raises(BadRequest, match="line 4: a row must be a JSON object"):
+        list(reader.rows(JsonlSource(kind="jsonl", url=str(path))))
