@@ -177,11 +177,15 @@ def build(
         built_store, built_index = build_adapters(settings)
         store = store or built_store
         index = index or built_index
+    from caseshelf.adapters.localfs import LocalBlobStore
+
     registry = RegistryService(
         store,
         index,
         max_case_bytes=settings.max_case_bytes,
         presign_expiry=settings.presign_expiry,
+        # DESIGN §7: a presigned URL on AWS, the document itself from the embedded store.
+        presign_downloads=not isinstance(store, LocalBlobStore),
     )
     # An answer carrying cases stays well inside the 6 MB a Lambda response may be.
     selection = SelectionService(registry, max_case_bytes=settings.max_body_bytes * 4 // 5)

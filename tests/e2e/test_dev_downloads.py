@@ -96,7 +96,7 @@ def token_of(url: str) -> str:
     return url.rsplit("/", 1)[1]
 
 
-def test_download_answers_a_url_the_dev_server_serves(
+def test_download_streams_the_document_and_presigned_urls_are_served(
     server: DevServer, capfd: pytest.CaptureFixture[str]
 ) -> None:
     # Given a version registered through the local API
@@ -104,22 +104,24 @@ def test_download_answers_a_url_the_dev_server_serves(
     assert reg.status == 201, reg.json
     # When its download is asked for
     got = call(f"{server.url}/datasets/demo/versions/1.0.0/download")
-    # Then the answer is the AWS shape, with a URL on the server itself
+    # Then the embedded store answers the document itself (DESIGN §7: a stream locally)
     assert got.status == 200
-    assert set(got.json) == {"url", "filename", "expires_in"}
-    assert got.json["filename"] == "demo-1.0.0.json" and got.json["expires_in"] == 900
-    url = got.json["url"]
-    assert url.startswith(f"{server.url}/_downloads/")
-    # And a plain GET of it (no identity, no credentials) streams the document
+    assert got.headers["Content-Disposition"].startswith("attachment; filename=")
+    assert got.json["id"] == "demo" and got.json["version"] == "1.0.0"
+    # Which registers as it is, under another id, with the same content digest
+    copy = call(f"{server.url}/datasets", "POST", dict(got.json, id="demo-copy"))
+    assert copy.status == 201 and copy.json["content_digest"] == reg.json["content_digest"]
+    # And a presigned URL of the stored document (as exports hand out) streams it too,
+    # to a plain GET with no identity
+    store = bootstrap.services().store
+    key = next(o.key for o in store.list("t/acme/exports/downloads/"))
+    url = store.presign_get(key, expires=60)
+    assert url is not None and url.startswith(f"{server.url}/_downloads/")
     doc = call(url)
     assert doc.status == 200
     assert doc.headers["Content-Type"] == "application/json"
-    assert doc.headers["Content-Disposition"].startswith("attachment; filename=")
     assert int(doc.headers["Content-Length"]) == len(doc.body)
-    # Which registers as it is, under another id, with the same content digest
-    again = dict(doc.json, id="demo-copy")
-    copy = call(f"{server.url}/datasets", "POST", again)
-    assert copy.status == 201 and copy.json["content_digest"] == reg.json["content_digest"]
+    assert doc.json == got.json
     # And the request log names the route, never the token
     err = capfd.readouterr().err
     assert "/_downloads/<token>" in err
@@ -128,7 +130,11 @@ def test_download_answers_a_url_the_dev_server_serves(
 
 def test_download_tokens_are_checked(server: DevServer) -> None:
     assert call(f"{server.url}/datasets", "POST", DEMO).status == 201
-    url = call(f"{server.url}/datasets/demo/versions/1.0.0/download").json["url"]
+    assert call(f"{server.url}/datasets/demo/versions/1.0.0/download").status == 200
+    store = bootstrap.services().store
+    assert isinstance(store, LocalBlobStore)
+    url = store.presign_get(next(o.key for o in store.list("t/acme/exports/")), expires=60)
+    assert url is not None
     payload, _, mac = token_of(url).partition(".")
     # A forged signature is 403, as problem+json, and shows nothing of the object
     forged = call(f"{server.url}/_downloads/{payload}.{mac[:-2]}AA")
@@ -237,7 +243,7 @@ def test_cli_import_tasks_with_api_packs_the_tree_and_follows_the_job(
     images = {c["id"]: c.get("image") for c in cases}
     assert images["24"] == "reg/tb:24"
     # And the whole version is more than one request body could have carried
-    document = call(call(f"{server.url}/datasets/tb/versions/1.0.0/download").json["url"])
+    document = call(f"{server.url}/datasets/tb/versions/1.0.0/download")
     assert len(document.body) > limit
     # And the same tree imported in-process gives the same content
     direct = caseshelf(tmp_path / "direct", "import-tasks", src, *options, "--json")

@@ -102,3 +102,15 @@ def test_tracing_only_on_lambda_and_not_when_disabled() -> None:
     assert tracing_enabled({"AWS_LAMBDA_FUNCTION_NAME": "f", "LAMBDA_TASK_ROOT": "/var/task"})
     assert not tracing_enabled({"LAMBDA_TASK_ROOT": "/x", "POWERTOOLS_TRACE_DISABLED": "true"})
     assert not tracing_enabled({"LAMBDA_TASK_ROOT": "/x", "AWS_SAM_LOCAL": "true"})
+
+
+def test_the_resolver_never_runs_in_powertools_debug_mode(monkeypatch):
+    # Given an environment that would switch Powertools' debug mode on (it prints whole events)
+    monkeypatch.setenv("POWERTOOLS_DEV", "true")
+    monkeypatch.setenv("POWERTOOLS_EVENT_HANDLER_DEBUG", "true")
+    from caseshelf.api.app import make_resolver
+
+    # When a function's resolver is made
+    app = make_resolver("t")
+    # Then debug stays off, so no event (and no Authorization header) is ever printed
+    assert app._debug is False

@@ -252,6 +252,8 @@ def make_resolver(title: str, description: str | None = None) -> CaseshelfResolv
         enable_validation=True,
         serializer=serialize,
         json_body_deserializer=orjson.loads,
+        # Never Powertools' debug mode (POWERTOOLS_DEV): it prints whole events, tokens included.
+        debug=False,
     )
     app.configure_openapi_later(
         title=title,

@@ -167,12 +167,16 @@ class RegistryService:
         clock: Clock = utc_now,
         max_case_bytes: int = MAX_CASE_BYTES,
         presign_expiry: int = 900,
+        presign_downloads: bool = True,
     ) -> None:
         self.store = store
         self.index = index
         self.versions = VersionedStore(index, KIND, noun="dataset", clock=clock)
         self.max_case_bytes = max_case_bytes
         self.presign_expiry = presign_expiry
+        # A download is a presigned URL where the store is remote (AWS) and the document itself
+        # where it is local (the embedded store, DESIGN §7).
+        self.presign_downloads = presign_downloads
         self._manifest = lru_cache(maxsize=32)(self._load_manifest)
 
     # -- registration ----------------------------------------------------------------------
@@ -748,7 +752,11 @@ class RegistryService:
         filename = f"{rec.name}-{rec.version}.json"
         if self.store.head(key) is None:
             self.store.put(key, self.render_version(rec), content_type="application/json")
-        url = self.store.presign_get(key, expires=self.presign_expiry)
+        url = (
+            self.store.presign_get(key, expires=self.presign_expiry)
+            if (self.presign_downloads)
+            else None
+        )
         if url is not None:
             return Download(filename=filename, url=url)
         return Download(filename=filename, body=self.store.get(key))
