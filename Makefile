@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test test-fast bench lint format typecheck openapi schemas clean
+.PHONY: run test bench lint format openapi schemas clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
-# Dev install (for tests, lint, bench).
+# Dev install (for tests and lint).
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(VENV)/.installed $@
@@ -42,7 +42,11 @@ openapi: $(VENV)/.installed-dev
 schemas: $(VENV)/.installed-dev
 	$(BIN)/python -m caseshelf.domain.schemas --write docs/schemas
 
-bench: $(VENV)/.installed-dev
+$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	touch $(VENV)/.installed $(VENV)/.installed-dev $@
+
+bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/run_all.py
 
 clean:
