@@ -25,7 +25,6 @@ Usage: python bench/bench_diff.py [--cases N] [--runs R]
 
 from __future__ import annotations
 
-import argparse
 import sys
 import threading
 import time
@@ -34,19 +33,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import emit, gsm8k_cases, median, ratio, run_child
+from common import MOTO_ENV, bench_store, child_main, emit, gsm8k_cases, median, ratio, run_child
 
 NAME = "diff"
 PROBE_LATENCY_S = 0.005
 WALL_TARGET = 0.1
 BYTES_TARGET = 0.05
 CHANGED_EVERY = 100  # 1% of the cases, one field (the ground truth) each
-MOTO_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 
 
 class CountingStore:
@@ -245,31 +238,11 @@ def measure(settings: Any, store: Any, index: Any, n: int, runs: int) -> dict[st
 
 
 def child(backend: str, n: int, runs: int) -> None:
-    import tempfile
-
-    from caseshelf.bootstrap import build_adapters, load_settings
-
-    if backend == "embedded":
-        with tempfile.TemporaryDirectory(prefix="caseshelf-bench-diff-") as home:
-            settings = load_settings({}, home=home)
-            store, index = build_adapters(settings)
-            got = measure(settings, store, index, n, runs)
+    with bench_store(backend, "caseshelf-bench-diff-") as (settings, store, index):
+        got = measure(settings, store, index, n, runs)
+        if backend == "embedded":
             got["latency_probe"] = latency_probe(settings, store, index)
-            emit({"op": backend, **got})
-        return
-    import boto3
-    from bench_register import _template_table
-    from moto import mock_aws
-
-    with mock_aws():
-        bucket, table = "caseshelf-bench", "caseshelf-bench-index"
-        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
-        boto3.client("dynamodb", region_name="us-east-1").create_table(
-            TableName=table, **_template_table()
-        )
-        settings = load_settings({}, backend="aws", bucket=bucket, table=table)
-        store, index = build_adapters(settings)
-        emit({"op": backend, **measure(settings, store, index, n, runs)})
+        emit({"op": backend, **got})
 
 
 def main(n: int, runs: int) -> int:
@@ -327,12 +300,4 @@ def main(n: int, runs: int) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=int, default=100_000)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--child", choices=["embedded", "moto"])
-    args = parser.parse_args()
-    if args.child:
-        child(args.child, args.cases, args.runs)
-        sys.exit(0)
-    sys.exit(main(args.cases, args.runs))
+    child_main(__doc__, child, main)

@@ -25,7 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (
     BENCH_DIR,
+    MOTO_ENV,
     REPO_ROOT,
+    bench_store,
     emit,
     median,
     peak_rss_mb,
@@ -38,12 +40,6 @@ NAME = "register"
 WALL_TARGET = 3.0
 DEDUP_TARGET = 0.03
 CHANGED_EVERY = 100  # 1% of the cases
-MOTO_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 
 
 # -- children: one measured operation each ---------------------------------------------------
@@ -78,55 +74,13 @@ def _register_pair(registry: Any, v1: str, v2: str) -> dict[str, Any]:
     }
 
 
-def _registry(**settings: Any) -> Any:
-    """The registry over the adapters the settings name (only what registration needs)."""
-    from caseshelf.bootstrap import build_adapters, load_settings
+def child(backend: str, v1: str, v2: str) -> None:
+    """Registration alone (the registry over the store's adapters), on `backend`."""
     from caseshelf.services.registry import RegistryService
 
-    return RegistryService(*build_adapters(load_settings({}, **settings)))
-
-
-def child_embedded(v1: str, v2: str) -> None:
-    with tempfile.TemporaryDirectory(prefix="caseshelf-bench-") as home:
-        emit({"op": "register-embedded", **_register_pair(_registry(home=home), v1, v2)})
-
-
-def _template_table() -> dict[str, Any]:
-    """The IndexTable properties of `infra/template.yaml` that a moto table needs."""
-    import yaml
-
-    class CfnLoader(yaml.SafeLoader):
-        pass
-
-    def any_tag(loader: yaml.SafeLoader, _suffix: str, node: yaml.Node) -> Any:
-        if isinstance(node, yaml.ScalarNode):
-            return loader.construct_scalar(node)
-        if isinstance(node, yaml.SequenceNode):
-            return loader.construct_sequence(node)
-        return loader.construct_mapping(node)  # type: ignore[arg-type]
-
-    CfnLoader.add_multi_constructor("!", any_tag)
-    doc = yaml.load((REPO_ROOT / "infra" / "template.yaml").read_text(), Loader=CfnLoader)
-    props = doc["Resources"]["IndexTable"]["Properties"]
-    return {
-        "AttributeDefinitions": props["AttributeDefinitions"],
-        "KeySchema": props["KeySchema"],
-        "BillingMode": props["BillingMode"],
-    }
-
-
-def child_moto(v1: str, v2: str) -> None:
-    import boto3
-    from moto import mock_aws
-
-    with mock_aws():
-        bucket, table = "caseshelf-bench", "caseshelf-bench-index"
-        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
-        boto3.client("dynamodb", region_name="us-east-1").create_table(
-            TableName=table, **_template_table()
-        )
-        registry = _registry(backend="aws", bucket=bucket, table=table)
-        emit({"op": "register-moto", **_register_pair(registry, v1, v2)})
+    with bench_store(backend) as (_settings, store, index):
+        registry = RegistryService(store, index)
+        emit({"op": f"register-{backend}", **_register_pair(registry, v1, v2)})
 
 
 # -- the parent -----------------------------------------------------------------------------
@@ -214,9 +168,7 @@ if __name__ == "__main__":
     parser.add_argument("--child", choices=["embedded", "moto"])
     parser.add_argument("files", nargs="*")
     args = parser.parse_args()
-    if args.child == "embedded":
-        child_embedded(*args.files)
-    elif args.child == "moto":
-        child_moto(*args.files)
+    if args.child:
+        child(args.child, *args.files)
     else:
         sys.exit(main(args.cases, args.runs))

@@ -14,7 +14,6 @@ Usage: python bench/bench_subset.py [--cases N] [--runs R]
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -22,8 +21,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_diff import MOTO_ENV, CountingStore
-from common import emit, gsm8k_cases, median, ratio, run_child
+from bench_diff import CountingStore
+from common import MOTO_ENV, bench_store, child_main, emit, gsm8k_cases, median, ratio, run_child
 
 NAME = "subset"
 WALL_TARGET = 0.05
@@ -102,28 +101,7 @@ def measure(settings: Any, store: Any, index: Any, n: int, runs: int) -> dict[st
 
 
 def child(backend: str, n: int, runs: int) -> None:
-    import tempfile
-
-    from caseshelf.bootstrap import build_adapters, load_settings
-
-    if backend == "embedded":
-        with tempfile.TemporaryDirectory(prefix="caseshelf-bench-subset-") as home:
-            settings = load_settings({}, home=home)
-            store, index = build_adapters(settings)
-            emit({"op": backend, **measure(settings, store, index, n, runs)})
-        return
-    import boto3
-    from bench_register import _template_table
-    from moto import mock_aws
-
-    with mock_aws():
-        bucket, table = "caseshelf-bench", "caseshelf-bench-index"
-        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
-        boto3.client("dynamodb", region_name="us-east-1").create_table(
-            TableName=table, **_template_table()
-        )
-        settings = load_settings({}, backend="aws", bucket=bucket, table=table)
-        store, index = build_adapters(settings)
+    with bench_store(backend, "caseshelf-bench-subset-") as (settings, store, index):
         emit({"op": backend, **measure(settings, store, index, n, runs)})
 
 
@@ -156,12 +134,4 @@ def main(n: int, runs: int) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=int, default=100_000)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--child", choices=["embedded", "moto"])
-    args = parser.parse_args()
-    if args.child:
-        child(args.child, args.cases, args.runs)
-        sys.exit(0)
-    sys.exit(main(args.cases, args.runs))
+    child_main(__doc__, child, main)

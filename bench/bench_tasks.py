@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -17,15 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import orjson
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / ".." / "shared" / "data" / "terminal-bench"
+from common import SHARED_DATA, emit, median
+
+DATA = SHARED_DATA / "terminal-bench"
 TARGET = 4.0
-
-
-def emit(result: dict) -> None:
-    print(orjson.dumps(result).decode(), flush=True)
 
 
 def replicate(dest: Path, n: int) -> int:
@@ -95,7 +91,7 @@ def main(n: int, runs: int) -> int:
             arc_s.append(import_once(archive, work / f"home-a{run}"))
             shutil.rmtree(work / f"home-d{run}")
             shutil.rmtree(work / f"home-a{run}")
-        tar_m, dir_m, arc_m = (statistics.median(v) for v in (tar_s, dir_s, arc_s))
+        tar_m, dir_m, arc_m = (median(v) for v in (tar_s, dir_s, arc_s))
         result = {
             "bench": "tasks",
             "tasks": n,

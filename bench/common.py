@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmarks: timing, peak memory, child processes, and the dataset.
+"""Helpers shared by the benchmarks: timing, peak memory, child processes, the stores a child
+measures on, and the dataset.
 
 Every measured operation runs in a fresh interpreter (`run_child`), so its peak RSS is its own and
 no cache or allocator state leaks between runs. A child prints one JSON object on its last line of
@@ -7,14 +8,16 @@ stdout; the parent collects those and reports medians.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,14 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 SHARED_DATA = (REPO_ROOT / ".." / "shared" / "data").resolve()
 GSM8K = SHARED_DATA / "gsm8k" / "test.jsonl"
+BACKENDS = ("embedded", "moto")
+# Dummy credentials for a child on moto; nothing that could reach a real account.
+MOTO_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 # -- measuring ------------------------------------------------------------------------------
@@ -86,6 +97,73 @@ def run_child(
 
 def ratio(num: float, den: float) -> float:
     return round(num / den, 3) if den else float("inf")
+
+
+# -- the stores a child measures on ----------------------------------------------------------
+
+
+def template_table() -> dict[str, Any]:
+    """The IndexTable properties of `infra/template.yaml` that a moto table needs."""
+    import yaml
+
+    class CfnLoader(yaml.SafeLoader):
+        pass
+
+    def any_tag(loader: yaml.SafeLoader, _suffix: str, node: yaml.Node) -> Any:
+        if isinstance(node, yaml.ScalarNode):
+            return loader.construct_scalar(node)
+        if isinstance(node, yaml.SequenceNode):
+            return loader.construct_sequence(node)
+        return loader.construct_mapping(node)  # type: ignore[arg-type]
+
+    CfnLoader.add_multi_constructor("!", any_tag)
+    doc = yaml.load((REPO_ROOT / "infra" / "template.yaml").read_text(), Loader=CfnLoader)
+    props = doc["Resources"]["IndexTable"]["Properties"]
+    return {
+        "AttributeDefinitions": props["AttributeDefinitions"],
+        "KeySchema": props["KeySchema"],
+        "BillingMode": props["BillingMode"],
+    }
+
+
+@contextmanager
+def bench_store(backend: str, prefix: str = "caseshelf-bench-") -> Iterator[tuple[Any, Any, Any]]:
+    """(settings, blob store, index) of a fresh store: the embedded one in a temporary
+    directory, or (`moto`) an in-process moto bucket and table made like the template's."""
+    from caseshelf.bootstrap import build_adapters, load_settings
+
+    if backend == "embedded":
+        with tempfile.TemporaryDirectory(prefix=prefix) as home:
+            settings = load_settings({}, home=home)
+            yield (settings, *build_adapters(settings))
+        return
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        bucket, table = "caseshelf-bench", "caseshelf-bench-index"
+        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
+        boto3.client("dynamodb", region_name="us-east-1").create_table(
+            TableName=table, **template_table()
+        )
+        settings = load_settings({}, backend="aws", bucket=bucket, table=table)
+        yield (settings, *build_adapters(settings))
+
+
+def child_main(
+    doc: str, child: Callable[[str, int, int], None], main: Callable[[int, int], int]
+) -> None:
+    """The command line of a benchmark run per backend in children: `--cases`, `--runs`, and
+    `--child BACKEND` (what the parent passes a child)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--child", choices=list(BACKENDS))
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.cases, args.runs)
+        sys.exit(0)
+    sys.exit(main(args.cases, args.runs))
 
 
 # -- the dataset ----------------------------------------------------------------------------

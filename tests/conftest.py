@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from caseshelf import bootstrap
 from caseshelf.adapters.localfs import LocalBlobStore
 from caseshelf.adapters.sqlite import SqliteIndex
 from caseshelf.bootstrap import Services, Settings, build, build_adapters, load_settings
@@ -118,3 +119,43 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
             yield aws_backend("moto", None)
         return
     yield aws_backend("moto_server", request.getfixturevalue("moto_server"))
+
+
+@pytest.fixture
+def moto_installed(aws_env: None) -> Iterator[Backend]:
+    """A fresh moto backend, installed as the handlers' composition root (`bootstrap.use`)."""
+    from moto import mock_aws
+
+    make_moto_dynamodb_atomic()
+    with mock_aws():
+        b = aws_backend("moto", None)
+        bootstrap.use(b.services)
+        try:
+            yield b
+        finally:
+            bootstrap.use(None)
+
+
+@pytest.fixture(params=["embedded", "moto"])
+def installed_services(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Services]:
+    """Services on a fresh embedded store, then on moto, installed as the handlers'
+    composition root (`bootstrap.use`)."""
+    if request.param == "moto":
+        yield request.getfixturevalue("moto_installed").services
+        return
+    services = build(load_settings({}, home=str(tmp_path / "home")))
+    bootstrap.use(services)
+    try:
+        yield services
+    finally:
+        bootstrap.use(None)
+
+
+@pytest.fixture(scope="module")
+def hub() -> Iterator[Any]:
+    """The fake Hugging Face Hub and viewer (`tests.hf_fake.standard_hub`) over local HTTP."""
+    from tests.hf_fake import standard_hub
+
+    hub = standard_hub()
+    yield hub
+    hub.stop()

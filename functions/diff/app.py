@@ -14,15 +14,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from caseshelf import bootstrap
 from caseshelf.api import dto
-from caseshelf.api.app import (
-    count,
-    current_identity,
-    logger,
-    make_resolver,
-    metrics,
-    problems,
-    tracer,
-)
+from caseshelf.api.app import count, current_identity, instrumented, make_resolver, problems
 
 app = make_resolver(
     "caseshelf diff",
@@ -68,8 +60,6 @@ def diff(
     return dto.diff_out(res)
 
 
-@logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
-@metrics.log_metrics
+@instrumented
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

@@ -18,12 +18,12 @@ from caseshelf.api import dto
 from caseshelf.api.app import (
     count,
     current_identity,
+    instrumented,
     logger,
     make_resolver,
-    metrics,
     problems,
-    tracer,
 )
+from caseshelf.api.routes import created_response
 from caseshelf.services.exports import ExportRequest
 
 app = make_resolver(
@@ -57,15 +57,9 @@ def export(id: str, ref: str, body: Annotated[ExportRequest, Body()]) -> Respons
             extra={"export_id": res.export_id, "count": res.warning_count, "why": res.warnings},
         )
     count("ExportsReused" if res.reused else "ExportsWritten")
-    return Response(
-        status_code=200 if res.reused else 201,
-        content_type="application/json",
-        body=dto.export_out(res),
-    )
+    return created_response(not res.reused, dto.export_out(res))
 
 
-@logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
-@metrics.log_metrics
+@instrumented
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

@@ -22,11 +22,19 @@ from caseshelf.api import import_dto as out
 from caseshelf.api.app import (
     count,
     current_identity,
+    instrumented,
     logger,
     make_resolver,
-    metrics,
     problems,
-    tracer,
+)
+from caseshelf.api.routes import (
+    Cursor,
+    IncludeDeleted,
+    Limit,
+    Shared,
+    created_response,
+    created_responses,
+    page_out,
 )
 from caseshelf.domain.recipe import Recipe
 from caseshelf.services.imports import ImportRequest
@@ -40,11 +48,6 @@ app = make_resolver(
 BENCH = ["benchmarks"]
 RECIPES = ["recipes"]
 JOBS = ["uploads"]
-
-Cursor = Annotated[
-    str | None, Query(description="The `next_cursor` of the previous page.", max_length=512)
-]
-IncludeDeleted = Annotated[bool, Query(description="Also show tombstoned versions.")]
 
 
 def svc() -> bootstrap.Services:
@@ -86,24 +89,16 @@ def preview(body: Annotated[ImportRequest, Body()]) -> out.PreviewOut:
     "label already holds the same content. Nothing is registered on any error.",
     tags=BENCH,
     status_code=201,
-    responses={
-        200: {
-            "description": "Already registered with the same content (`created: false`).",
-            "content": {"application/json": {"model": out.ImportOut}},
-        },
-        **problems(400, 403, 404, 409, 413, 502, ok=201, description="A new version."),
-    },
+    responses=created_responses(
+        out.ImportOut, 400, 403, 404, 409, 413, 502, description="A new version."
+    ),
 )
 def import_benchmark(body: Annotated[ImportRequest, Body()]) -> Response[out.ImportOut]:
     done = svc().imports.run(current_identity(app), body)
     if done.result.created:
         count("ImportsRegistered")
         count("CasesImported", done.result.record.case_count)
-    return Response(
-        status_code=201 if done.result.created else 200,
-        content_type="application/json",
-        body=out.import_out(done),
-    )
+    return created_response(done.result.created, out.import_out(done))
 
 
 @app.post(
@@ -181,23 +176,15 @@ def hf_files(
     "hold the same recipe; 409 naming both digests when they hold another.",
     tags=RECIPES,
     status_code=201,
-    responses={
-        200: {
-            "description": "Already registered with the same content (`created: false`).",
-            "content": {"application/json": {"model": out.RecipeRegisterOut}},
-        },
-        **problems(400, 403, 409, ok=201, description="A new recipe version."),
-    },
+    responses=created_responses(
+        out.RecipeRegisterOut, 400, 403, 409, description="A new recipe version."
+    ),
 )
 def register_recipe(body: Annotated[Recipe, Body()]) -> Response[out.RecipeRegisterOut]:
     res = svc().recipes.register(current_identity(app), body)
     if res.created:
         count("RecipesRegistered")
-    return Response(
-        status_code=201 if res.created else 200,
-        content_type="application/json",
-        body=out.recipe_register_out(res),
-    )
+    return created_response(res.created, out.recipe_register_out(res))
 
 
 @app.post(
@@ -219,15 +206,13 @@ def validate_recipe(body: Annotated[Recipe, Body()]) -> out.RecipeValidateOut:
 )
 def list_recipes(
     cursor: Cursor = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    shared: Annotated[bool, Query(description="List the `_shared` tenant.")] = False,
+    limit: Limit = 50,
+    shared: Shared = False,
 ) -> dto.PageOut[out.RecipeSummaryOut]:
     page = svc().recipes.list_recipes(
         current_identity(app), shared=shared, cursor=cursor, limit=limit
     )
-    return dto.PageOut[out.RecipeSummaryOut](
-        items=[out.recipe_summary_out(s) for s in page.items], next_cursor=page.next_cursor
-    )
+    return page_out(out.RecipeSummaryOut, page, out.recipe_summary_out)
 
 
 @app.get(
@@ -250,15 +235,13 @@ def get_recipe(id: str) -> out.RecipeOut:
 def list_recipe_versions(
     id: str,
     cursor: Cursor = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Limit = 100,
     include_deleted: IncludeDeleted = False,
 ) -> dto.PageOut[out.RecipeVersionOut]:
     page = svc().recipes.list_versions(
         current_identity(app), id, include_deleted=include_deleted, cursor=cursor, limit=limit
     )
-    return dto.PageOut[out.RecipeVersionOut](
-        items=[out.recipe_version_out(r) for r in page.items], next_cursor=page.next_cursor
-    )
+    return page_out(out.RecipeVersionOut, page, out.recipe_version_out)
 
 
 @app.get(
@@ -363,9 +346,7 @@ def is_s3_event(event: dict[str, Any]) -> bool:
     return bool(event.get("Records")) or event.get("source") == "aws.s3"
 
 
-@logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
-@metrics.log_metrics
+@instrumented
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if is_s3_event(event):
         return handle_s3_event(event)

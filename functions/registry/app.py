@@ -10,19 +10,20 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
-from aws_lambda_powertools.event_handler.openapi.params import Body, Query
+from aws_lambda_powertools.event_handler.openapi.params import Body
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from caseshelf import bootstrap
 from caseshelf.api import dto
-from caseshelf.api.app import (
-    count,
-    current_identity,
-    logger,
-    make_resolver,
-    metrics,
-    problems,
-    tracer,
+from caseshelf.api.app import count, current_identity, instrumented, make_resolver, problems
+from caseshelf.api.routes import (
+    Cursor,
+    IncludeDeleted,
+    Limit,
+    Shared,
+    created_response,
+    created_responses,
+    page_out,
 )
 from caseshelf.domain.models import DatasetVersionInput
 from caseshelf.services.registry import RegistryService
@@ -34,11 +35,6 @@ app = make_resolver(
 app.enable_swagger(path="/swagger")
 
 TAGS = ["datasets"]
-
-Cursor = Annotated[
-    str | None, Query(description="The `next_cursor` of the previous page.", max_length=512)
-]
-IncludeDeleted = Annotated[bool, Query(description="Also show tombstoned versions.")]
 
 
 def registry() -> RegistryService:
@@ -52,24 +48,16 @@ def registry() -> RegistryService:
     "label already holds the same content (idempotent).",
     tags=TAGS,
     status_code=201,
-    responses={
-        200: {
-            "description": "Already registered with the same content (`created: false`).",
-            "content": {"application/json": {"model": dto.RegisterOut}},
-        },
-        **problems(400, 403, 409, 413, ok=201, description="A new version was created."),
-    },
+    responses=created_responses(
+        dto.RegisterOut, 400, 403, 409, 413, description="A new version was created."
+    ),
 )
 def register(body: Annotated[DatasetVersionInput, Body()]) -> Response[dto.RegisterOut]:
     res = registry().register(current_identity(app), body)
     if res.created:
         count("DatasetVersionsRegistered")
         count("CasesRegistered", res.record.case_count)
-    return Response(
-        status_code=201 if res.created else 200,
-        content_type="application/json",
-        body=dto.register_out(res),
-    )
+    return created_response(res.created, dto.register_out(res))
 
 
 @app.post(
@@ -91,15 +79,13 @@ def validate(body: Annotated[DatasetVersionInput, Body()]) -> dto.ValidateOut:
 )
 def list_datasets(
     cursor: Cursor = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    shared: Annotated[bool, Query(description="List the `_shared` tenant.")] = False,
+    limit: Limit = 50,
+    shared: Shared = False,
 ) -> dto.PageOut[dto.DatasetOut]:
     page = registry().list_datasets(
         current_identity(app), shared=shared, cursor=cursor, limit=limit
     )
-    return dto.PageOut[dto.DatasetOut](
-        items=[dto.dataset_out(s) for s in page.items], next_cursor=page.next_cursor
-    )
+    return page_out(dto.DatasetOut, page, dto.dataset_out)
 
 
 @app.get(
@@ -121,15 +107,13 @@ def get_dataset(id: str) -> dto.DatasetOut:
 def list_versions(
     id: str,
     cursor: Cursor = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Limit = 100,
     include_deleted: IncludeDeleted = False,
 ) -> dto.PageOut[dto.VersionOut]:
     page = registry().list_versions(
         current_identity(app), id, include_deleted=include_deleted, cursor=cursor, limit=limit
     )
-    return dto.PageOut[dto.VersionOut](
-        items=[dto.version_out(r) for r in page.items], next_cursor=page.next_cursor
-    )
+    return page_out(dto.VersionOut, page, dto.version_out)
 
 
 @app.get(
@@ -155,7 +139,7 @@ def list_cases(
     id: str,
     ref: str,
     cursor: Cursor = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Limit = 100,
     include_deleted: IncludeDeleted = False,
 ) -> dto.PageOut[dict[str, Any]]:
     page = registry().list_cases(
@@ -236,8 +220,6 @@ def revive_version(id: str, ref: str) -> dto.VersionOut:
     return dto.version_out(registry().revive_version(current_identity(app), id, ref))
 
 
-@logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
-@metrics.log_metrics
+@instrumented
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

@@ -15,15 +15,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from caseshelf import bootstrap
 from caseshelf.api import dto
-from caseshelf.api.app import (
-    count,
-    current_identity,
-    logger,
-    make_resolver,
-    metrics,
-    problems,
-    tracer,
-)
+from caseshelf.api.app import count, current_identity, instrumented, make_resolver, problems
+from caseshelf.api.routes import created_response
 from caseshelf.domain.subset import SubsetRequest
 
 app = make_resolver(
@@ -67,15 +60,9 @@ def select(
     created = res.registered is not None and res.registered.created
     if created:
         count("DatasetVersionsRegistered")
-    return Response(
-        status_code=201 if created else 200,
-        content_type="application/json",
-        body=dto.subset_out(res),
-    )
+    return created_response(created, dto.subset_out(res))
 
 
-@logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
-@metrics.log_metrics
+@instrumented
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

@@ -11,22 +11,14 @@ from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body
-from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel, ConfigDict
 
 from caseshelf import bootstrap
-from caseshelf.api.app import (
-    count,
-    current_identity,
-    logger,
-    make_resolver,
-    metrics,
-    problems,
-    tracer,
-)
+from caseshelf.api import dto
+from caseshelf.api.app import count, current_identity, instrumented, make_resolver
+from caseshelf.api.routes import created_response, created_responses
 from caseshelf.domain.tasks import HARBOR, TERMINAL_BENCH
-from caseshelf.services.tasks import TaskImportRequest, TaskImportResult
+from caseshelf.services.tasks import TaskImportRequest
 
 app = make_resolver(
     "caseshelf task on-ramps",
@@ -36,55 +28,17 @@ app = make_resolver(
 TAGS = ["tasks"]
 
 
-class SkippedOut(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    task: str
-    reason: str
-
-
-class TaskImportOut(BaseModel):
-    """What a task import registered, and every task it left out (`skip_invalid`)."""
-
-    model_config = ConfigDict(extra="forbid")
-    id: str
-    version: str
-    content_digest: str
-    case_count: int
-    created: bool
-    skipped: list[SkippedOut]
-
-
-def _out(res: TaskImportResult) -> TaskImportOut:
-    rec = res.record
-    return TaskImportOut(
-        id=rec.name,
-        version=rec.version,
-        content_digest=rec.content_digest,
-        case_count=rec.case_count,
-        created=res.created,
-        skipped=[SkippedOut(task=s.task, reason=s.reason) for s in res.skipped],
-    )
-
-
-def _run(fmt: str, body: TaskImportRequest) -> Response[TaskImportOut]:
+def _run(fmt: str, body: TaskImportRequest) -> Response[dto.TaskImportOut]:
     res = bootstrap.services().tasks.import_tasks(current_identity(app), fmt, body)
     if res.created:
         count("DatasetVersionsRegistered")
         count("CasesRegistered", res.case_count)
-    return Response(
-        status_code=201 if res.created else 200,
-        content_type="application/json",
-        body=_out(res),
-    )
+    return created_response(res.created, dto.task_import_out(res))
 
 
-_RESPONSES: dict[int, OpenAPIResponse] = {
-    200: {
-        "description": "Already registered with the same content (`created: false`).",
-        "content": {"application/json": {"model": TaskImportOut}},
-    },
-    **problems(400, 403, 404, 409, 413, ok=201, description="A new version was created."),
-}
+_RESPONSES = created_responses(
+    dto.TaskImportOut, 400, 403, 404, 409, 413, description="A new version was created."
+)
 
 
 @app.post(
@@ -100,7 +54,7 @@ _RESPONSES: dict[int, OpenAPIResponse] = {
 )
 def import_terminal_bench(
     body: Annotated[TaskImportRequest, Body()],
-) -> Response[TaskImportOut]:
+) -> Response[dto.TaskImportOut]:
     return _run(TERMINAL_BENCH, body)
 
 
@@ -114,12 +68,10 @@ def import_terminal_bench(
     status_code=201,
     responses=_RESPONSES,
 )
-def import_harbor(body: Annotated[TaskImportRequest, Body()]) -> Response[TaskImportOut]:
+def import_harbor(body: Annotated[TaskImportRequest, Body()]) -> Response[dto.TaskImportOut]:
     return _run(HARBOR, body)
 
 
-@logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
-@metrics.log_metrics
+@instrumented
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return app.resolve(event, context)

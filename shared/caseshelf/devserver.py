@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -142,11 +142,24 @@ def _handler_file(code_dir: Path, handler: str) -> tuple[Path, str]:
     return code_dir.joinpath(*module.split(".")).with_suffix(".py"), attr
 
 
-def load_routes(template: Path) -> list[Route]:
-    """Every API route of every serverless function in the template."""
+@dataclass(frozen=True)
+class _Function:
+    """A serverless function of the template: where its code is, its handler, its memory and
+    its events (properties left out fall back to the template's `Globals`)."""
+
+    name: str
+    code_dir: Path
+    handler: str
+    memory_mb: int
+    events: list[dict[str, Any]]
+
+    def handler_file(self) -> tuple[Path, str]:
+        return _handler_file(self.code_dir, self.handler)
+
+
+def _functions(template: Path) -> Iterator[_Function]:
     doc = load_template(template)
     glob = ((doc.get("Globals") or {}).get("Function")) or {}
-    routes: list[Route] = []
     for name, res in (doc.get("Resources") or {}).items():
         if not isinstance(res, dict) or res.get("Type") != "AWS::Serverless::Function":
             continue
@@ -155,10 +168,21 @@ def load_routes(template: Path) -> list[Route]:
         handler = props.get("Handler", glob.get("Handler"))
         if not isinstance(code_uri, str) or not isinstance(handler, str):
             continue
-        module_path, attr = _handler_file((template.parent / code_uri).resolve(), handler)
         memory = props.get("MemorySize", glob.get("MemorySize", 1024))
-        for event in (props.get("Events") or {}).values():
-            if not isinstance(event, dict) or event.get("Type") != "Api":
+        events = [e for e in (props.get("Events") or {}).values() if isinstance(e, dict)]
+        code_dir = (template.parent / code_uri).resolve()
+        yield _Function(
+            name, code_dir, handler, memory if isinstance(memory, int) else 1024, events
+        )
+
+
+def load_routes(template: Path) -> list[Route]:
+    """Every API route of every serverless function in the template."""
+    routes: list[Route] = []
+    for fn in _functions(template):
+        module_path, attr = fn.handler_file()
+        for event in fn.events:
+            if event.get("Type") != "Api":
                 continue
             ep = event.get("Properties") or {}
             path, method = ep.get("Path"), ep.get("Method")
@@ -168,10 +192,10 @@ def load_routes(template: Path) -> list[Route]:
                 Route(
                     method=method.upper(),
                     path=path,
-                    function=name,
+                    function=fn.name,
                     module_path=module_path,
                     handler_name=attr,
-                    memory_mb=memory if isinstance(memory, int) else 1024,
+                    memory_mb=fn.memory_mb,
                 )
             )
     return routes
@@ -204,20 +228,10 @@ def _key_pattern(spec: Any) -> re.Pattern[str] | None:
 
 def load_object_rules(template: Path) -> list[ObjectRule]:
     """Every function the template wires to S3 object-created events through EventBridge."""
-    doc = load_template(template)
-    glob = ((doc.get("Globals") or {}).get("Function")) or {}
     rules: list[ObjectRule] = []
-    for name, res in (doc.get("Resources") or {}).items():
-        if not isinstance(res, dict) or res.get("Type") != "AWS::Serverless::Function":
-            continue
-        props = res.get("Properties") or {}
-        code_uri = props.get("CodeUri", glob.get("CodeUri"))
-        handler = props.get("Handler", glob.get("Handler"))
-        if not isinstance(code_uri, str) or not isinstance(handler, str):
-            continue
-        memory = props.get("MemorySize", glob.get("MemorySize", 1024))
-        for event in (props.get("Events") or {}).values():
-            if not isinstance(event, dict) or event.get("Type") != "EventBridgeRule":
+    for fn in _functions(template):
+        for event in fn.events:
+            if event.get("Type") != "EventBridgeRule":
                 continue
             pattern = (event.get("Properties") or {}).get("Pattern") or {}
             if "aws.s3" not in (pattern.get("source") or []):
@@ -228,14 +242,14 @@ def load_object_rules(template: Path) -> list[ObjectRule]:
             keys = tuple(p for p in map(_key_pattern, specs) if p is not None)
             if not keys:
                 continue
-            module_path, attr = _handler_file((template.parent / code_uri).resolve(), handler)
+            module_path, attr = fn.handler_file()
             rules.append(
                 ObjectRule(
-                    function=name,
+                    function=fn.name,
                     module_path=module_path,
                     handler_name=attr,
                     keys=keys,
-                    memory_mb=memory if isinstance(memory, int) else 1024,
+                    memory_mb=fn.memory_mb,
                 )
             )
     return rules
@@ -482,27 +496,6 @@ class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "caseshelf-dev"
 
-    def do_GET(self) -> None:
-        self._dispatch()
-
-    def do_POST(self) -> None:
-        self._dispatch()
-
-    def do_PUT(self) -> None:
-        self._dispatch()
-
-    def do_DELETE(self) -> None:
-        self._dispatch()
-
-    def do_PATCH(self) -> None:
-        self._dispatch()
-
-    def do_HEAD(self) -> None:
-        self._dispatch()
-
-    def do_OPTIONS(self) -> None:
-        self._dispatch()
-
     def log_message(self, format: str, *args: Any) -> None:
         if not self.server.quiet:
             # An upload or download URL's token is a credential: the log shows its place only.
@@ -710,6 +703,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if body is None:
             return
         self._invoke(route, method, path, params, split.query, body)
+
+    # Every method goes the same way; the routes say which are allowed where.
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _dispatch
 
     def _invoke(
         self,

@@ -8,16 +8,14 @@ error. `--json` output is parsed, never matched as text.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers import dev_server, run_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -43,23 +41,11 @@ class Cli:
     """`python -m caseshelf.cli` with its own CASESHELF_HOME and working directory."""
 
     def __init__(self, home: Path, cwd: Path) -> None:
+        self.home = home
         self.cwd = cwd
-        self.env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("CASESHELF_") and k != "AWS_ENDPOINT_URL"
-        }
-        self.env["CASESHELF_HOME"] = str(home)
 
     def __call__(self, *args: str | Path, env: dict[str, str] | None = None) -> Run:
-        proc = subprocess.run(
-            [sys.executable, "-m", "caseshelf.cli", *map(str, args)],
-            cwd=self.cwd,
-            env={**self.env, **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = run_cli(self.home, *args, cwd=self.cwd, env=env)
         return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -310,20 +296,8 @@ def test_gc_finds_nothing_on_a_clean_store_and_an_orphan_after_a_crash(
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[str]:
     """The local dev server on a free port, over its own embedded store."""
-    from caseshelf import bootstrap
-    from caseshelf.devserver import make_server
-
-    settings = bootstrap.load_settings({}, home=str(tmp_path / "server-home"))
-    server = make_server(settings, "127.0.0.1", 0, quiet=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with dev_server(tmp_path / "server-home", tenant="local", principal="local") as server:
         yield server.url
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
-        bootstrap.use(None)
 
 
 def test_api_mode_talks_to_the_local_server(cli: Cli, api: str) -> None:

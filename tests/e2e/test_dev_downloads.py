@@ -5,30 +5,25 @@ so `download` answers a URL as on AWS and `export --to DIR --api URL` unpacks th
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
 from caseshelf import bootstrap
 from caseshelf.adapters.localfs import LocalBlobStore
-from caseshelf.bootstrap import load_settings
-from caseshelf.devserver import DevServer, make_server
+from caseshelf.devserver import DevServer
+from tests.helpers import dev_server
+from tests.helpers import http_call as call
+from tests.helpers import run_cli as caseshelf
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.filterwarnings("ignore:No application metrics to publish"),
 ]
 
-REPO = Path(__file__).resolve().parents[2]
 
 DEMO = {
     "id": "demo",
@@ -50,46 +45,8 @@ DEMO = {
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[DevServer]:
     # Not quiet: the request log is part of what is checked (no token in it)
-    settings = load_settings({}, home=str(tmp_path / "home"), tenant="acme", principal="alice")
-    srv = make_server(settings, "127.0.0.1", 0, quiet=False)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with dev_server(tmp_path / "home", quiet=False) as srv:
         yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=5)
-        bootstrap.use(None)
-
-
-def call(url: str, method: str = "GET", body: Any = None) -> SimpleNamespace:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method)
-    if body is not None:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            status, headers, payload = resp.status, resp.headers, resp.read()
-    except urllib.error.HTTPError as exc:
-        status, headers, payload = exc.code, exc.headers, exc.read()
-    ctype = headers.get("Content-Type", "")
-    parsed = json.loads(payload) if "json" in ctype and payload else None
-    return SimpleNamespace(status=status, headers=headers, body=payload, json=parsed)
-
-
-def caseshelf(home: Path, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CASESHELF_")}
-    env["CASESHELF_HOME"] = str(home)
-    return subprocess.run(
-        [sys.executable, "-m", "caseshelf.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=180,
-        check=False,
-    )
 
 
 def token_of(url: str) -> str:

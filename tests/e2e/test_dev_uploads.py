@@ -5,85 +5,29 @@ recipe `revive` and `publish-catalog` commands."""
 from __future__ import annotations
 
 import http.client
-import io
 import json
-import os
-import subprocess
-import sys
-import tarfile
-import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
 from caseshelf import bootstrap
-from caseshelf.bootstrap import load_settings
-from caseshelf.devserver import DevServer, make_server
+from caseshelf.devserver import DevServer
+from tests.helpers import dev_server, tar_gz
+from tests.helpers import http_call as call
+from tests.helpers import run_cli as caseshelf
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.filterwarnings("ignore:No application metrics to publish"),
 ]
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[DevServer]:
-    settings = load_settings({}, home=str(tmp_path / "home"), tenant="acme", principal="alice")
-    srv = make_server(settings, "127.0.0.1", 0, quiet=True)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with dev_server(tmp_path / "home") as srv:
         yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=5)
-        bootstrap.use(None)
-
-
-def call(
-    url: str, method: str = "GET", body: Any = None, *, raw: bytes | None = None
-) -> SimpleNamespace:
-    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    req = urllib.request.Request(url, data=data, method=method)
-    if body is not None:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            status, headers, payload = resp.status, resp.headers, resp.read()
-    except urllib.error.HTTPError as exc:
-        status, headers, payload = exc.code, exc.headers, exc.read()
-    parsed = json.loads(payload) if "json" in headers.get("Content-Type", "") else None
-    return SimpleNamespace(status=status, headers=headers, json=parsed)
-
-
-def caseshelf(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CASESHELF_")}
-    env["CASESHELF_HOME"] = str(home)
-    return subprocess.run(
-        [sys.executable, "-m", "caseshelf.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=180,
-        check=False,
-    )
-
-
-def tar_gz(root: Path, arcname: str) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        tar.add(root, arcname=arcname)
-    return buf.getvalue()
 
 
 def test_cli_import_with_api_uploads_to_the_local_server_and_follows_the_job(

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,9 +11,8 @@ from typing import Any
 
 import pytest
 
-from caseshelf import bootstrap
-from caseshelf.bootstrap import load_settings
-from caseshelf.devserver import DevServer, make_server
+from caseshelf.devserver import DevServer
+from tests.helpers import dev_server, http_call
 
 pytestmark = [
     pytest.mark.e2e,
@@ -26,17 +22,8 @@ pytestmark = [
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[DevServer]:
-    settings = load_settings({}, home=str(tmp_path / "home"), tenant="acme", principal="alice")
-    srv = make_server(settings, "127.0.0.1", 0, quiet=True)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with dev_server(tmp_path / "home") as srv:
         yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=5)
-        bootstrap.use(None)
 
 
 def call(
@@ -48,20 +35,9 @@ def call(
     raw: bytes | None = None,
     headers: dict[str, str] | None = None,
 ) -> SimpleNamespace:
-    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    req = urllib.request.Request(srv.url + path, data=data, method=method)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    for k, v in (headers or {}).items():
-        req.add_header(k, v)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            status, hdrs, payload = resp.status, resp.headers, resp.read()
-    except urllib.error.HTTPError as exc:
-        status, hdrs, payload = exc.code, exc.headers, exc.read()
-    ctype = hdrs.get("Content-Type", "")
-    parsed = json.loads(payload) if "json" in ctype and payload else None
-    return SimpleNamespace(status=status, headers=hdrs, body=payload, json=parsed)
+    if raw is not None:  # raw bytes are sent as JSON too (malformed or oversized bodies)
+        headers = {"Content-Type": "application/json", **(headers or {})}
+    return http_call(srv.url + path, method, body, raw=raw, headers=headers, timeout=30)
 
 
 def dataset(n: int = 5, version: str = "1.0.0") -> dict[str, Any]:

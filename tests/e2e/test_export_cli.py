@@ -13,6 +13,8 @@ from typing import Any
 import boto3
 import pytest
 
+from tests.helpers import run_cli
+
 pytestmark = pytest.mark.e2e
 
 DEMO = {
@@ -33,21 +35,8 @@ DEMO = {
 
 def run(
     tmp_path: Path, *args: Any, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess:
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("CASESHELF_") and k != "AWS_ENDPOINT_URL"
-    }
-    base["CASESHELF_HOME"] = str(tmp_path / "home")
-    return subprocess.run(
-        [sys.executable, "-m", "caseshelf.cli", *map(str, args)],
-        cwd=tmp_path,
-        env={**base, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+) -> subprocess.CompletedProcess[str]:
+    return run_cli(tmp_path / "home", *args, cwd=tmp_path, env=env)
 
 
 @pytest.fixture

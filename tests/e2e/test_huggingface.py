@@ -6,16 +6,9 @@ import pytest
 
 from caseshelf.adapters.huggingface import HuggingFace, SecretsManagerTokens
 from caseshelf.domain.errors import BadRequest, Forbidden, NotFound, Upstream
-from tests.hf_fake import GOOD_TOKEN, standard_hub
+from tests.hf_fake import GOOD_TOKEN
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def hub():
-    hub = standard_hub()
-    yield hub
-    hub.stop()
 
 
 @pytest.fixture

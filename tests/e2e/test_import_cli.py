@@ -3,31 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.helpers import run_cli as caseshelf
 from tests.hf_fake import GOOD_TOKEN, standard_hub
 
 pytestmark = pytest.mark.e2e
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def caseshelf(home: Path, *args: str, env: dict[str, str] | None = None):
-    full = {**os.environ, "CASESHELF_HOME": str(home), **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "caseshelf.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=full,
-        timeout=120,
-        check=False,
-    )
 
 
 def test_import_gsm8k_with_the_local_recipe_prints_version_count_and_digest(tmp_path, shared_data):

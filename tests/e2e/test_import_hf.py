@@ -9,18 +9,11 @@ from caseshelf.bootstrap import build, load_settings
 from caseshelf.domain.errors import Forbidden, NotFound, Upstream
 from caseshelf.domain.identity import Identity
 from caseshelf.services.imports import parse_import
-from tests.hf_fake import GOOD_TOKEN, standard_hub
+from tests.hf_fake import GOOD_TOKEN
 
 pytestmark = pytest.mark.e2e
 
 ME = Identity("acme", "alice")
-
-
-@pytest.fixture(scope="module")
-def hub():
-    hub = standard_hub()
-    yield hub
-    hub.stop()
 
 
 @pytest.fixture

@@ -4,19 +4,14 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from caseshelf import bootstrap
-from caseshelf.bootstrap import load_settings
-from caseshelf.devserver import make_server
+from tests.helpers import dev_server, run_cli
 
 pytestmark = [
     pytest.mark.e2e,
@@ -25,16 +20,7 @@ pytestmark = [
 
 
 def cli(home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CASESHELF_")}
-    env["CASESHELF_HOME"] = str(home)
-    return subprocess.run(
-        [sys.executable, "-m", "caseshelf.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli(home, *args, cwd=cwd)
 
 
 def dataset(version: str, cases: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -96,17 +82,8 @@ def test_subset_and_diff_on_the_embedded_store(work: Path) -> None:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
-    settings = load_settings({}, home=str(tmp_path / "srv"), tenant="acme", principal="alice")
-    srv = make_server(settings, "127.0.0.1", 0, quiet=True)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with dev_server(tmp_path / "srv") as srv:
         yield srv.url
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=5)
-        bootstrap.use(None)
 
 
 def test_subset_register_as_and_diff_over_http(work: Path, server: str) -> None:

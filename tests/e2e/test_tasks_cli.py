@@ -4,27 +4,13 @@ subprocesses on a fresh embedded store."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.helpers import run_cli as cli
+
 pytestmark = pytest.mark.e2e
-
-
-def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CASESHELF_HOME": str(home)}
-    env.pop("CASESHELF_API", None)
-    return subprocess.run(
-        [sys.executable, "-m", "caseshelf.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
 
 
 def test_import_tasks_terminal_bench_skip_invalid(shared_data, tmp_path):
@@ -95,3 +81,31 @@ def test_register_legacy_files_warns_and_migrate_silences(shared_data, tmp_path)
     # The migrated file means the same: same label, same content, nothing new created
     assert json.loads(again.stdout)["created"] is False
     assert json.loads(again.stdout)["content_digest"] == json.loads(first.stdout)["content_digest"]
+
+
+def test_an_s3_source_without_aws_credentials_is_a_clear_error(tmp_path):
+    # Given no AWS credentials anywhere (no variables, no files, no instance metadata)
+    env = {
+        "AWS_ACCESS_KEY_ID": "",
+        "AWS_SECRET_ACCESS_KEY": "",
+        "AWS_SESSION_TOKEN": "",
+        "AWS_PROFILE": "",
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    # When tasks are imported from an S3 prefix
+    got = cli(
+        tmp_path / "home",
+        "import-tasks",
+        "s3://bucket/tasks/",
+        "--format",
+        "terminal-bench",
+        "--image-template",
+        "r/{id}",
+        env=env,
+        timeout=120,
+    )
+    # Then the command fails with one line naming the cause, not a traceback
+    assert got.returncode == 1
+    assert "error: AWS:" in got.stderr and "Traceback" not in got.stderr

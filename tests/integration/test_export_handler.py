@@ -2,55 +2,31 @@
 
 from __future__ import annotations
 
-import copy
 import gzip
 import io
 import json
 import tarfile
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from caseshelf import bootstrap
-from caseshelf.api.openapi import load_function
 from caseshelf.domain.identity import Identity
 from caseshelf.services.registry import parse_dataset
-from tests.conftest import aws_backend
-from tests.moto_infra import make_moto_dynamodb_atomic
+from tests.conftest import Backend
+from tests.helpers import call_function, sample_event
 
 pytestmark = pytest.mark.integration
 
-EVENTS = Path(__file__).resolve().parents[1] / "events"
 ME = Identity("acme", "alice")
 
 
-@dataclass
-class Context:
-    function_name: str = "caseshelf-export"
-    memory_limit_in_mb: int = 1024
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:caseshelf-export"
-    aws_request_id: str = "req-1"
-
-
 @pytest.fixture
-def backend(aws_env: None) -> Iterator[Any]:
-    from moto import mock_aws
-
-    make_moto_dynamodb_atomic()
-    with mock_aws():
-        b = aws_backend("moto", None)
-        bootstrap.use(b.services)
-        try:
-            yield b
-        finally:
-            bootstrap.use(None)
+def backend(moto_installed: Backend) -> Backend:
+    return moto_installed
 
 
 def event(*, tenant: str = "acme", body: Any = None) -> dict[str, Any]:
-    ev: dict[str, Any] = copy.deepcopy(json.loads((EVENTS / "export_post.json").read_text()))
+    ev = sample_event("export_post.json")
     ev["requestContext"]["authorizer"]["claims"]["custom:tenant"] = tenant
     if body is not None:
         ev["body"] = json.dumps(body)
@@ -58,9 +34,7 @@ def event(*, tenant: str = "acme", body: Any = None) -> dict[str, Any]:
 
 
 def call(ev: dict[str, Any]) -> tuple[int, Any]:
-    fn = load_function("functions/export/app.py")
-    out = fn.lambda_handler(ev, Context())
-    return out["statusCode"], json.loads(out["body"]) if out.get("body") else None
+    return call_function("export", ev)
 
 
 def register(backend: Any) -> None:

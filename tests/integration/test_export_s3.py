@@ -60,6 +60,16 @@ def _tree(root: Path) -> dict[str, bytes]:
     }
 
 
+def _case_files(dataset_dir: Path) -> dict[str, bytes]:
+    """Every file of every case directory under `dataset_dir`, by `<case>/<path>`."""
+    return {
+        f"{case.name}/{rel}": data
+        for case in sorted(dataset_dir.iterdir())
+        if case.is_dir()
+        for rel, data in _tree(case).items()
+    }
+
+
 def test_gsm8k_exports_to_a_local_directory(shared_data, tmp_path):
     # Given GSM8K registered on the embedded backend
     from caseshelf.bootstrap import build, load_settings
@@ -190,12 +200,7 @@ def test_agent_eval_harness_tree_exports_byte_for_byte(shared_data, tmp_path, tr
     # When it is exported straight from disk
     res = exports.export_tree(config, to=str(tmp_path / "out"))
     # Then every case file comes back byte for byte, and nothing else but the manifest
-    source = {
-        f"{case.name}/{rel}": data
-        for case in sorted(config.dataset_dir.iterdir())
-        if case.is_dir()
-        for rel, data in _tree(case).items()
-    }
+    source = _case_files(config.dataset_dir)
     out = _tree(tmp_path / "out")
     manifest = orjson.loads(out.pop("manifest.json"))
     assert out == source
@@ -279,12 +284,7 @@ def test_agent_eval_harness_tree_round_trips_through_import_and_export(shared_da
     svc.exports.export_version(ME, "harness", "1.0.0", to=str(tmp_path / "out"))
     # Then the export is the case tree, byte for byte, plus the manifest
     config = load_eval_config(root / "eval.yaml", project_root=root)
-    source = {
-        f"{case.name}/{rel}": data
-        for case in sorted(config.dataset_dir.iterdir())
-        if case.is_dir()
-        for rel, data in _tree(case).items()
-    }
+    source = _case_files(config.dataset_dir)
     out = _tree(tmp_path / "out")
     out.pop("manifest.json")
     assert out == source

@@ -11,8 +11,6 @@ import json
 import re
 import urllib.parse
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -21,7 +19,7 @@ import pytest
 
 from caseshelf import bootstrap
 from caseshelf.api.openapi import load_function
-from caseshelf.bootstrap import build, load_settings
+from tests.helpers import EVENTS, lambda_context
 
 pytestmark = [
     pytest.mark.integration,
@@ -29,7 +27,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:No application metrics to publish"),
 ]
 
-EVENTS = Path(__file__).resolve().parents[1] / "events"
 REGISTRY = "functions/registry/app.py"
 
 
@@ -100,19 +97,6 @@ def event(
     return ev
 
 
-def lambda_context() -> Any:
-    return SimpleNamespace(
-        function_name="RegistryFunction",
-        function_version="$LATEST",
-        memory_limit_in_mb=1024,
-        invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:RegistryFunction",
-        aws_request_id=str(uuid.uuid4()),
-        log_group_name="/aws/lambda/RegistryFunction",
-        log_stream_name="test",
-        get_remaining_time_in_millis=lambda: 29_000,
-    )
-
-
 class Api:
     def __init__(self, backend: str, services: bootstrap.Services) -> None:
         self.backend = backend
@@ -120,7 +104,7 @@ class Api:
         self.handler = load_function(REGISTRY).lambda_handler
 
     def invoke(self, ev: dict[str, Any]) -> SimpleNamespace:
-        out = self.handler(ev, lambda_context())
+        out = self.handler(ev, lambda_context("RegistryFunction"))
         headers = {k.lower(): v[-1] for k, v in (out.get("multiValueHeaders") or {}).items()}
         headers.update({k.lower(): v for k, v in (out.get("headers") or {}).items()})
         body = out["body"]
@@ -133,28 +117,11 @@ class Api:
         return self.invoke(event(method, path, **kw))
 
 
-@pytest.fixture(params=["embedded", "moto"])
-def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
-    if request.param == "embedded":
-        services = build(load_settings({}, home=str(tmp_path / "home")))
-        bootstrap.use(services)
-        try:
-            yield Api("embedded", services)
-        finally:
-            bootstrap.use(None)
-        return
-    request.getfixturevalue("aws_env")
-    from moto import mock_aws
-
-    from tests.conftest import aws_backend
-
-    with mock_aws():
-        backend = aws_backend("moto", None)
-        bootstrap.use(backend.services)
-        try:
-            yield Api("moto", backend.services)
-        finally:
-            bootstrap.use(None)
+@pytest.fixture
+def api(installed_services: bootstrap.Services) -> Api:
+    return Api(
+        "embedded" if installed_services.settings.backend == "local" else "moto", installed_services
+    )
 
 
 def dataset(version: str = "1.0.0", n: int = 3, **extra: Any) -> dict[str, Any]:

@@ -3,52 +3,29 @@ template)."""
 
 from __future__ import annotations
 
-import copy
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from caseshelf import bootstrap
-from caseshelf.api.openapi import load_function
 from caseshelf.domain.identity import Identity
 from caseshelf.services.registry import parse_dataset
-from tests.conftest import aws_backend
-from tests.moto_infra import make_moto_dynamodb_atomic
+from tests.conftest import Backend
+from tests.helpers import call_function, sample_event
 
 pytestmark = pytest.mark.integration
 
-EVENTS = Path(__file__).resolve().parents[1] / "events"
 ME = Identity("acme", "alice")
 
 
-@dataclass
-class Context:
-    function_name: str = "caseshelf-test"
-    memory_limit_in_mb: int = 1024
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:caseshelf-test"
-    aws_request_id: str = "req-1"
-
-
 @pytest.fixture
-def services(aws_env: None) -> Iterator[bootstrap.Services]:
-    from moto import mock_aws
-
-    make_moto_dynamodb_atomic()
-    with mock_aws():
-        backend = aws_backend("moto", None)
-        bootstrap.use(backend.services)
-        try:
-            yield backend.services
-        finally:
-            bootstrap.use(None)
+def services(moto_installed: Backend) -> bootstrap.Services:
+    return moto_installed.services
 
 
 def event(name: str, *, tenant: str = "acme", **changes: Any) -> dict[str, Any]:
-    ev: dict[str, Any] = copy.deepcopy(json.loads((EVENTS / name).read_text()))
+    ev = sample_event(name)
     ev["requestContext"]["authorizer"]["claims"]["custom:tenant"] = tenant
     for key, value in changes.items():
         ev[key] = value
@@ -56,12 +33,6 @@ def event(name: str, *, tenant: str = "acme", **changes: Any) -> dict[str, Any]:
     if query is not None:
         ev["multiValueQueryStringParameters"] = {k: [v] for k, v in query.items()}
     return ev
-
-
-def call(module: str, ev: dict[str, Any]) -> tuple[int, Any]:
-    fn = load_function(f"functions/{module}/app.py")
-    out = fn.lambda_handler(ev, Context())
-    return out["statusCode"], json.loads(out["body"]) if out.get("body") else None
 
 
 def case(i: int, **extra: Any) -> dict[str, Any]:
@@ -84,7 +55,7 @@ def register(svc: bootstrap.Services, version: str, cases: list[dict[str, Any]],
 
 def test_subset_answers_a_stamped_selection(services):
     rec = register(services, "1.0.0", [case(i) for i in range(10)])
-    status, body = call("subset", event("subset_post.json"))
+    status, body = call_function("subset", event("subset_post.json"))
     assert status == 200
     assert body == {
         "stamp": {
@@ -114,7 +85,7 @@ def test_subset_with_cases_and_register_as(services):
         ),
         queryStringParameters={"cases": "true"},
     )
-    status, body = call("subset", ev)
+    status, body = call_function("subset", ev)
     assert status == 201
     assert [c["id"] for c in body["cases"]] == body["case_ids"]
     assert body["registered"]["id"] == "qa-mini" and body["registered"]["created"] is True
@@ -134,7 +105,7 @@ def test_subset_with_cases_and_register_as(services):
 )
 def test_subset_bad_input_is_a_problem(services, body, status, field):
     register(services, "1.0.0", [case(i) for i in range(4)])
-    got, problem = call("subset", event("subset_post.json", body=json.dumps(body)))
+    got, problem = call_function("subset", event("subset_post.json", body=json.dumps(body)))
     assert got == status
     assert problem["status"] == status and field in problem
 
@@ -143,12 +114,12 @@ def test_subset_of_unknown_dataset_or_ref_is_404(services):
     register(services, "1.0.0", [case(i) for i in range(4)])
     ev = event("subset_post.json", pathParameters={"id": "qa", "ref": "7.0.0"})
     ev["path"] = "/datasets/qa/versions/7.0.0/subset"
-    assert call("subset", ev)[0] == 404
+    assert call_function("subset", ev)[0] == 404
     ev = event("subset_post.json", pathParameters={"id": "nope", "ref": "1.0.0"})
     ev["path"] = "/datasets/nope/versions/1.0.0/subset"
-    assert call("subset", ev)[0] == 404
+    assert call_function("subset", ev)[0] == 404
     # Another tenant does not see it at all
-    assert call("subset", event("subset_post.json", tenant="globex"))[0] == 404
+    assert call_function("subset", event("subset_post.json", tenant="globex"))[0] == 404
 
 
 # -- diff --------------------------------------------------------------------------------
@@ -159,7 +130,7 @@ def test_diff_answers_changes_with_pointers(services):
     v2 = [case(i) for i in range(1, 6)] + [case(9)]
     v2[1] = case(2, metadata={"level": None})
     register(services, "1.1.0", v2, tags=["new"])
-    status, body = call("diff", event("diff_get.json"))
+    status, body = call_function("diff", event("diff_get.json"))
     assert status == 200
     assert body["summary"] == {"added": 1, "removed": 1, "changed": 1, "unchanged": 4}
     assert body["added"] == [{"id": "c09", "user": "question 9"}]
@@ -174,7 +145,7 @@ def test_diff_answers_changes_with_pointers(services):
 def test_diff_of_a_ref_with_itself_is_empty(services):
     register(services, "1.0.0", [case(i) for i in range(3)])
     q = {"base": "1.0.0", "candidate": "latest"}
-    status, body = call("diff", event("diff_get.json", queryStringParameters=q))
+    status, body = call_function("diff", event("diff_get.json", queryStringParameters=q))
     assert status == 200
     assert body["summary"] == {"added": 0, "removed": 0, "changed": 0, "unchanged": 3}
     assert body["changed"] == [] and body["meta"]["changes"] == []
@@ -184,7 +155,7 @@ def test_diff_summary_only(services):
     register(services, "1.0.0", [case(i) for i in range(3)])
     register(services, "1.1.0", [case(i) for i in range(4)])
     q = {"base": "1.0.0", "candidate": "1.1.0", "summary": "true"}
-    status, body = call("diff", event("diff_get.json", queryStringParameters=q))
+    status, body = call_function("diff", event("diff_get.json", queryStringParameters=q))
     assert status == 200
     assert body["summary"]["added"] == 1 and body["added"] is None
 
@@ -193,21 +164,23 @@ def test_diff_tombstoned_only_with_include_deleted(services):
     register(services, "1.0.0", [case(1)])
     register(services, "1.1.0", [case(2)])
     services.registry.delete_version(ME, "qa", "1.1.0")
-    assert call("diff", event("diff_get.json"))[0] == 404
+    assert call_function("diff", event("diff_get.json"))[0] == 404
     q = {"base": "1.0.0", "candidate": "1.1.0", "include_deleted": "true"}
-    assert call("diff", event("diff_get.json", queryStringParameters=q))[0] == 200
+    assert call_function("diff", event("diff_get.json", queryStringParameters=q))[0] == 200
 
 
 def test_diff_never_reaches_another_tenant(services):
     register(services, "1.0.0", [case(1)])
     register(services, "1.1.0", [case(2)])
-    assert call("diff", event("diff_get.json", tenant="globex"))[0] == 404
+    assert call_function("diff", event("diff_get.json", tenant="globex"))[0] == 404
     q = {"base": "1.0.0", "candidate": "1.0.0", "candidate_id": "nope"}
-    assert call("diff", event("diff_get.json", queryStringParameters=q))[0] == 404
+    assert call_function("diff", event("diff_get.json", queryStringParameters=q))[0] == 404
 
 
 def test_diff_needs_both_refs(services):
     register(services, "1.0.0", [case(1)])
-    status, problem = call("diff", event("diff_get.json", queryStringParameters={"base": "1.0.0"}))
+    status, problem = call_function(
+        "diff", event("diff_get.json", queryStringParameters={"base": "1.0.0"})
+    )
     assert status == 400
     assert "candidate" in json.dumps(problem)

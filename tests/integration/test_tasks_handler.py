@@ -9,8 +9,6 @@ import io
 import json
 import tarfile
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -19,15 +17,14 @@ import pytest
 
 from caseshelf import bootstrap
 from caseshelf.api.openapi import load_function
-from caseshelf.bootstrap import build, load_settings
 from caseshelf.domain import layout
+from tests.helpers import EVENTS, lambda_context, tar_gz
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.filterwarnings("ignore:No application metrics to publish"),
 ]
 
-EVENTS = Path(__file__).resolve().parents[1] / "events"
 SAMPLE = json.loads((EVENTS / "tasks_terminal_bench_post.json").read_text())
 
 
@@ -40,59 +37,20 @@ def event(path: str, body: dict[str, Any], tenant: str = "acme") -> dict[str, An
     return ev
 
 
-def context() -> Any:
-    return SimpleNamespace(
-        function_name="TasksFunction",
-        function_version="$LATEST",
-        memory_limit_in_mb=2048,
-        invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:TasksFunction",
-        aws_request_id=str(uuid.uuid4()),
-        log_group_name="/aws/lambda/TasksFunction",
-        log_stream_name="test",
-        get_remaining_time_in_millis=lambda: 29_000,
-    )
-
-
-@pytest.fixture(params=["embedded", "moto"])
-def services(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[bootstrap.Services]:
-    if request.param == "embedded":
-        svc = build(load_settings({}, home=str(tmp_path / "home")))
-        bootstrap.use(svc)
-        try:
-            yield svc
-        finally:
-            bootstrap.use(None)
-        return
-    request.getfixturevalue("aws_env")
-    from moto import mock_aws
-
-    from tests.conftest import aws_backend
-
-    with mock_aws():
-        backend = aws_backend("moto", None)
-        bootstrap.use(backend.services)
-        try:
-            yield backend.services
-        finally:
-            bootstrap.use(None)
+@pytest.fixture
+def services(installed_services: bootstrap.Services) -> bootstrap.Services:
+    return installed_services
 
 
 def call(path: str, body: dict[str, Any], tenant: str = "acme") -> SimpleNamespace:
     handler = load_function("functions/tasks/app.py").lambda_handler
-    out = handler(event(path, body, tenant), context())
+    out = handler(event(path, body, tenant), lambda_context("TasksFunction", 2048))
     return SimpleNamespace(status=out["statusCode"], json=orjson.loads(out["body"]))
-
-
-def archive_of(root: Path, arcname: str) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        tar.add(root, arcname=arcname)
-    return buf.getvalue()
 
 
 def test_terminal_bench_archive_inline_registers(services, shared_data):
     # Given the real evoeval tasks (one incomplete) as a .tar.gz
-    data = archive_of(shared_data / "terminal-bench" / "evoeval", "evoeval")
+    data = tar_gz(shared_data / "terminal-bench" / "evoeval", "evoeval")
     body = {
         "archive_base64": base64.b64encode(data).decode(),
         "image_template": "reg/tb:{id}",
@@ -113,7 +71,7 @@ def test_terminal_bench_archive_inline_registers(services, shared_data):
 
 
 def test_harbor_without_image_names_the_task(services, shared_data):
-    data = archive_of(shared_data / "harbor" / "simple-task", "simple-task")
+    data = tar_gz(shared_data / "harbor" / "simple-task", "simple-task")
     res = call(
         "/datasets/harbor",
         {"archive_base64": base64.b64encode(data).decode(), "version": "1"},
@@ -122,7 +80,7 @@ def test_harbor_without_image_names_the_task(services, shared_data):
 
 
 def test_harbor_from_an_upload_and_from_the_tenant_prefix(services, shared_data):
-    data = archive_of(shared_data / "harbor", "harbor")
+    data = tar_gz(shared_data / "harbor", "harbor")
     upload_id = uuid.uuid4().hex
     services.store.put(f"{layout.root('acme')}uploads/{upload_id}/cookbook.tar.gz", data)
     res = call(

@@ -4,98 +4,36 @@ events on moto (bucket and table built from the template)."""
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import tarfile
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote_plus
 
 import pytest
 
-from caseshelf import bootstrap
-from caseshelf.api.openapi import load_function
 from caseshelf.domain.canonical import digest_of
 from caseshelf.domain.errors import NotFound
 from caseshelf.domain.identity import Identity
-from tests.conftest import aws_backend
-from tests.moto_infra import make_moto_dynamodb_atomic
+from tests.conftest import Backend
+from tests.helpers import call_function, s3_event, tar_gz
+from tests.helpers import importer_api as api
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.filterwarnings("ignore:No application metrics to publish"),
 ]
 
-EVENTS = Path(__file__).resolve().parents[1] / "events"
 ME = Identity("acme", "alice")
 
 
-@dataclass
-class Context:
-    function_name: str = "caseshelf-importer"
-    memory_limit_in_mb: int = 2048
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:importer"
-    aws_request_id: str = "req-1"
-
-
 @pytest.fixture
-def backend(aws_env: None) -> Iterator[Any]:
-    from moto import mock_aws
-
-    make_moto_dynamodb_atomic()
-    with mock_aws():
-        b = aws_backend("moto", None)
-        bootstrap.use(b.services)
-        try:
-            yield b
-        finally:
-            bootstrap.use(None)
+def backend(moto_installed: Backend) -> Backend:
+    return moto_installed
 
 
 def call(ev: dict[str, Any]) -> tuple[int, Any]:
-    out = load_function("functions/importer/app.py").lambda_handler(ev, Context())
-    if "statusCode" not in out:
-        return 0, out
-    return out["statusCode"], json.loads(out["body"]) if out.get("body") else None
-
-
-def api(
-    method: str,
-    path: str,
-    body: Any = None,
-    *,
-    tenant: str = "acme",
-    roles: str = "",
-    query: dict[str, str] | None = None,
-) -> tuple[int, Any]:
-    ev: dict[str, Any] = copy.deepcopy(
-        json.loads((EVENTS / "importer_import_post.json").read_text())
-    )
-    ev.update(httpMethod=method, path=path, resource=path)
-    ev["requestContext"].update(httpMethod=method, resourcePath=path, path=f"/prod{path}")
-    claims = ev["requestContext"]["authorizer"]["claims"]
-    claims.update({"custom:tenant": tenant, "custom:roles": roles})
-    ev["body"] = None if body is None else json.dumps(body)
-    ev["queryStringParameters"] = query
-    ev["multiValueQueryStringParameters"] = {k: [v] for k, v in query.items()} if query else None
-    return call(ev)
-
-
-def s3_event(key: str, etag: str = "0123456789abcdef0123456789abcdef") -> dict[str, Any]:
-    ev = json.loads((EVENTS / "s3_object_created.json").read_text())
-    ev["Records"][0]["s3"]["object"]["key"] = quote_plus(key, safe="/")
-    ev["Records"][0]["s3"]["object"]["eTag"] = etag
-    return ev
-
-
-def tar_gz(root: Path, arcname: str) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        tar.add(root, arcname=arcname)
-    return buf.getvalue()
+    return call_function("importer", ev)
 
 
 def upload(backend: Any, body: dict[str, Any], data: bytes) -> dict[str, Any]:

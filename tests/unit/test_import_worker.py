@@ -2,6 +2,7 @@
 caller hashes and stores them. The worker must give the same version, and the same errors naming
 the line or row, as the single-process path."""
 
+import gzip
 import json
 import os
 import sys
@@ -52,8 +53,9 @@ def rows_file(path, n, *, bad_line=None):
     return str(path)
 
 
-def run(svc, url, **extra):
-    return svc.imports.run(ME, parse_import({"recipe": RECIPE, "source": {"url": url}, **extra}))
+def run(svc, url, kind="jsonl", **extra):
+    source = {"url": url, "kind": kind}
+    return svc.imports.run(ME, parse_import({"recipe": RECIPE, "source": source, **extra}))
 
 
 @pytest.fixture
@@ -91,6 +93,32 @@ def test_an_import_through_the_worker_registers_the_same_version(svc, tmp_path, 
         "ground_truth": "1",
         "details": {"solution": "work\n#### 1"},
     }
+
+
+@needs_fork
+@pytest.mark.parametrize("name", ["rows.csv", "rows.jsonl.gz"])
+def test_csv_and_compressed_files_through_the_worker_match_the_single_process_path(
+    svc, tmp_path, monkeypatch, name
+):
+    # Given the same rows as a CSV file or a gzipped jsonl file
+    rows = [{"q": f"q{i}", "a": f"w #### {i}", "level": "easy"} for i in range(1500)]
+    path = tmp_path / name
+    if name.endswith(".csv"):
+        path.write_text("q,a,level\n" + "".join(f"{r['q']},{r['a']},{r['level']}\n" for r in rows))
+    else:
+        path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    # When it is imported in this process and through the worker
+    monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 1 << 40)
+    kind = "csv" if name.endswith(".csv") else "jsonl"
+    alone = run(svc, str(path), kind, dataset="alone")
+    calls = []
+    monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 0)
+    monkeypatch.setattr(sources, "in_worker", lambda items: calls.append(1) or in_worker(items))
+    worked = run(svc, str(path), kind, dataset="worked")
+    # Then the worker ran, and both hold the same cases
+    assert calls == [1]
+    assert worked.result.record.content_digest == alone.result.record.content_digest
+    assert worked.result.record.case_count == 1500
 
 
 @needs_fork
@@ -173,6 +201,30 @@ def test_closing_early_stops_and_reaps_the_worker(monkeypatch):
     got.close()
     with pytest.raises(ChildProcessError):
         os.waitpid(forked[0], os.WNOHANG)
+
+
+def test_without_a_process_to_spare_the_items_are_produced_here(monkeypatch):
+    def no_fork():
+        raise BlockingIOError("Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    assert list(in_worker(iter(range(10)))) == list(range(10))
+
+
+def test_batches_close_at_a_row_count_or_a_byte_size():
+    from caseshelf.domain.mapping import record_batches
+    from caseshelf.domain.recipe import parse_recipe
+
+    recipe = parse_recipe(RECIPE)
+    rows = [(i, {"q": "x" * 100, "a": "#### 1", "level": "easy"}) for i in range(10)]
+    by_rows = list(record_batches(iter(rows), recipe, max_case_bytes=10_000, batch_rows=4))
+    by_bytes = list(record_batches(iter(rows), recipe, max_case_bytes=10_000, batch_bytes=500))
+    assert [len(b.ids) for b in by_rows] == [4, 4, 2]
+    assert all(len(b.ids) <= 3 for b in by_bytes) and sum(len(b.ids) for b in by_bytes) == 10
+    assert b"".join(b.data for b in by_rows) == b"".join(b.data for b in by_bytes)
+    first = by_rows[0]
+    assert first.data.split(b"\n")[:-1] and len(first.data) == sum(first.lengths) + 4
+    assert first.tags == [["easy"]] * 4
 
 
 def test_only_large_local_jsonl_or_csv_files_go_to_a_worker(tmp_path, monkeypatch):

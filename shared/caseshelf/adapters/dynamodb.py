@@ -259,9 +259,7 @@ class DynamoIndex:
     def update_version(
         self, tenant: str, kind: str, name: str, version: str, changes: dict[str, Any]
     ) -> VersionRecord:
-        bad = set(changes) - keys.MUTABLE_VERSION_FIELDS
-        if bad:
-            raise ValueError(f"immutable version fields: {sorted(bad)}")
+        keys.check_version_changes(changes)
 
         def change(doc: dict[str, Any]) -> dict[str, Any]:
             doc.update(changes)

@@ -7,6 +7,10 @@ opened directly (the same decompressors, without smart_open's import cost on the
 
 Errors name the source and the line: a malformed JSON line, a CSV row with the wrong number of
 cells, a truncated or corrupt compressed stream.
+
+jsonl is read a megabyte at a time and split into lines in one go. The work on a large local
+file's rows can run in a forked worker process (`SourceReader.offload`, `in_worker`): it reads,
+maps and canonicalises while the caller hashes and stores, and its errors come back as they are.
 """
 
 from __future__ import annotations
@@ -18,8 +22,6 @@ import gzip
 import io
 import ipaddress
 import os
-import pickle
-import signal
 import socket
 import sys
 import zlib
@@ -244,7 +246,9 @@ def _lines(fh: IO[bytes]) -> Iterator[list[bytes]]:
         chunk = fh.read(READ_CHUNK)
         if not chunk:
             break
-        lines = (tail + chunk if tail else chunk).split(b"\n")
+        lines = chunk.split(b"\n")
+        if tail:
+            lines[0] = tail + lines[0]  # the line the last chunk cut
         tail = lines.pop()
         if lines:
             yield lines
@@ -265,19 +269,23 @@ def _jsonl(open_stream: Callable[[], IO[bytes]], name: str) -> Rows:
                 except orjson.JSONDecodeError as exc:
                     if not line.strip():
                         continue  # a blank line
-                    raise BadRequest(
-                        f"source {name}: line {line_no}: malformed JSON ({exc})",
-                        source=name,
-                        line=line_no,
-                    ) from None
+                    raise _malformed(name, line_no, exc) from None
                 if type(row) is not dict:
-                    raise BadRequest(
-                        f"source {name}: line {line_no}: a row must be a JSON object",
-                        source=name,
-                        line=line_no,
-                    )
+                    raise _not_an_object(name, line_no)
                 yield index, row
                 index += 1
+
+
+def _malformed(name: str, line_no: int, exc: Exception) -> BadRequest:
+    return BadRequest(
+        f"source {name}: line {line_no}: malformed JSON ({exc})", source=name, line=line_no
+    )
+
+
+def _not_an_object(name: str, line_no: int) -> BadRequest:
+    return BadRequest(
+        f"source {name}: line {line_no}: a row must be a JSON object", source=name, line=line_no
+    )
 
 
 def _csv(source: CsvSource, open_stream: Callable[[], IO[bytes]], name: str) -> Rows:
@@ -387,15 +395,25 @@ def in_worker(items: Iterator[T]) -> Iterator[T]:
     file, mapping and canonicalising rows: pure work), and streams each item back pickled over a
     pipe. A `CaseshelfError` it raises is raised here with the same type, detail and fields, after
     the items before it; any other failure is a `WorkerFailed`. Closing the generator early (the
-    consumer failed) kills the child. The child writes nothing but the pipe and leaves with
+    consumer failed) kills the child. When no process can be forked, the items are produced
+    here. The child writes nothing but the pipe and leaves with
     `os._exit`, so no buffer, handler or finaliser of the parent runs twice."""
+    import pickle
+    import signal
+
     read_fd, write_fd = os.pipe()
     if sys.platform == "linux":  # a larger pipe means fewer context switches; optional
         import fcntl
 
         with suppress(OSError):
             fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # no process to spare (EAGAIN, ENOMEM): do the work here instead
+        os.close(read_fd)
+        os.close(write_fd)
+        yield from items
+        return
     if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
         os.close(read_fd)
         _serve(items, write_fd)
@@ -427,6 +445,8 @@ def in_worker(items: Iterator[T]) -> Iterator[T]:
 
 
 def _serve(items: Iterator[Any], fd: int) -> NoReturn:  # pragma: no cover - child process
+    import pickle
+
     code = 0
     try:
         with open(fd, "wb", buffering=PIPE_BYTES) as pipe:

@@ -112,23 +112,12 @@ class SqliteIndex:
     def update_version(
         self, tenant: str, kind: str, name: str, version: str, changes: dict[str, Any]
     ) -> VersionRecord:
-        bad = set(changes) - keys.MUTABLE_VERSION_FIELDS
-        if bad:
-            raise ValueError(f"immutable version fields: {sorted(bad)}")
-        conn = self._conn()
+        keys.check_version_changes(changes)
         pk, sk = keys.version_pk(tenant, kind, name), keys.version_sk(version)
-        conn.execute("BEGIN IMMEDIATE")
         try:
-            row = conn.execute("SELECT doc FROM items WHERE pk=? AND sk=?", (pk, sk)).fetchone()
-            if row is None:
-                raise NotFound(f"no version {name}@{version}", id=name, version=version)
-            doc = orjson.loads(row[0])
-            doc.update(changes)
-            conn.execute("UPDATE items SET doc=? WHERE pk=? AND sk=?", (orjson.dumps(doc), pk, sk))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+            doc = self.update_item(pk, sk, changes)
+        except NotFound:
+            raise NotFound(f"no version {name}@{version}", id=name, version=version) from None
         return keys.item_to_record(doc)
 
     def list_datasets(

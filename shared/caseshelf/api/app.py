@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -264,6 +264,19 @@ def make_resolver(title: str, description: str | None = None) -> CaseshelfResolv
     )
     register_error_handlers(app, on_error=_count_errors)
     return app
+
+
+Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+
+def instrumented(handler: Handler) -> Handler:
+    """A function's `lambda_handler`, inside Powertools' logging context (cleared per call),
+    tracing (responses never captured) and metrics flush: the same for every function."""
+    traced = tracer.capture_lambda_handler(capture_response=False)
+    wrapped: Handler = logger.inject_lambda_context(clear_state=True)(
+        traced(metrics.log_metrics(handler))
+    )
+    return wrapped
 
 
 def current_identity(app: APIGatewayRestResolver) -> Identity:

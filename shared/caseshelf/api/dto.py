@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from caseshelf.services.exports import ExportResult
     from caseshelf.services.registry import DatasetSummary, RegisterResult, ValidateResult
     from caseshelf.services.selection import SubsetResult
+    from caseshelf.services.tasks import TaskImportResult
 
 T = TypeVar("T")
 
@@ -109,15 +110,39 @@ class Problem(Wire):
     detail: str
 
 
-def register_out(res: RegisterResult) -> RegisterOut:
-    r = res.record
-    return RegisterOut(
+R = TypeVar("R", bound=RegisterOut)
+
+
+def registered_as(model: type[R], r: VersionRecord, created: bool, **more: Any) -> R:
+    """`model` (a `RegisterOut` or one that adds to it) for a registered version."""
+    return model(
         id=r.name,
         version=r.version,
         content_digest=r.content_digest,
         case_count=r.case_count,
-        created=res.created,
+        created=created,
+        **more,
     )
+
+
+def register_out(res: RegisterResult) -> RegisterOut:
+    return registered_as(RegisterOut, res.record, res.created)
+
+
+class SkippedOut(Wire):
+    task: str
+    reason: str
+
+
+class TaskImportOut(RegisterOut):
+    """What a task import registered, and every task it left out (`skip_invalid`)."""
+
+    skipped: list[SkippedOut]
+
+
+def task_import_out(res: TaskImportResult) -> TaskImportOut:
+    skipped = [SkippedOut(task=s.task, reason=s.reason) for s in res.skipped]
+    return registered_as(TaskImportOut, res.record, res.created, skipped=skipped)
 
 
 def validate_out(res: ValidateResult) -> ValidateOut:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from caseshelf.api.dto import RegisterOut, Wire, registered_as
 from caseshelf.domain.recipe import Recipe, recipe_plain
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.services.imports import ImportResult, Preview
@@ -20,16 +21,7 @@ from caseshelf.services.recipes import (
 )
 
 
-class Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ImportOut(Wire):
-    id: str
-    version: str
-    content_digest: str
-    case_count: int
-    created: bool
+class ImportOut(RegisterOut):
     rows_read: int
     produced_by: dict[str, Any]
 
@@ -143,13 +135,10 @@ class JobOut(Wire):
 
 
 def import_out(done: ImportResult) -> ImportOut:
-    r = done.result.record
-    return ImportOut(
-        id=r.name,
-        version=r.version,
-        content_digest=r.content_digest,
-        case_count=r.case_count,
-        created=done.result.created,
+    return registered_as(
+        ImportOut,
+        done.result.record,
+        done.result.created,
         rows_read=done.rows_read,
         produced_by=done.produced_by,
     )

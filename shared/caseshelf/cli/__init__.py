@@ -386,6 +386,13 @@ def run(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         fail(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
         return 1
+    except Exception as exc:
+        # AWS client failures that are not answers (no credentials, no endpoint) come from
+        # botocore, which is imported only when AWS is used: name them without a traceback.
+        if type(exc).__module__.startswith("botocore"):
+            fail(f"AWS: {exc}")
+            return 1
+        raise
     return rv if isinstance(rv, int) else 0
 
 

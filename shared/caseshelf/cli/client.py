@@ -21,19 +21,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from caseshelf.domain.errors import (
-    BadRequest,
-    CaseshelfError,
-    Conflict,
-    Forbidden,
-    NotFound,
-    TooLarge,
-    Upstream,
-)
+from caseshelf.domain.errors import BadRequest, CaseshelfError, Upstream
 
 if TYPE_CHECKING:
     from caseshelf.bootstrap import Services, Settings
     from caseshelf.domain.identity import Identity
+    from caseshelf.ports import Page
 
 
 @dataclass(frozen=True)
@@ -159,6 +152,17 @@ def _page(items: list[Any], next_cursor: str | None) -> dict[str, Any]:
     return {"items": items, "next_cursor": next_cursor}
 
 
+def _wire(model: Any) -> dict[str, Any]:
+    """A wire model (`caseshelf.api.dto`, `caseshelf.api.import_dto`) as the API sends it."""
+    out: dict[str, Any] = model.model_dump(mode="json")
+    return out
+
+
+def _wire_page(page: Page, convert: Callable[[Any], Any]) -> dict[str, Any]:
+    """A service page with each item converted to its wire model, as the API sends it."""
+    return _page([_wire(convert(item)) for item in page.items], page.next_cursor)
+
+
 # -- embedded store -------------------------------------------------------------------------
 
 
@@ -180,32 +184,32 @@ class _LocalImports:
         from caseshelf.services.imports import parse_import
 
         done = self.services.imports.run(self.identity, parse_import(body), progress=on_rows)
-        return import_dto.import_out(done).model_dump(mode="json")
+        return _wire(import_dto.import_out(done))
 
     def preview_benchmark(self, body: dict[str, Any]) -> dict[str, Any]:
         from caseshelf.api import import_dto
         from caseshelf.services.imports import parse_import
 
         got = self.services.imports.preview(self.identity, parse_import(body))
-        return import_dto.preview_out(got).model_dump(mode="json")
+        return _wire(import_dto.preview_out(got))
 
     def list_benchmarks(self) -> dict[str, Any]:
         from caseshelf.api import import_dto
 
-        items = [import_dto.benchmark_out(r) for r in self.services.recipes.benchmarks()]
-        return _page([i.model_dump(mode="json") for i in items], None)
+        recipes = self.services.recipes.benchmarks()
+        return _page([_wire(import_dto.benchmark_out(r)) for r in recipes], None)
 
     def register_recipe(self, body: dict[str, Any]) -> dict[str, Any]:
         from caseshelf.api import import_dto
 
         res = self.services.recipes.register(self.identity, body)
-        return import_dto.recipe_register_out(res).model_dump(mode="json")
+        return _wire(import_dto.recipe_register_out(res))
 
     def validate_recipe(self, body: dict[str, Any]) -> dict[str, Any]:
         from caseshelf.api import import_dto
 
         res = self.services.recipes.validate(self.identity, body)
-        return import_dto.recipe_validate_out(res).model_dump(mode="json")
+        return _wire(import_dto.recipe_validate_out(res))
 
     def list_recipes(
         self, *, shared: bool = False, cursor: str | None = None, limit: int = 50
@@ -215,33 +219,30 @@ class _LocalImports:
         page = self.services.recipes.list_recipes(
             self.identity, shared=shared, cursor=cursor, limit=limit
         )
-        items = [import_dto.recipe_summary_out(r).model_dump(mode="json") for r in page.items]
-        return _page(items, page.next_cursor)
+        return _wire_page(page, import_dto.recipe_summary_out)
 
     def get_recipe(self, name: str, ref: str = "latest") -> dict[str, Any]:
         from caseshelf.api import import_dto
 
-        found = self.services.recipes.get(self.identity, name, ref)
-        return import_dto.recipe_out(found).model_dump(mode="json")
+        return _wire(import_dto.recipe_out(self.services.recipes.get(self.identity, name, ref)))
 
     def delete_recipe(self, name: str, version: str) -> dict[str, Any]:
         from caseshelf.api import import_dto
 
         rec = self.services.recipes.delete(self.identity, name, version)
-        return import_dto.recipe_version_out(rec).model_dump(mode="json")
+        return _wire(import_dto.recipe_version_out(rec))
 
     def revive_recipe(self, name: str, version: str) -> dict[str, Any]:
         from caseshelf.api import import_dto
 
         rec = self.services.recipes.revive(self.identity, name, version)
-        return import_dto.recipe_version_out(rec).model_dump(mode="json")
+        return _wire(import_dto.recipe_version_out(rec))
 
     def publish_catalog(self) -> dict[str, Any]:
         from caseshelf.api import import_dto
 
         done = self.services.recipes.publish_catalog(self.identity)
-        items = [import_dto.recipe_register_out(r).model_dump(mode="json") for r in done]
-        return _page(items, None)
+        return _page([_wire(import_dto.recipe_register_out(r)) for r in done], None)
 
     def create_upload(self, body: dict[str, Any]) -> dict[str, Any]:
         raise BadRequest(
@@ -251,75 +252,62 @@ class _LocalImports:
     def get_job(self, job_id: str) -> dict[str, Any]:
         from caseshelf.api import import_dto
 
-        return import_dto.job_out(self.services.jobs.get(self.identity, job_id)).model_dump(
-            mode="json"
-        )
+        return _wire(import_dto.job_out(self.services.jobs.get(self.identity, job_id)))
 
 
 class _HttpImports:
     """The import and recipe operations of `HttpClient` (mixed in)."""
 
-    def request(
+    def call(
         self,
         method: str,
         *segments: str,
         query: dict[str, Any] | None = None,
         body: Any = None,
-    ) -> Any: ...
+    ) -> dict[str, Any]:
+        raise NotImplementedError
 
     def import_benchmark(
         self, body: dict[str, Any], *, on_rows: Callable[[int], None] | None = None
     ) -> dict[str, Any]:
-        out: dict[str, Any] = self.request("POST", "benchmarks", "import", body=body)
-        return out
+        return self.call("POST", "benchmarks", "import", body=body)
 
     def preview_benchmark(self, body: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = self.request("POST", "benchmarks", "preview", body=body)
-        return out
+        return self.call("POST", "benchmarks", "preview", body=body)
 
     def list_benchmarks(self) -> dict[str, Any]:
-        out: dict[str, Any] = self.request("GET", "benchmarks")
-        return out
+        return self.call("GET", "benchmarks")
 
     def register_recipe(self, body: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = self.request("POST", "recipes", body=body)
-        return out
+        return self.call("POST", "recipes", body=body)
 
     def validate_recipe(self, body: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = self.request("POST", "recipes", "validate", body=body)
-        return out
+        return self.call("POST", "recipes", "validate", body=body)
 
     def list_recipes(
         self, *, shared: bool = False, cursor: str | None = None, limit: int = 50
     ) -> dict[str, Any]:
         query = {"shared": shared, "cursor": cursor, "limit": limit}
-        out: dict[str, Any] = self.request("GET", "recipes", query=query)
-        return out
+        return self.call("GET", "recipes", query=query)
 
     def get_recipe(self, name: str, ref: str = "latest") -> dict[str, Any]:
         segments = ("recipes", name) if ref == "latest" else ("recipes", name, "versions", ref)
-        out: dict[str, Any] = self.request("GET", *segments)
-        return out
+        return self.call("GET", *segments)
 
     def delete_recipe(self, name: str, version: str) -> dict[str, Any]:
-        out: dict[str, Any] = self.request("DELETE", "recipes", name, "versions", version)
-        return out
+        return self.call("DELETE", "recipes", name, "versions", version)
 
     def revive_recipe(self, name: str, version: str) -> dict[str, Any]:
-        out: dict[str, Any] = self.request("POST", "recipes", name, "versions", version, "revive")
-        return out
+        return self.call("POST", "recipes", name, "versions", version, "revive")
 
     def publish_catalog(self) -> dict[str, Any]:
-        out: dict[str, Any] = self.request("POST", "benchmarks", "publish")
-        return out
+        return self.call("POST", "benchmarks", "publish")
 
     def create_upload(self, body: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = self.request("POST", "uploads", body=body)
-        return out
+        return self.call("POST", "uploads", body=body)
 
     def get_job(self, job_id: str) -> dict[str, Any]:
-        out: dict[str, Any] = self.request("GET", "jobs", job_id)
-        return out
+        return self.call("GET", "jobs", job_id)
 
 
 class LocalClient(_LocalImports):
@@ -353,14 +341,14 @@ class LocalClient(_LocalImports):
         from caseshelf.services.registry import parse_dataset
 
         res = self.services.registry.register(self.identity, parse_dataset(body))
-        return dto.register_out(res).model_dump(mode="json")
+        return _wire(dto.register_out(res))
 
     def validate(self, body: dict[str, Any]) -> dict[str, Any]:
         from caseshelf.api import dto
         from caseshelf.services.registry import parse_dataset
 
         res = self.services.registry.validate(self.identity, parse_dataset(body))
-        return dto.validate_out(res).model_dump(mode="json")
+        return _wire(dto.validate_out(res))
 
     def list_datasets(
         self, *, shared: bool = False, cursor: str | None = None, limit: int = 50
@@ -370,16 +358,12 @@ class LocalClient(_LocalImports):
         page = self.services.registry.list_datasets(
             self.identity, shared=shared, cursor=cursor, limit=limit
         )
-        return _page(
-            [dto.dataset_out(s).model_dump(mode="json") for s in page.items], page.next_cursor
-        )
+        return _wire_page(page, dto.dataset_out)
 
     def get_dataset(self, name: str) -> dict[str, Any]:
         from caseshelf.api import dto
 
-        return dto.dataset_out(self.services.registry.summary(self.identity, name)).model_dump(
-            mode="json"
-        )
+        return _wire(dto.dataset_out(self.services.registry.summary(self.identity, name)))
 
     def list_versions(
         self,
@@ -394,9 +378,7 @@ class LocalClient(_LocalImports):
         page = self.services.registry.list_versions(
             self.identity, name, include_deleted=include_deleted, cursor=cursor, limit=limit
         )
-        return _page(
-            [dto.version_out(r).model_dump(mode="json") for r in page.items], page.next_cursor
-        )
+        return _wire_page(page, dto.version_out)
 
     def get_version(self, name: str, ref: str, *, include_deleted: bool = False) -> dict[str, Any]:
         from caseshelf.api import dto
@@ -404,7 +386,7 @@ class LocalClient(_LocalImports):
         rec = self.services.registry.get_version(
             self.identity, name, ref, include_deleted=include_deleted
         )
-        return dto.version_out(rec).model_dump(mode="json")
+        return _wire(dto.version_out(rec))
 
     def list_cases(
         self,
@@ -424,19 +406,19 @@ class LocalClient(_LocalImports):
         from caseshelf.api import dto
 
         rec = self.services.registry.set_version_tags(self.identity, name, version, tags)
-        return dto.version_out(rec).model_dump(mode="json")
+        return _wire(dto.version_out(rec))
 
     def delete_version(self, name: str, version: str) -> dict[str, Any]:
         from caseshelf.api import dto
 
         rec = self.services.registry.delete_version(self.identity, name, version)
-        return dto.version_out(rec).model_dump(mode="json")
+        return _wire(dto.version_out(rec))
 
     def revive_version(self, name: str, version: str) -> dict[str, Any]:
         from caseshelf.api import dto
 
         rec = self.services.registry.revive_version(self.identity, name, version)
-        return dto.version_out(rec).model_dump(mode="json")
+        return _wire(dto.version_out(rec))
 
     def download(self, name: str, ref: str, *, include_deleted: bool = False) -> Downloaded:
         got = self.services.registry.download(
@@ -456,26 +438,19 @@ class LocalClient(_LocalImports):
         cases: bool = False,
         include_deleted: bool = False,
     ) -> dict[str, Any]:
-        from pydantic import ValidationError
-
         from caseshelf.api import dto
-        from caseshelf.domain.envelope import validation_problem
+        from caseshelf.domain.envelope import parse_model
         from caseshelf.domain.subset import SubsetRequest
 
-        try:
-            request = SubsetRequest.model_validate(body)
-        except ValidationError as exc:
-            loc, msg = validation_problem(exc)
-            raise BadRequest(f"{loc}: {msg}", field=loc) from None
         res = self.services.selection.select_subset(
             self.identity,
             name,
             ref,
-            request,
+            parse_model(SubsetRequest, body),
             with_cases=cases,
             include_deleted=include_deleted,
         )
-        return dto.subset_out(res).model_dump(mode="json")
+        return _wire(dto.subset_out(res))
 
     def diff(
         self,
@@ -498,24 +473,18 @@ class LocalClient(_LocalImports):
             summary_only=summary,
             include_deleted=include_deleted,
         )
-        return dto.diff_out(res).model_dump(mode="json")
+        return _wire(dto.diff_out(res))
 
     def export(
         self, name: str, ref: str, body: dict[str, Any], *, to: str | None = None
     ) -> dict[str, Any]:
-        from pydantic import ValidationError
-
         from caseshelf.api import dto
-        from caseshelf.domain.envelope import validation_problem
+        from caseshelf.domain.envelope import parse_model
         from caseshelf.services.exports import ExportRequest
 
-        try:
-            request = ExportRequest.model_validate(body)
-        except ValidationError as exc:
-            loc, msg = validation_problem(exc)
-            raise BadRequest(f"{loc}: {msg}", field=loc) from None
+        request = parse_model(ExportRequest, body)
         res = self.services.exports.export_version(self.identity, name, ref, request, to=to)
-        return dto.export_out(res).model_dump(mode="json")
+        return _wire(dto.export_out(res))
 
 
 def put_url(url: str, data: bytes, timeout: float = 600) -> None:
@@ -533,14 +502,6 @@ def put_url(url: str, data: bytes, timeout: float = 600) -> None:
 
 # -- HTTP -----------------------------------------------------------------------------------
 
-_ERRORS: dict[int, type[CaseshelfError]] = {
-    400: BadRequest,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    413: TooLarge,
-    502: Upstream,
-}
 _PROBLEM_KEYS = {"type", "title", "status", "detail"}
 
 
@@ -567,7 +528,10 @@ def problem_error(status: int, body: bytes, reason: str = "") -> CaseshelfError:
     else:
         text = body.decode("utf-8", "replace").strip()[:300] if body else ""
         detail, fields = f"HTTP {status} {reason}".strip() + (f": {text}" if text else ""), {}
-    cls = _ERRORS.get(status)
+    # The API's own mapping, read backwards (imported only when there is an error to map).
+    from caseshelf.api.errors import STATUS
+
+    cls = next((c for c, (code, _) in STATUS.items() if code == status), None)
     if cls is not None:
         return cls(detail, **fields)
     return ApiError(detail, status=status, **fields)
@@ -688,27 +652,33 @@ class HttpClient(_HttpImports):
                 f"the API answered {method} {'/'.join(segments)} with non-JSON"
             ) from None
 
+    def call(
+        self,
+        method: str,
+        *segments: str,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+    ) -> dict[str, Any]:
+        """One API call whose answer is a JSON object (every operation's)."""
+        out: dict[str, Any] = self.request(method, *segments, query=query, body=body)
+        return out
+
     # -- operations ------------------------------------------------------------------------
 
     def register(self, body: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = self.request("POST", "datasets", body=body)
-        return out
+        return self.call("POST", "datasets", body=body)
 
     def validate(self, body: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = self.request("POST", "datasets", "validate", body=body)
-        return out
+        return self.call("POST", "datasets", "validate", body=body)
 
     def list_datasets(
         self, *, shared: bool = False, cursor: str | None = None, limit: int = 50
     ) -> dict[str, Any]:
-        out: dict[str, Any] = self.request(
-            "GET", "datasets", query={"shared": shared, "cursor": cursor, "limit": limit}
-        )
-        return out
+        query = {"shared": shared, "cursor": cursor, "limit": limit}
+        return self.call("GET", "datasets", query=query)
 
     def get_dataset(self, name: str) -> dict[str, Any]:
-        out: dict[str, Any] = self.request("GET", "datasets", name)
-        return out
+        return self.call("GET", "datasets", name)
 
     def list_versions(
         self,
@@ -718,20 +688,12 @@ class HttpClient(_HttpImports):
         cursor: str | None = None,
         limit: int = 100,
     ) -> dict[str, Any]:
-        out: dict[str, Any] = self.request(
-            "GET",
-            "datasets",
-            name,
-            "versions",
-            query={"include_deleted": include_deleted, "cursor": cursor, "limit": limit},
-        )
-        return out
+        query = {"include_deleted": include_deleted, "cursor": cursor, "limit": limit}
+        return self.call("GET", "datasets", name, "versions", query=query)
 
     def get_version(self, name: str, ref: str, *, include_deleted: bool = False) -> dict[str, Any]:
-        out: dict[str, Any] = self.request(
-            "GET", "datasets", name, "versions", ref, query={"include_deleted": include_deleted}
-        )
-        return out
+        query = {"include_deleted": include_deleted}
+        return self.call("GET", "datasets", name, "versions", ref, query=query)
 
     def list_cases(
         self,
@@ -742,40 +704,22 @@ class HttpClient(_HttpImports):
         limit: int = 100,
         include_deleted: bool = False,
     ) -> dict[str, Any]:
-        out: dict[str, Any] = self.request(
-            "GET",
-            "datasets",
-            name,
-            "versions",
-            ref,
-            "cases",
-            query={"cursor": cursor, "limit": limit, "include_deleted": include_deleted},
-        )
-        return out
+        query = {"cursor": cursor, "limit": limit, "include_deleted": include_deleted}
+        return self.call("GET", "datasets", name, "versions", ref, "cases", query=query)
 
     def set_tags(self, name: str, version: str, tags: list[str]) -> dict[str, Any]:
-        out: dict[str, Any] = self.request(
-            "PUT", "datasets", name, "versions", version, "tags", body={"tags": tags}
-        )
-        return out
+        body = {"tags": tags}
+        return self.call("PUT", "datasets", name, "versions", version, "tags", body=body)
 
     def delete_version(self, name: str, version: str) -> dict[str, Any]:
-        out: dict[str, Any] = self.request("DELETE", "datasets", name, "versions", version)
-        return out
+        return self.call("DELETE", "datasets", name, "versions", version)
 
     def revive_version(self, name: str, version: str) -> dict[str, Any]:
-        out: dict[str, Any] = self.request("POST", "datasets", name, "versions", version, "revive")
-        return out
+        return self.call("POST", "datasets", name, "versions", version, "revive")
 
     def download(self, name: str, ref: str, *, include_deleted: bool = False) -> Downloaded:
-        url = self.url(
-            "datasets",
-            name,
-            "versions",
-            ref,
-            "download",
-            query={"include_deleted": include_deleted},
-        )
+        query = {"include_deleted": include_deleted}
+        url = self.url("datasets", name, "versions", ref, "download", query=query)
         _, headers, data = self.send("GET", url)
         default = f"{name}-{ref.replace(':', '-')}.json"
         try:
@@ -797,17 +741,10 @@ class HttpClient(_HttpImports):
         cases: bool = False,
         include_deleted: bool = False,
     ) -> dict[str, Any]:
-        out: dict[str, Any] = self.request(
-            "POST",
-            "datasets",
-            name,
-            "versions",
-            ref,
-            "subset",
-            query={"cases": cases, "include_deleted": include_deleted},
-            body=body,
+        query = {"cases": cases, "include_deleted": include_deleted}
+        return self.call(
+            "POST", "datasets", name, "versions", ref, "subset", query=query, body=body
         )
-        return out
 
     def diff(
         self,
@@ -819,20 +756,14 @@ class HttpClient(_HttpImports):
         summary: bool = False,
         include_deleted: bool = False,
     ) -> dict[str, Any]:
-        out: dict[str, Any] = self.request(
-            "GET",
-            "datasets",
-            name,
-            "diff",
-            query={
-                "base": base,
-                "candidate": candidate,
-                "candidate_id": candidate_name,
-                "summary": summary,
-                "include_deleted": include_deleted,
-            },
-        )
-        return out
+        query = {
+            "base": base,
+            "candidate": candidate,
+            "candidate_id": candidate_name,
+            "summary": summary,
+            "include_deleted": include_deleted,
+        }
+        return self.call("GET", "datasets", name, "diff", query=query)
 
     def export(
         self, name: str, ref: str, body: dict[str, Any], *, to: str | None = None
@@ -845,9 +776,7 @@ class HttpClient(_HttpImports):
                 "`caseshelf pull`, or export from the embedded store",
                 field="to",
             )
-        out: dict[str, Any] = self.request(
-            "POST", "datasets", name, "versions", ref, "exports", body=body
-        )
+        out = self.call("POST", "datasets", name, "versions", ref, "exports", body=body)
         if to is not None:
             from pathlib import Path
 

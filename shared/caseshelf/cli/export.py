@@ -22,15 +22,7 @@ from rich.markup import escape
 
 from caseshelf.cli import client, command, emit, fields_table, note, progress, say, state, warn
 from caseshelf.cli.registry import parse_ref
-
-
-def _split(value: str | None, what: str) -> list[str] | None:
-    if value is None:
-        return None
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items:
-        raise typer.BadParameter(f"{value!r}: give at least one value", param_hint=what)
-    return items
+from caseshelf.cli.subset import IdsOpt, LimitOpt, TagsOpt, split_list
 
 
 def _shared(values: list[str] | None) -> list[dict[str, str]]:
@@ -62,15 +54,9 @@ def register_commands(app: typer.Typer) -> None:
                 help="Where to write (default: the registry's exports prefix).",
             ),
         ] = None,
-        ids: Annotated[
-            str | None, typer.Option("--ids", metavar="A,B", help="Exactly these case ids.")
-        ] = None,
-        tags: Annotated[
-            str | None, typer.Option("--tags", metavar="X,Y", help="Cases with any of these tags.")
-        ] = None,
-        limit: Annotated[
-            int | None, typer.Option("--limit", min=1, help="The first N, in dataset order.")
-        ] = None,
+        ids: IdsOpt = None,
+        tags: TagsOpt = None,
+        limit: LimitOpt = None,
         shared: Annotated[
             list[str] | None,
             typer.Option(
@@ -80,7 +66,11 @@ def register_commands(app: typer.Typer) -> None:
     ) -> None:
         """Export a version as per-case directories (input.yaml, annotations.yaml, ...)."""
         name, r = parse_ref(ref)
-        subset = {"ids": _split(ids, "--ids"), "tags": _split(tags, "--tags"), "limit": limit}
+        subset = {
+            "ids": split_list(ids, "--ids"),
+            "tags": split_list(tags, "--tags"),
+            "limit": limit,
+        }
         subset = {k: v for k, v in subset.items() if v is not None}
         body: dict[str, Any] = {"format": "case-dirs", "shared_files": _shared(shared)}
         if subset:

@@ -26,7 +26,18 @@ from caseshelf.cli.registry import BumpKind, parse_ref, parse_version
 VALUE_WIDTH = 160
 
 
-def _split(value: str | None, what: str) -> list[str] | None:
+# The selection options `export` takes too (its `subset`).
+IdsOpt = Annotated[str | None, typer.Option("--ids", metavar="A,B", help="Exactly these case ids.")]
+TagsOpt = Annotated[
+    str | None, typer.Option("--tags", metavar="X,Y", help="Cases with any of these tags.")
+]
+LimitOpt = Annotated[
+    int | None, typer.Option("--limit", min=1, help="The first N, in dataset order.")
+]
+
+
+def split_list(value: str | None, what: str) -> list[str] | None:
+    """`a,b` as `["a", "b"]` (None stays None); an option given with no value is refused."""
     if value is None:
         return None
     items = [v.strip() for v in value.split(",") if v.strip()]
@@ -118,15 +129,9 @@ def register_commands(app: typer.Typer) -> None:
     @command(app, "subset")
     def subset(
         ref: Annotated[str, typer.Argument(metavar="ID@REF", help="ID alone means latest.")],
-        ids: Annotated[
-            str | None, typer.Option("--ids", metavar="A,B", help="Exactly these case ids.")
-        ] = None,
-        tags: Annotated[
-            str | None, typer.Option("--tags", metavar="X,Y", help="Cases with any of these tags.")
-        ] = None,
-        limit: Annotated[
-            int | None, typer.Option("--limit", min=1, help="The first N, in dataset order.")
-        ] = None,
+        ids: IdsOpt = None,
+        tags: TagsOpt = None,
+        limit: LimitOpt = None,
         sample: Annotated[
             int | None, typer.Option("--sample", min=1, help="N cases by the seeded sample rule.")
         ] = None,
@@ -155,8 +160,8 @@ def register_commands(app: typer.Typer) -> None:
         """Select a stamped subset of a version: ids -> tags -> limit -> sample."""
         name, r = parse_ref(ref)
         body: dict[str, Any] = {
-            "ids": _split(ids, "--ids"),
-            "tags": _split(tags, "--tags"),
+            "ids": split_list(ids, "--ids"),
+            "tags": split_list(tags, "--tags"),
             "limit": limit,
             "sample": sample,
             "seed": _seed(seed),

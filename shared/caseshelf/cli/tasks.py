@@ -39,18 +39,12 @@ def _register_tasks(path: str, fmt: str, options: dict[str, Any]) -> dict[str, A
 
     c: Any = client()
     if path.startswith("s3://"):
-        if hasattr(c, "services"):
+        if hasattr(c, "services"):  # the embedded store
+            from caseshelf.api.dto import task_import_out
+
             req = TaskImportRequest(s3=path, **options)
-            res = c.services().tasks.import_tasks(c.identity(), fmt, req)
-            rec = res.record
-            return {
-                "id": rec.name,
-                "version": rec.version,
-                "content_digest": rec.content_digest,
-                "case_count": rec.case_count,
-                "created": res.created,
-                "skipped": [{"task": s.task, "reason": s.reason} for s in res.skipped],
-            }
+            res = c.services.tasks.import_tasks(c.identity, fmt, req)
+            return task_import_out(res).model_dump(mode="json")
         out: dict[str, Any] = c.request("POST", "datasets", fmt, body={"s3": path, **options})
         return out
     built = build_task_dataset(read_path(path), fmt, origin=Path(path).name, **options)
@@ -65,41 +59,19 @@ def _pack_directory(root: Path, dest: Path) -> None:
     symlink that resolves inside `root` stored as a copy, any other link refused, regular files
     only, permission bits kept. Owners and times are left out, so the archive says only what
     the import reads."""
-    from caseshelf.domain.paths import relative_path_problem
+    from caseshelf.services.tasks import walk_tree
 
     root = root.resolve()
     with tarfile.open(dest, "w:gz", compresslevel=6, format=tarfile.PAX_FORMAT) as tar:
-        for dirpath, dirnames, filenames in os.walk(root):
-            base = Path(dirpath)
-            for d in dirnames:
-                if (base / d).is_symlink():
-                    rel = (base / d).relative_to(root).as_posix()
-                    raise BadRequest(
-                        f"{root}: {rel} is a directory symlink; not followed", path=rel
-                    )
-            dirnames.sort()
-            for fname in sorted(filenames):
-                full = base / fname
-                rel = full.relative_to(root).as_posix()
-                problem = relative_path_problem(rel)
-                if problem:
-                    raise BadRequest(f"{root}: {rel!r} {problem}", path=rel)
-                if full.is_symlink():
-                    target = full.resolve()
-                    if not target.is_relative_to(root) or not target.is_file():
-                        raise BadRequest(
-                            f"{root}: {rel} links outside the tree (or to no file); not followed",
-                            path=rel,
-                        )
-                    full = target
-                with full.open("rb") as fh:
-                    st = os.fstat(fh.fileno())
-                    if not stat.S_ISREG(st.st_mode):
-                        raise BadRequest(f"{root}: {rel} is not a regular file", path=rel)
-                    info = tarfile.TarInfo(rel)
-                    info.size = st.st_size
-                    info.mode = st.st_mode & 0o777
-                    tar.addfile(info, fh)
+        for rel, full in walk_tree(root):
+            with full.open("rb") as fh:
+                st = os.fstat(fh.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    raise BadRequest(f"{root}: {rel} is not a regular file", path=rel)
+                info = tarfile.TarInfo(rel)
+                info.size = st.st_size
+                info.mode = st.st_mode & 0o777
+                tar.addfile(info, fh)
 
 
 @contextmanager

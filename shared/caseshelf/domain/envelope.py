@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator
 from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -44,6 +44,18 @@ def validation_problem(exc: ValidationError) -> tuple[str, str]:
     if err["type"] == "extra_forbidden":
         msg = f"unknown key {err['loc'][-1]!r}"
     return loc, msg
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_model(model: type[M], raw: Any) -> M:
+    """Validate `raw` into `model`; a 400 naming the field (an unknown key included) on error."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        loc, msg = validation_problem(exc)
+        raise BadRequest(f"{loc}: {msg}", field=loc) from None
 
 
 def parse_case(item: Any, *, index: int | None = None) -> Case:

@@ -83,3 +83,10 @@ def item_to_record(item: dict[str, Any]) -> VersionRecord:
 
 
 MUTABLE_VERSION_FIELDS = frozenset({"version_tags", "deleted_at", "deleted_by"})
+
+
+def check_version_changes(changes: dict[str, Any]) -> None:
+    """Refuse a change to a version row's immutable fields (a programming error, not input)."""
+    bad = set(changes) - MUTABLE_VERSION_FIELDS
+    if bad:
+        raise ValueError(f"immutable version fields: {sorted(bad)}")

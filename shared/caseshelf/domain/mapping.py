@@ -117,14 +117,29 @@ def _field(expr: str) -> FieldExpr:
     return compile_field(expr)
 
 
-def _field_map(spec: list[str] | dict[str, Any], target: str) -> list[tuple[str, Builder, str]]:
-    """`(key, builder, error target)` of each entry of a details / metadata mapping."""
+FieldMap = list[tuple[str, Builder, str, str | None]]
+
+
+def _plain_key(template: Any) -> str | None:
+    """The row key when a template is exactly one placeholder without filters (`{answer}`)."""
+    if not isinstance(template, str):
+        return None
+    parts = compile_template(template).parts
+    return parts[0].key if len(parts) == 1 and isinstance(parts[0], FieldExpr) else None
+
+
+def _field_map(spec: list[str] | dict[str, Any], target: str) -> FieldMap:
+    """`(key, builder, error target, row key when it is a plain lookup)` of each entry of a
+    details / metadata mapping."""
     if isinstance(spec, dict):
-        return [(key, compile_value(value), f"{target}.{key}") for key, value in spec.items()]
-    out: list[tuple[str, Builder, str]] = []
+        return [
+            (key, compile_value(value), f"{target}.{key}", _plain_key(value))
+            for key, value in spec.items()
+        ]
+    out: FieldMap = []
     for expr in spec:
         fe = _field(expr)
-        out.append((fe.field, fe.value, f"{target}.{fe.field}"))
+        out.append((fe.field, fe.value, f"{target}.{fe.field}", fe.key))
     return out
 
 
@@ -167,10 +182,13 @@ class RowMapper:
         self._id = _field(m.id_field) if m.id_field else None
         self._id_prefix = f"{recipe.id}-"
         self._task: Builder | None = None
+        self._task_key: str | None = None
         if m.task_template is not None:
             self._task = compile_render(m.task_template)
+            self._task_key = _plain_key(m.task_template)
         elif m.task_field:
-            self._task = _field(m.task_field).value
+            task_field = _field(m.task_field)
+            self._task, self._task_key = task_field.value, task_field.key
         self._answer = _field(m.answer_field) if m.answer_field else None
         answer_grader: dict[str, Any] = {"id": "answer-match"}
         if m.answer_mode:
@@ -286,7 +304,7 @@ class RowMapper:
         id_value = self._id.value if self._id is not None else None
         id_prefix = self._id_prefix
         case_id = self.case_id
-        task = self._task
+        task, task_key = self._task, self._task_key
         hitl = self._hitl.value if self._hitl is not None else None
         answer_value = self._answer.value if self._answer is not None else None
         answer_grader = self._answer_grader
@@ -307,7 +325,13 @@ class RowMapper:
             case: dict[str, Any] = {"id": cid}
 
             inputs: dict[str, Any] = {}
-            if task is not None:
+            if task_key is not None:
+                try:
+                    user = row[task_key]
+                except KeyError:
+                    raise FieldMissing(task_key) from None
+                inputs["user"] = user if type(user) is str else _user(user)
+            elif task is not None:
                 user = task(row, index)
                 inputs["user"] = user if type(user) is str else _user(user)
             if hitl is not None:
@@ -330,8 +354,14 @@ class RowMapper:
                     graders.append(answer_grader)
             if details:
                 values: dict[str, Any] = {}
-                for key, value_of, target in details:
-                    v = value_of(row, index)
+                for key, value_of, target, row_key in details:
+                    if row_key is not None:
+                        try:
+                            v = row[row_key]
+                        except KeyError:
+                            raise FieldMissing(row_key) from None
+                    else:
+                        v = value_of(row, index)
                     values[key] = v if type(v) is str else _finite(v, target)
                 expectations["details"] = values
             if expectations:
@@ -389,10 +419,16 @@ class RowMapper:
         return build
 
 
-def _values(fields: list[tuple[str, Builder, str]], row: Row, index: int) -> dict[str, Any]:
+def _values(fields: FieldMap, row: Row, index: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key, build, target in fields:
-        v = build(row, index)
+    for key, value_of, target, row_key in fields:
+        if row_key is not None:
+            try:
+                v = row[row_key]
+            except KeyError:
+                raise FieldMissing(row_key) from None
+        else:
+            v = value_of(row, index)
         out[key] = v if type(v) is str else _finite(v, target)
     return out
 
@@ -445,16 +481,17 @@ def rows_to_cases(
 
 
 class RecordBatch(NamedTuple):
-    """Consecutive cases as canonical records, ready for a pack: what
-    `RegistryService.register_records` consumes (and hashes)."""
+    """Cases as canonical records, ready for a pack: what `RegistryService.register_records`
+    consumes (and hashes)."""
 
     ids: list[str]
     lengths: list[int]  # bytes of each record
     data: bytes  # the records back to back, each followed by "\n"
-    tags: list[Sequence[str]]  # sorted, unique tags of each case
+    tags: list[Sequence[str]] | None  # sorted, unique tags of each case; None: no case has any
 
 
 BATCH_ROWS = 1000
+BATCH_BYTES = 4 << 20  # a batch of large cases closes early
 
 
 def record_batches(
@@ -463,17 +500,20 @@ def record_batches(
     *,
     max_case_bytes: int,
     batch_rows: int = BATCH_ROWS,
+    batch_bytes: int = BATCH_BYTES,
 ) -> Iterator[RecordBatch]:
-    """Every row as its case's canonical record, in batches, in order. Errors name the row: a
-    mapping error, two rows with the same case id, a case over `max_case_bytes` (413)."""
+    """Every row as its case's canonical record, in batches of at most `batch_rows` cases (or
+    about `batch_bytes`), in order. Errors name the row: a mapping error, two rows with the same
+    case id (both rows), a case over `max_case_bytes` (413)."""
     build = RowMapper(recipe).build
     seen: dict[str, int] = {}
     dumps, options = orjson.dumps, CANONICAL_OPTIONS
-    no_tags: tuple[str, ...] = ()
+    tagged = bool(recipe.mapping.tag_fields)
     ids: list[str] = []
     lengths: list[int] = []
     records: list[bytes] = []
     tags: list[Sequence[str]] = []
+    held = 0  # bytes in the batch so far
     for index, row in rows:
         try:
             case = build(row, index)
@@ -501,11 +541,14 @@ def record_batches(
         ids.append(cid)
         lengths.append(size)
         records.append(data)
-        tags.append(case.get("tags", no_tags))
-        if len(ids) >= batch_rows:
+        if tagged:
+            tags.append(case.get("tags", ()))
+        held += size
+        if len(ids) >= batch_rows or held >= batch_bytes:
             records.append(b"")
-            yield RecordBatch(ids, lengths, b"\n".join(records), tags)
+            yield RecordBatch(ids, lengths, b"\n".join(records), tags if tagged else None)
             ids, lengths, records, tags = [], [], [], []
+            held = 0
     if ids:
         records.append(b"")
-        yield RecordBatch(ids, lengths, b"\n".join(records), tags)
+        yield RecordBatch(ids, lengths, b"\n".join(records), tags if tagged else None)

@@ -322,7 +322,7 @@ class FieldExpr:
     bound at compile time to the cheapest closure that does the job, since it runs for every
     row of every import."""
 
-    __slots__ = ("field", "filters", "has_default", "source", "value")
+    __slots__ = ("field", "filters", "has_default", "key", "source", "value")
 
     def __init__(
         self,
@@ -336,6 +336,9 @@ class FieldExpr:
         self.field = field
         self.filters = filters
         self.has_default = has_default
+        # The row key itself when the value is just `row[key]`: callers may look it up inline.
+        plain = not filters and "." not in field and field != INDEX_FIELD
+        self.key: str | None = field if plain else None
         self.value: Callable[[Mapping[str, Any], int], Any] = self._compile(get)
 
     def _compile(self, get: Callable[[Mapping[str, Any], int], Any]) -> Callable[..., Any]:

@@ -19,11 +19,10 @@ from caseshelf.domain.canonical import digest_of
 from caseshelf.domain.errors import Conflict, Forbidden, NotFound
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.layout import SHARED_TENANT
-from caseshelf.domain.paging import check_limit
 from caseshelf.domain.recipe import Recipe, parse_recipe, recipe_bytes, recipe_from_bytes
-from caseshelf.domain.versions import VersionRecord, check_dataset_id, ordered
+from caseshelf.domain.versions import VersionRecord, check_dataset_id
 from caseshelf.ports import BlobStore, Index, Page
-from caseshelf.services.versioned import Clock, VersionedStore, utc_now
+from caseshelf.services.versioned import Clock, EntitySummary, VersionedStore, utc_now
 
 KIND = "recipe"
 
@@ -68,6 +67,20 @@ class RecipeSummary:
     version_count: int
     created_at: str | None
     updated_at: str | None
+
+
+def _summary(s: EntitySummary) -> RecipeSummary:
+    latest = s.latest
+    return RecipeSummary(
+        id=s.name,
+        owner=s.tenant,
+        latest=latest.version if latest else None,
+        category=str(latest.extra.get("category", "")) if latest else "",
+        description=latest.description if latest else "",
+        version_count=len(s.live),
+        created_at=s.created_at,
+        updated_at=s.updated_at,
+    )
 
 
 CatalogLoader = Callable[[], dict[str, Recipe]]
@@ -205,11 +218,7 @@ class RecipeService:
     ) -> Page:
         try:
             return self.versions.versions(
-                identity,
-                name,
-                include_deleted=include_deleted,
-                cursor=cursor,
-                limit=check_limit(limit),
+                identity, name, include_deleted=include_deleted, cursor=cursor, limit=limit
             )
         except NotFound:
             if name in self.catalog():
@@ -225,27 +234,8 @@ class RecipeService:
         limit: int = 50,
     ) -> Page:
         """Summaries of one tenant's recipes (the caller's, or `_shared`), in name order."""
-        page = self.versions.list_entities(
-            identity, shared=shared, cursor=cursor, limit=check_limit(limit)
-        )
-        out = []
-        for entry in page.items:
-            records = self.index.list_versions(entry.tenant, KIND, entry.name)
-            live = ordered(r for r in records if r.live)
-            latest = live[-1] if live else None
-            out.append(
-                RecipeSummary(
-                    id=entry.name,
-                    owner=entry.tenant,
-                    latest=latest.version if latest else None,
-                    category=str(latest.extra.get("category", "")) if latest else "",
-                    description=latest.description if latest else "",
-                    version_count=len(live),
-                    created_at=entry.created_at,
-                    updated_at=entry.updated_at,
-                )
-            )
-        return Page(out, page.next_cursor)
+        page = self.versions.summaries(identity, shared=shared, cursor=cursor, limit=limit)
+        return Page([_summary(s) for s in page.items], page.next_cursor)
 
     def benchmarks(self) -> list[Recipe]:
         """The first-party catalog, in id order."""

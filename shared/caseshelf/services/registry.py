@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -581,19 +582,20 @@ class RegistryService:
                     digests.append(sha256(view[start : start + size]).hexdigest())
                     start += size + 1
                 pairs.extend(zip(ids, ["sha256:" + d for d in digests], strict=True))
+                tags_of = case_tags if case_tags is not None else repeat((), len(ids))
                 if not known or not any(d in known for d in digests):
                     # The whole batch into one pack: its records already end in "\n".
                     number, offset = append(view[:-1])
                     container = pack_name(number)
                     for case_id, hex_digest, size, t in zip(
-                        ids, digests, lengths, case_tags, strict=True
+                        ids, digests, lengths, tags_of, strict=True
                     ):
                         add_case(case_id, hex_digest, t, container, offset, size)
                         offset += size + 1
                     continue
                 start = 0
                 for case_id, hex_digest, size, t in zip(
-                    ids, digests, lengths, case_tags, strict=True
+                    ids, digests, lengths, tags_of, strict=True
                 ):
                     loc = find(hex_digest)
                     if loc is not None:
@@ -603,12 +605,13 @@ class RegistryService:
                         number, offset = append(view[start : start + size])
                         add_case(case_id, hex_digest, t, pack_name(number), offset, size)
                     start += size + 1
-            packs.flush()
-            builder.resolve_pending(packs.digest_of_pack)
+            # The digest first: the last packs are hashed and written meanwhile.
             cdigest = content_digest(
                 description=description, tags=tag_list, shared_files=[], case_digests=pairs
             )
             del pairs
+            packs.flush()
+            builder.resolve_pending(packs.digest_of_pack)
             manifest = builder.build(cdigest)
             mkey = layout.manifest_key(tenant, cdigest)
             self.store.put_if_absent(mkey, manifest.to_bytes())

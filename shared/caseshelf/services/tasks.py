@@ -21,7 +21,7 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -268,12 +268,13 @@ def read_zip(fileobj: BinaryIO, name: str, limits: Limits = Limits()) -> Tree:
     return tree
 
 
-def read_directory(root: Path, limits: Limits = Limits()) -> Tree:
-    """Every regular file under `root`. A file symlink is read when it resolves inside `root`
-    and refused otherwise (CWE-59); directory symlinks are refused."""
-    root = root.resolve()
-    tree = Tree(root.name)
-    budget = _Budget(limits, str(root))
+def walk_tree(
+    root: Path, on_entry: Callable[[], None] = lambda: None
+) -> Iterator[tuple[str, Path]]:
+    """(path relative to `root`, file to read) of every file under the resolved `root`, in
+    sorted order: a file symlink is followed when it resolves to a file inside `root` and
+    refused otherwise (CWE-59); directory symlinks are refused. `on_entry` is called for each
+    file before its checks. The caller still checks that what it opens is a regular file."""
     for dirpath, dirnames, filenames in os.walk(root):
         base = Path(dirpath)
         for d in list(dirnames):
@@ -284,7 +285,7 @@ def read_directory(root: Path, limits: Limits = Limits()) -> Tree:
         for fname in sorted(filenames):
             full = base / fname
             rel = full.relative_to(root).as_posix()
-            budget.entry()
+            on_entry()
             problem = relative_path_problem(rel)
             if problem:
                 raise BadRequest(f"{root}: {rel!r} {problem}", path=rel)
@@ -296,12 +297,21 @@ def read_directory(root: Path, limits: Limits = Limits()) -> Tree:
                         path=rel,
                     )
                 full = target
-            st = full.stat()
-            if not stat.S_ISREG(st.st_mode):
-                raise BadRequest(f"{root}: {rel} is not a regular file", path=rel)
-            budget.size(st.st_size)
-            tree.files[rel] = full.read_bytes()
-            tree.modes[rel] = st.st_mode & 0o777
+            yield rel, full
+
+
+def read_directory(root: Path, limits: Limits = Limits()) -> Tree:
+    """Every regular file under `root`, by the rules of `walk_tree`."""
+    root = root.resolve()
+    tree = Tree(root.name)
+    budget = _Budget(limits, str(root))
+    for rel, full in walk_tree(root, budget.entry):
+        st = full.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise BadRequest(f"{root}: {rel} is not a regular file", path=rel)
+        budget.size(st.st_size)
+        tree.files[rel] = full.read_bytes()
+        tree.modes[rel] = st.st_mode & 0o777
     return tree
 
 

@@ -8,12 +8,12 @@ isolation (another tenant's entity is simply not found). One implementation, con
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from caseshelf.domain.errors import Conflict, Forbidden, NotFound
 from caseshelf.domain.identity import Identity
-from caseshelf.domain.paging import decode_position, encode_position
+from caseshelf.domain.paging import check_limit, decode_position, encode_position
 from caseshelf.domain.versions import (
     VersionRecord,
     check_dataset_id,
@@ -33,6 +33,21 @@ def utc_now() -> datetime:
 
 def iso(dt: datetime) -> str:
     return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class EntitySummary:
+    """One entity of a listing: its owning tenant and its live versions, oldest first."""
+
+    name: str
+    tenant: str
+    live: list[VersionRecord]
+    created_at: str
+    updated_at: str
+
+    @property
+    def latest(self) -> VersionRecord | None:
+        return self.live[-1] if self.live else None
 
 
 class VersionedStore:
@@ -73,7 +88,7 @@ class VersionedStore:
         _, records = self.find(identity, name)
         pool = [r for r in ordered(records) if include_deleted or r.live]
         pool.reverse()
-        start = decode_position(cursor)
+        start, limit = decode_position(cursor), check_limit(limit)
         items = pool[start : start + limit]
         nxt = start + limit
         return Page(items, encode_position(nxt) if nxt < len(pool) else None)
@@ -87,7 +102,27 @@ class VersionedStore:
         limit: int = 50,
     ) -> Page:
         tenant = "_shared" if shared else identity.tenant
-        return self.index.list_datasets(tenant, self.kind, cursor=cursor, limit=limit)
+        return self.index.list_datasets(tenant, self.kind, cursor=cursor, limit=check_limit(limit))
+
+    def summaries(
+        self,
+        identity: Identity,
+        *,
+        shared: bool = False,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> Page:
+        """`EntitySummary` items of one tenant's entities (the caller's, or `_shared`), in name
+        order."""
+        page = self.list_entities(identity, shared=shared, cursor=cursor, limit=limit)
+        out = []
+        for entry in page.items:
+            records = self.index.list_versions(entry.tenant, self.kind, entry.name)
+            live = ordered(r for r in records if r.live)
+            out.append(
+                EntitySummary(entry.name, entry.tenant, live, entry.created_at, entry.updated_at)
+            )
+        return Page(out, page.next_cursor)
 
     # -- writing ---------------------------------------------------------------------------
 

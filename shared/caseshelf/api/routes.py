@@ -1,0 +1,58 @@
+"""What route functions share: the paging and tombstone query parameters, pages of wire models,
+and the "201 when new, 200 when already there" answer of every register-like route.
+
+The routes stay one per function module, each with its own OpenAPI docs; only their bodies'
+common shapes live here. Importing this module does no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.openapi.params import Query
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
+from pydantic import BaseModel
+
+from caseshelf.api.app import problems
+from caseshelf.api.dto import PageOut
+from caseshelf.ports import Page
+
+M = TypeVar("M", bound=BaseModel)
+W = TypeVar("W")
+
+Cursor = Annotated[
+    str | None, Query(description="The `next_cursor` of the previous page.", max_length=512)
+]
+IncludeDeleted = Annotated[bool, Query(description="Also show tombstoned versions.")]
+Limit = Annotated[int, Query(ge=1, le=1000)]
+Shared = Annotated[bool, Query(description="List the `_shared` tenant.")]
+
+ALREADY_REGISTERED = "Already registered with the same content (`created: false`)."
+
+
+def page_out(model: type[W], page: Page, convert: Callable[[Any], W]) -> PageOut[W]:
+    """A service page as a `PageOut[model]`, each item converted to its wire model."""
+    return PageOut[model](  # type: ignore[valid-type]
+        items=[convert(item) for item in page.items], next_cursor=page.next_cursor
+    )
+
+
+def created_responses(
+    model: type[BaseModel], *statuses: int, description: str
+) -> dict[int, OpenAPIResponse]:
+    """The OpenAPI answers of a register-like route: 201 (`description`) when it made something
+    new, 200 with the same `model` when it was already there, and the problems it can give."""
+    return {
+        200: {
+            "description": ALREADY_REGISTERED,
+            "content": {"application/json": {"model": model}},
+        },
+        **problems(*statuses, ok=201, description=description),
+    }
+
+
+def created_response(created: bool, body: M) -> Response[M]:
+    """201 with `body` when something new was made, else 200."""
+    return Response(status_code=201 if created else 200, content_type="application/json", body=body)

@@ -1,0 +1,176 @@
+"""Helpers the integration and end-to-end tests share: sample events, Lambda contexts and handler
+calls; the local dev server and HTTP calls to it; the `caseshelf` command as a subprocess; and
+small archives."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+from urllib.parse import quote_plus
+
+from caseshelf import bootstrap
+from caseshelf.api.openapi import load_function
+from caseshelf.bootstrap import load_settings
+from caseshelf.devserver import DevServer, make_server
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+EVENTS = REPO_ROOT / "tests" / "events"
+ETAG = "0123456789abcdef0123456789abcdef"
+
+# -- Lambda handlers ---------------------------------------------------------------------------
+
+
+def sample_event(name: str) -> dict[str, Any]:
+    """A fresh copy of the API Gateway (or S3) event sample `tests/events/<name>`."""
+    data: dict[str, Any] = json.loads((EVENTS / name).read_text())
+    return copy.deepcopy(data)
+
+
+def lambda_context(function_name: str = "caseshelf-test", memory_mb: int = 1024) -> Any:
+    """What the Lambda runtime hands a handler besides the event."""
+    return SimpleNamespace(
+        function_name=function_name,
+        function_version="$LATEST",
+        memory_limit_in_mb=memory_mb,
+        invoked_function_arn=f"arn:aws:lambda:us-east-1:123456789012:function:{function_name}",
+        aws_request_id=str(uuid.uuid4()),
+        log_group_name=f"/aws/lambda/{function_name}",
+        log_stream_name="test",
+        get_remaining_time_in_millis=lambda: 29_000,
+    )
+
+
+def call_function(name: str, ev: dict[str, Any]) -> tuple[int, Any]:
+    """`functions/<name>/app.py` fed `ev`: (status, decoded JSON body). An answer that is not an
+    API Gateway response (the importer's S3 worker) comes back as (0, the answer)."""
+    handler = load_function(f"functions/{name}/app.py").lambda_handler
+    out = handler(ev, lambda_context(f"caseshelf-{name}", 2048))
+    if "statusCode" not in out:
+        return 0, out
+    return out["statusCode"], json.loads(out["body"]) if out.get("body") else None
+
+
+def s3_event(key: str, etag: str = ETAG) -> dict[str, Any]:
+    """The S3 `ObjectCreated` sample naming `key` (URL-encoded, as S3 sends it)."""
+    ev = sample_event("s3_object_created.json")
+    ev["Records"][0]["s3"]["object"]["key"] = quote_plus(key, safe="/")
+    ev["Records"][0]["s3"]["object"]["eTag"] = etag
+    return ev
+
+
+def importer_api(
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    tenant: str = "acme",
+    roles: str = "",
+    query: dict[str, str] | None = None,
+) -> tuple[int, Any]:
+    """An importer route called through API Gateway's event (Cognito claims for the caller)."""
+    ev = sample_event("importer_import_post.json")
+    ev.update(httpMethod=method, path=path, resource=path)
+    ev["requestContext"].update(httpMethod=method, resourcePath=path, path=f"/prod{path}")
+    claims = ev["requestContext"]["authorizer"]["claims"]
+    claims.update({"custom:tenant": tenant, "custom:roles": roles})
+    ev["body"] = None if body is None else json.dumps(body)
+    ev["queryStringParameters"] = query
+    ev["multiValueQueryStringParameters"] = {k: [v] for k, v in query.items()} if query else None
+    return call_function("importer", ev)
+
+
+def tar_gz(root: Path, arcname: str) -> bytes:
+    """`root` packed as a .tar.gz under `arcname`."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(root, arcname=arcname)
+    return buf.getvalue()
+
+
+# -- the local dev server ----------------------------------------------------------------------
+
+
+@contextmanager
+def dev_server(home: Path, *, quiet: bool = True, **settings: Any) -> Iterator[DevServer]:
+    """`caseshelf serve` on a free local port over the embedded store at `home` (tenant acme,
+    principal alice unless `settings` say otherwise)."""
+    settings = {"tenant": "acme", "principal": "alice", **settings}
+    srv = make_server(load_settings({}, home=str(home), **settings), "127.0.0.1", 0, quiet=quiet)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(timeout=10)
+        bootstrap.use(None)
+
+
+def http_call(
+    url: str,
+    method: str = "GET",
+    body: Any = None,
+    *,
+    raw: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> SimpleNamespace:
+    """One HTTP request (a JSON `body`, or `raw` bytes): status, headers, body and the decoded
+    JSON answer (None when it is not JSON). Error statuses are answers, not exceptions."""
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(url, data=data, method=method)
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status, hdrs, payload = resp.status, resp.headers, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, hdrs, payload = exc.code, exc.headers, exc.read()
+    parsed = json.loads(payload) if "json" in hdrs.get("Content-Type", "") and payload else None
+    return SimpleNamespace(status=status, headers=hdrs, body=payload, json=parsed)
+
+
+# -- the command line --------------------------------------------------------------------------
+
+
+def run_cli(
+    home: Path,
+    *args: Any,
+    cwd: Path = REPO_ROOT,
+    env: dict[str, str] | None = None,
+    timeout: float = 180,
+) -> subprocess.CompletedProcess[str]:
+    """`python -m caseshelf.cli ARGS` with its own CASESHELF_HOME and no CASESHELF_* or
+    AWS_ENDPOINT_URL of the caller's environment (`env` adds to it)."""
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("CASESHELF_") and k != "AWS_ENDPOINT_URL"
+    }
+    base["CASESHELF_HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-m", "caseshelf.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**base, **(env or {})},
+        timeout=timeout,
+        check=False,
+    )
