@@ -455,6 +455,7 @@ def _serve(items: Iterator[Any], fd: int) -> NoReturn:  # pragma: no cover - chi
             try:
                 for item in items:
                     dump(("item", item), pipe, protocol=pickle.HIGHEST_PROTOCOL)
+                    pipe.flush()  # now, not when the buffer fills: the caller is waiting for it
                 message = ("done", None)
             except CaseshelfError as exc:
                 message = ("error", (type(exc), exc.detail, exc.fields))

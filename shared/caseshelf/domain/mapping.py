@@ -492,6 +492,7 @@ class RecordBatch(NamedTuple):
 
 BATCH_ROWS = 1000
 BATCH_BYTES = 4 << 20  # a batch of large cases closes early
+FIRST_BATCH_ROWS = 100  # a small first batch, so that its consumer starts early
 
 
 def record_batches(
@@ -514,6 +515,7 @@ def record_batches(
     records: list[bytes] = []
     tags: list[Sequence[str]] = []
     held = 0  # bytes in the batch so far
+    most = min(FIRST_BATCH_ROWS, batch_rows)
     for index, row in rows:
         try:
             case = build(row, index)
@@ -544,11 +546,11 @@ def record_batches(
         if tagged:
             tags.append(case.get("tags", ()))
         held += size
-        if len(ids) >= batch_rows or held >= batch_bytes:
+        if len(ids) >= most or held >= batch_bytes:
             records.append(b"")
             yield RecordBatch(ids, lengths, b"\n".join(records), tags if tagged else None)
             ids, lengths, records, tags = [], [], [], []
-            held = 0
+            held, most = 0, batch_rows
     if ids:
         records.append(b"")
         yield RecordBatch(ids, lengths, b"\n".join(records), tags if tagged else None)
