@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -102,19 +102,84 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
     return settings
 
 
-@dataclass
 class Services:
-    settings: Settings
-    store: BlobStore
-    index: Index
-    registry: RegistryService
-    selection: SelectionService
-    diff: DiffService
-    exports: ExportService
-    recipes: RecipeService
-    imports: ImportService
-    jobs: JobService
-    tasks: TaskImportService
+    """The process's services. The registry is built with the adapters; every other service on
+    first use, so a command or a function pays only for what it touches (start-up time is most
+    of a short CLI command)."""
+
+    def __init__(
+        self, settings: Settings, store: BlobStore, index: Index, registry: RegistryService
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.index = index
+        self.registry = registry
+
+    def _s3_store(self, bucket: str) -> BlobStore:
+        return s3_store(self.settings, bucket)
+
+    @property
+    def _local(self) -> bool:
+        return self.settings.backend == "local"
+
+    @cached_property
+    def selection(self) -> SelectionService:
+        from caseshelf.services.selection import SelectionService
+
+        # An answer carrying cases stays well inside the 6 MB a Lambda response may be.
+        return SelectionService(self.registry, max_case_bytes=self.settings.max_body_bytes * 4 // 5)
+
+    @cached_property
+    def diff(self) -> DiffService:
+        from caseshelf.services.diff import LOCAL_MAX_GAP_BYTES, REMOTE_MAX_GAP_BYTES, DiffService
+        from caseshelf.services.storage import REMOTE_READ_WORKERS
+
+        return DiffService(
+            self.registry,
+            max_gap_bytes=LOCAL_MAX_GAP_BYTES if self._local else REMOTE_MAX_GAP_BYTES,
+            read_workers=1 if self._local else REMOTE_READ_WORKERS,
+        )
+
+    @cached_property
+    def exports(self) -> ExportService:
+        from caseshelf.services.exports import ExportService
+
+        return ExportService(
+            self.registry,
+            selection=self.selection,
+            bucket=None if self._local else self.settings.bucket,
+            store_for_bucket=self._s3_store,
+            presign_expiry=self.settings.presign_expiry,
+        )
+
+    @cached_property
+    def tasks(self) -> TaskImportService:
+        from caseshelf.services.tasks import TaskImportService
+
+        return TaskImportService(
+            self.registry,
+            self.store,
+            own_bucket=None if self._local else self.settings.bucket,
+            store_for_bucket=self._s3_store,
+        )
+
+    @cached_property
+    def _import_services(self) -> tuple[RecipeService, ImportService, JobService]:
+        return build_import_services(
+            self.settings, self.store, self.index, self.registry, self.tasks
+        )
+
+    @property
+    def recipes(self) -> RecipeService:
+        return self._import_services[0]
+
+    @property
+    def imports(self) -> ImportService:
+        return self._import_services[1]
+
+    @property
+    def jobs(self) -> JobService:
+        return self._import_services[2]
 
 
 def build_adapters(settings: Settings) -> tuple[BlobStore, Index]:
@@ -166,19 +231,13 @@ def s3_store(settings: Settings, bucket: str) -> BlobStore:
 def build(
     settings: Settings, *, store: BlobStore | None = None, index: Index | None = None
 ) -> Services:
-    from caseshelf.services.diff import LOCAL_MAX_GAP_BYTES, REMOTE_MAX_GAP_BYTES, DiffService
-    from caseshelf.services.exports import ExportService
+    from caseshelf.adapters.localfs import LocalBlobStore
     from caseshelf.services.registry import RegistryService
-    from caseshelf.services.selection import SelectionService
-    from caseshelf.services.storage import REMOTE_READ_WORKERS
-    from caseshelf.services.tasks import TaskImportService
 
     if store is None or index is None:
         built_store, built_index = build_adapters(settings)
         store = store or built_store
         index = index or built_index
-    from caseshelf.adapters.localfs import LocalBlobStore
-
     registry = RegistryService(
         store,
         index,
@@ -187,41 +246,7 @@ def build(
         # DESIGN §7: a presigned URL on AWS, the document itself from the embedded store.
         presign_downloads=not isinstance(store, LocalBlobStore),
     )
-    # An answer carrying cases stays well inside the 6 MB a Lambda response may be.
-    selection = SelectionService(registry, max_case_bytes=settings.max_body_bytes * 4 // 5)
-    local = settings.backend == "local"
-    diff = DiffService(
-        registry,
-        max_gap_bytes=LOCAL_MAX_GAP_BYTES if local else REMOTE_MAX_GAP_BYTES,
-        read_workers=1 if local else REMOTE_READ_WORKERS,
-    )
-    exports = ExportService(
-        registry,
-        selection=selection,
-        bucket=settings.bucket if settings.backend == "aws" else None,
-        store_for_bucket=lambda bucket: s3_store(settings, bucket),
-        presign_expiry=settings.presign_expiry,
-    )
-    tasks = TaskImportService(
-        registry,
-        store,
-        own_bucket=settings.bucket if settings.backend == "aws" else None,
-        store_for_bucket=lambda bucket: s3_store(settings, bucket),
-    )
-    recipes, imports, jobs = build_import_services(settings, store, index, registry, tasks)
-    return Services(
-        settings=settings,
-        store=store,
-        index=index,
-        registry=registry,
-        selection=selection,
-        diff=diff,
-        exports=exports,
-        recipes=recipes,
-        imports=imports,
-        jobs=jobs,
-        tasks=tasks,
-    )
+    return Services(settings, store, index, registry)
 
 
 def build_import_services(

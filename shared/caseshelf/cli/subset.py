@@ -18,7 +18,6 @@ import orjson
 import typer
 from rich.markup import escape
 
-from caseshelf.api.dto import display_value
 from caseshelf.cli import client, command, emit, note, say, short
 from caseshelf.cli.registry import BumpKind, parse_ref, parse_version
 
@@ -118,6 +117,8 @@ def _render_diff(d: dict[str, Any]) -> None:
 
 
 def _render_change(ch: dict[str, Any], *, indent: str) -> None:
+    from caseshelf.api.dto import display_value  # imported only when a change is shown
+
     say(f"{indent}[cyan]{escape(ch['path'])}[/]")
     if "before" in ch:
         say(f"{indent}[red]-  {escape(_clip(display_value(ch['before'])))}[/]")
