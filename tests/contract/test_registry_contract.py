@@ -103,6 +103,21 @@ def test_bump(registry: RegistryService) -> None:
     assert registry.get_version(ALICE, "gsm", "latest").version == "2.0.0"
 
 
+def test_a_bump_with_the_latest_versions_content_registers_nothing(
+    registry: RegistryService,
+) -> None:
+    # Given a dataset whose latest live version holds some content
+    first = register(registry, ALICE, dataset(None, n=4, bump="minor"))
+    # When the same content is registered again with a bump (a re-run pipeline, say)
+    again = register(registry, ALICE, dataset(None, n=4, bump="patch"))
+    # Then nothing new is registered: the answer is the latest version, not created
+    assert (again.created, again.record.version) == (False, first.record.version)
+    assert [r.version for r in registry.list_versions(ALICE, "gsm").items] == ["1.0.0"]
+    # But new content still bumps, and an explicit new label is honoured even for old content
+    assert register(registry, ALICE, dataset(None, n=5, bump="patch")).record.version == "1.0.1"
+    assert register(registry, ALICE, dataset("9.0.0", n=4)).created
+
+
 def test_version_tags(registry: RegistryService) -> None:
     register(registry, ALICE, dataset("1.0.0"))
     register(registry, ALICE, dataset("1.1.0", n=6))

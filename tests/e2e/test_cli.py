@@ -102,10 +102,13 @@ def test_register_is_idempotent_and_reads_back(cli: Cli) -> None:
     assert table.code == 0 and "capital-1" in table.out and "Paris" in table.out
 
 
-def test_bump_versions_tags_and_tombstones(cli: Cli) -> None:
-    # Given 1.0.0, and 1.1.0 registered by --bump minor
+def test_bump_versions_tags_and_tombstones(cli: Cli, tmp_path: Path) -> None:
+    # Given 1.0.0, and new content registered by --bump minor as 1.1.0
     cli("register", DEMO_JSON)
-    bumped = cli("register", DEMO_JSON, "--bump", "minor", "--json").json()
+    same = cli("register", DEMO_JSON, "--bump", "minor", "--json").json()
+    assert (same["version"], same["created"]) == ("1.0.0", False)  # unchanged: nothing new
+    newer = write(tmp_path / "newer.json", demo_doc(description="a newer edition"))
+    bumped = cli("register", newer, "--bump", "minor", "--json").json()
     assert bumped["version"] == "1.1.0" and bumped["created"] is True
 
     # When 1.1.0 is tagged

@@ -119,6 +119,17 @@ class _Prepared:
     content_digest: str
 
 
+def unchanged_latest(records: list[VersionRecord], content_digest: str) -> VersionRecord | None:
+    """The latest live version when it already holds this content: a bump then registers
+    nothing (re-running the same import or bumped registration is idempotent)."""
+    live = [r for r in records if r.live]
+    if live:
+        latest = ordered(live)[-1]
+        if latest.content_digest == content_digest:
+            return latest
+    return None
+
+
 def parse_dataset(raw: Any) -> DatasetVersionInput:
     """Validate a dataset document; errors name the case id (or index) and the field."""
     if not isinstance(raw, dict):
@@ -283,6 +294,10 @@ class RegistryService:
         prep = self._prepare(body)
         for _attempt in range(BUMP_RETRIES):
             records = self.index.list_versions(tenant, KIND, body.id)
+            if body.version is None:
+                same = unchanged_latest(records, prep.content_digest)
+                if same is not None:
+                    return RegisterResult(same, created=False)
             label = self._label(body, records)
             current = next((r for r in records if r.version == label), None)
             if current is not None:
@@ -455,32 +470,18 @@ class RegistryService:
         manifest = builder.build(cdigest)
         mkey = layout.manifest_key(tenant, cdigest)
         self.store.put_if_absent(mkey, manifest.to_bytes())
-        for _attempt in range(BUMP_RETRIES):
-            records = self.index.list_versions(tenant, KIND, name)
-            label = version if version is not None else next_version(records, bump or "")
-            current = next((r for r in records if r.version == label), None)
-            if current is not None:
-                return RegisterResult(self.versions.settle_existing(current, cdigest), False)
-            rec = self.versions.new_record(
-                identity,
-                name=name,
-                version=label,
-                content_digest=cdigest,
-                manifest_key=mkey,
-                case_count=len(manifest),
-                bytes=manifest.case_bytes(),
-                description=src.description,
-                tags=tuple(src.tags),
-                produced_by=produced_by,
-            )
-            try:
-                committed, created = self.versions.commit(rec)
-            except Conflict:
-                if bump is None:
-                    raise
-                continue
-            return RegisterResult(committed, created, stats)
-        raise Conflict(f"could not find a free version label for {name} after retries")
+        return self._commit_manifest(
+            identity,
+            name,
+            version,
+            bump,
+            manifest,
+            mkey,
+            description=src.description,
+            tags=tuple(src.tags),
+            produced_by=produced_by,
+            stats=stats,
+        )
 
     def _copy_records(
         self,
@@ -620,10 +621,45 @@ class RegistryService:
             pack_objects_written=packs.objects_written,
             cases_reused=reused,
         )
+        return self._commit_manifest(
+            identity,
+            name,
+            version,
+            bump,
+            manifest,
+            mkey,
+            description=description,
+            tags=tuple(tag_list),
+            produced_by=produced_by,
+            stats=stats,
+        )
+
+    def _commit_manifest(
+        self,
+        identity: Identity,
+        name: str,
+        version: str | None,
+        bump: str | None,
+        manifest: Manifest,
+        mkey: str,
+        *,
+        description: str,
+        tags: tuple[str, ...],
+        produced_by: dict[str, Any] | None,
+        stats: WriteStats,
+    ) -> RegisterResult:
+        """Commit a version whose manifest is stored: the label given, or the next one `bump`
+        gives (retried when a racing bump takes it), with the registry's idempotency rules."""
+        tenant = identity.tenant
+        cdigest = manifest.content_digest
         for _attempt in range(BUMP_RETRIES):
-            records_now = self.index.list_versions(tenant, KIND, name)
-            label = version if version is not None else next_version(records_now, bump or "")
-            current = next((r for r in records_now if r.version == label), None)
+            records = self.index.list_versions(tenant, KIND, name)
+            if version is None:
+                same = unchanged_latest(records, cdigest)
+                if same is not None:
+                    return RegisterResult(same, created=False)
+            label = version if version is not None else next_version(records, bump or "")
+            current = next((r for r in records if r.version == label), None)
             if current is not None:
                 return RegisterResult(self.versions.settle_existing(current, cdigest), False)
             rec = self.versions.new_record(
@@ -635,7 +671,7 @@ class RegistryService:
                 case_count=len(manifest),
                 bytes=manifest.case_bytes(),
                 description=description,
-                tags=tuple(tag_list),
+                tags=tags,
                 produced_by=produced_by,
             )
             try:
@@ -643,7 +679,7 @@ class RegistryService:
             except Conflict:
                 if bump is None:
                     raise
-                continue
+                continue  # a racing bump took this label with other content: take the next
             return RegisterResult(committed, created, stats)
         raise Conflict(f"could not find a free version label for {name} after retries")
 
