@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -164,9 +164,11 @@ class Services:
         )
 
     @cached_property
-    def _import_services(self) -> tuple[RecipeService, ImportService, JobService]:
+    def _import_services(
+        self,
+    ) -> tuple[RecipeService, ImportService, Callable[[], JobService]]:
         return build_import_services(
-            self.settings, self.store, self.index, self.registry, self.tasks
+            self.settings, self.store, self.index, self.registry, lambda: self.tasks
         )
 
     @property
@@ -177,9 +179,9 @@ class Services:
     def imports(self) -> ImportService:
         return self._import_services[1]
 
-    @property
+    @cached_property
     def jobs(self) -> JobService:
-        return self._import_services[2]
+        return self._import_services[2]()
 
 
 def build_adapters(settings: Settings) -> tuple[BlobStore, Index]:
@@ -254,16 +256,16 @@ def build_import_services(
     store: BlobStore,
     index: Index,
     registry: RegistryService,
-    tasks: TaskImportService,
-) -> tuple[RecipeService, ImportService, JobService]:
-    """Recipes, imports and import jobs. Locally an import may read any path or URL; on AWS it
-    may read no local path, only the caller's own prefix of the bucket, and no private host."""
+    tasks: Callable[[], TaskImportService],
+) -> tuple[RecipeService, ImportService, Callable[[], JobService]]:
+    """Recipes, imports, and how to build import jobs (on first use: a plain import needs neither
+    the job service nor the task on-ramps). Locally an import may read any path or URL; on AWS
+    it may read no local path, only the caller's own prefix of the bucket, and no private host."""
     from caseshelf.adapters.huggingface import HuggingFace, SecretsManagerTokens, StaticToken
     from caseshelf.adapters.sources import SourceReader, UrlPolicy, smart_opener
     from caseshelf.catalog import load_catalog
     from caseshelf.domain.identity import Identity
     from caseshelf.services.imports import ImportService
-    from caseshelf.services.jobs import JobService
     from caseshelf.services.recipes import RecipeService
 
     recipes = RecipeService(store, index, catalog=load_catalog)
@@ -298,15 +300,20 @@ def build_import_services(
             return str(objects / key)
 
     imports = ImportService(registry, recipes, reader_for=reader_for, hf=hf, tokens=tokens)
-    jobs = JobService(
-        index,
-        store,
-        imports,
-        tasks,
-        object_url=object_url,
-        object_reader=SourceReader(remote),
-        presign_expiry=settings.presign_expiry,
-    )
+
+    def jobs() -> JobService:
+        from caseshelf.services.jobs import JobService
+
+        return JobService(
+            index,
+            store,
+            imports,
+            tasks(),
+            object_url=object_url,
+            object_reader=SourceReader(remote),
+            presign_expiry=settings.presign_expiry,
+        )
+
     return recipes, imports, jobs
 
 

@@ -551,3 +551,27 @@ def test_content_digest_excludes_provenance_creator_and_version_tags(tmp_path):
     assert first.record.content_digest == content_digest(
         description="same", tags=["t"], shared_files=[], case_digests=[("a", case_digest)]
     )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    items=st.lists(cases, min_size=1, max_size=6),
+    rnd=st.randoms(use_true_random=False),
+    chunk=st.integers(1, 4),
+)
+def test_bulk_canonical_records_match_one_case_at_a_time(items, rnd, chunk):
+    # Given cases, some with their defaults spelled out, written in bulk (any chunking)
+    from caseshelf.domain.envelope import canonical_into
+
+    models = [parse(with_defaults(c, rnd) if rnd.random() < 0.5 else c) for c in items]
+    records = bytearray(b"xx")  # a buffer that already holds something
+    ends, digests_, tags = canonical_into(models, records, chunk=chunk)
+    # Then each record is exactly the case's canonical bytes, followed by a newline
+    starts = [2, *ends[:-1]]
+    expected = [canonical_case(m) for m in models]
+    assert [bytes(records[a : b - 1]) for a, b in zip(starts, ends, strict=True)] == [
+        data for data, _ in expected
+    ]
+    assert all(records[b - 1 : b] == b"\n" for b in ends)
+    assert digests_ == [digest for _, digest in expected]
+    assert tags == [p.get("tags", []) for p in cases_to_plain(models)]

@@ -30,7 +30,6 @@ import orjson
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from caseshelf.domain.errors import CaseshelfError
 
@@ -272,6 +271,8 @@ def table(
     columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None
 ) -> None:
     """A rich table of plain values (user text is escaped)."""
+    from rich.table import Table
+
     t = Table(*columns, title=title, show_edge=False, pad_edge=False, header_style="bold")
     for row in rows:
         t.add_row(*(escape("" if v is None else str(v)) for v in row))

@@ -10,12 +10,9 @@ To add an operation: a method on `Client`, one on `LocalClient` (call the servic
 
 from __future__ import annotations
 
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from email.message import Message
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,6 +21,8 @@ import orjson
 from caseshelf.domain.errors import BadRequest, CaseshelfError, Upstream
 
 if TYPE_CHECKING:
+    from email.message import Message
+
     from caseshelf.bootstrap import Services, Settings
     from caseshelf.domain.identity import Identity
     from caseshelf.ports import Page
@@ -489,6 +488,9 @@ class LocalClient(_LocalImports):
 
 def put_url(url: str, data: bytes, timeout: float = 600) -> None:
     """PUT `data` to a presigned URL (no credentials of ours go with it)."""
+    import urllib.error
+    import urllib.request
+
     _check_url(url)
     req = urllib.request.Request(url, data=data, method="PUT")  # noqa: S310
     try:
@@ -546,6 +548,9 @@ def _check_url(url: str) -> str:
 
 def fetch_url(url: str, timeout: float = 300) -> bytes:
     """GET a presigned URL (no credentials of ours go with it)."""
+    import urllib.error
+    import urllib.request
+
     req = urllib.request.Request(_check_url(url), method="GET")  # noqa: S310 (scheme checked)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (scheme checked)
@@ -616,6 +621,9 @@ class HttpClient(_HttpImports):
         return f"{url}?{urllib.parse.urlencode(q)}" if q else url
 
     def send(self, method: str, url: str, body: Any = None) -> tuple[int, Message, bytes]:
+        import urllib.error
+        import urllib.request
+
         data = None if body is None else orjson.dumps(body)
         req = urllib.request.Request(  # noqa: S310 (the base URL's scheme is checked)
             url, data=data, method=method, headers=dict(self._headers)

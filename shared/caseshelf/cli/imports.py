@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.markup import escape
 
 from caseshelf.cli import (
@@ -98,6 +97,8 @@ RecipeFileArg = Annotated[
 
 
 def load_recipe_file(path: Path) -> dict[str, Any]:
+    import yaml
+
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
@@ -384,6 +385,8 @@ def register_commands(app: typer.Typer) -> None:
         out = client().get_recipe(name, at)
 
         def render(o: dict[str, Any]) -> None:
+            import yaml
+
             note(f"{o['id']}@{o['version']} from {o['owner']}  {short(o['content_digest'])}")
             say(escape(yaml.safe_dump(o["recipe"], sort_keys=False, allow_unicode=True).rstrip()))
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-import tarfile
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -59,6 +58,8 @@ def _pack_directory(root: Path, dest: Path) -> None:
     symlink that resolves inside `root` stored as a copy, any other link refused, regular files
     only, permission bits kept. Owners and times are left out, so the archive says only what
     the import reads."""
+    import tarfile
+
     from caseshelf.services.tasks import walk_tree
 
     root = root.resolve()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator
+from itertools import accumulate, islice
 from types import UnionType
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -210,16 +211,27 @@ def cases_to_plain(cases: list[Case]) -> list[dict[str, Any]]:
     return [_finish(_plain_of(case)) for case in cases]
 
 
-_PLANS: dict[type[BaseModel], dict[str, tuple[Any, bool, bool]]] = {}
+# How `_plain_of` treats a field: kept as it is (required), dropped when None (its default),
+# dropped when equal to its default, converted and kept (a required field that may hold
+# models), or converted and dropped when equal to its default or empty.
+_KEEP, _DROP_NONE, _DROP_DEFAULT, _NESTED_KEEP, _NESTED_DROP = 0, 1, 2, 3, 4
+_PLANS: dict[type[BaseModel], dict[str, tuple[int, Any]]] = {}
 
 
-def _plan(model: type[BaseModel]) -> dict[str, tuple[Any, bool, bool]]:
-    """Field name -> (default as JSON, may hold models, dropped when empty). A required field's
-    default is a sentinel that equals nothing."""
+def _how(required: bool, default: Any, child: Any) -> int:
+    if child is not None:
+        return _NESTED_KEEP if required else _NESTED_DROP
+    if required:
+        return _KEEP
+    return _DROP_NONE if default is None else _DROP_DEFAULT
+
+
+def _plan(model: type[BaseModel]) -> dict[str, tuple[int, Any]]:
+    """Field name -> (how, default as JSON)."""
     plan = _PLANS.get(model)
     if plan is None:
         plan = _PLANS[model] = {
-            name: (default, child is not None, child is not None and not required)
+            name: (_how(required, default, child), default)
             for name, (required, default, child) in _spec(model).fields.items()
         }
     return plan
@@ -230,12 +242,33 @@ def _plain_of(model: BaseModel) -> dict[str, Any]:
     values = model.__dict__
     out: dict[str, Any] = {}
     for name in model.__pydantic_fields_set__:
-        default, nested, drop_empty = plan[name]
+        how, default = plan[name]
         value = values[name]
-        if nested and value is not None:
-            value = _plain_of(value) if isinstance(value, BaseModel) else _plain_value(value)
-        if not (value == default or (drop_empty and value == {})):
+        if how == _KEEP:
             out[name] = value
+        elif how == _NESTED_DROP:
+            if value is None:
+                if default is not None:
+                    out[name] = value
+            elif isinstance(value, BaseModel):
+                value = _plain_of(value)
+                if value and value != default:  # neither empty nor the default
+                    out[name] = value
+            else:
+                if type(value) is not str:
+                    value = _plain_value(value)
+                if not (value == default or value == {}):
+                    out[name] = value
+        elif how == _DROP_NONE:
+            if value is not None:
+                out[name] = value
+        elif how == _DROP_DEFAULT:
+            if value != default:
+                out[name] = value
+        elif value is None or isinstance(value, BaseModel):
+            out[name] = value if value is None else _plain_of(value)
+        else:
+            out[name] = value if type(value) is str else _plain_value(value)
     return out
 
 
@@ -277,6 +310,30 @@ def canonical_records(
             except TypeError:
                 data = _serialise(plain)  # raises the BadRequest that names the case
             yield data, "sha256:" + sha256(data).hexdigest(), plain.get("tags", [])
+
+
+def canonical_into(
+    cases: list[Case], records: bytearray, *, chunk: int = 2048
+) -> tuple[list[int], list[str], list[list[str]]]:
+    """`canonical_records` written into `records`: each case's canonical bytes followed by a
+    newline (as packs hold them). Answers where each case ends in `records` (its newline
+    included), the digests and the tags, in order; the registration hot path, in bulk."""
+    sha256, dumps, opts = hashlib.sha256, orjson.dumps, CANONICAL_OPTIONS
+    ends: list[int] = []
+    digests: list[str] = []
+    tags: list[list[str]] = []
+    for start in range(0, len(cases), chunk):
+        plains = cases_to_plain(cases[start : start + chunk])
+        try:
+            datas = [dumps(plain, option=opts) for plain in plains]
+        except TypeError:
+            datas = [_serialise(plain) for plain in plains]  # raises the BadRequest naming it
+        ends.extend(islice(accumulate([len(d) + 1 for d in datas], initial=len(records)), 1, None))
+        records += b"\n".join(datas)
+        records += b"\n"
+        digests.extend(["sha256:" + sha256(data).hexdigest() for data in datas])
+        tags.extend([plain.get("tags", []) for plain in plains])
+    return ends, digests, tags
 
 
 def canonical_digests(plains: list[dict[str, Any]]) -> Iterator[tuple[str, int]]:

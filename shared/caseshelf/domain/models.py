@@ -21,7 +21,7 @@ from pydantic import (
 )
 from pydantic_core import to_jsonable_python
 
-from caseshelf.domain.canonical import INT_MAX, json_problem
+from caseshelf.domain.canonical import INT_MAX, INT_MIN, json_problem
 from caseshelf.domain.paths import check_relative_path, destination_problem
 
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
@@ -41,8 +41,20 @@ def _finite(value: Any) -> Any:
     # integer beyond 64 bits could not be serialised at all). Values of other Python types (a
     # datetime from a parquet row, say) are stored as their JSON form, so a case always holds
     # exactly the JSON that is hashed.
-    if value is None or type(value) is str:
+    kind = type(value)
+    if kind is str or value is None:
         return value
+    if kind is dict:
+        # The common shape (metadata, a flat config): string keys, string or small int values.
+        for key, item in value.items():
+            if type(key) is not str:
+                break
+            t = type(item)
+            if t is str or item is None or t is bool or (t is int and INT_MIN <= item <= INT_MAX):
+                continue
+            break
+        else:
+            return value
     problem = json_problem(value)
     if problem is not None and problem[1] == "type":
         value = to_jsonable_python(value)
@@ -237,7 +249,8 @@ class Case(Strict):
     @field_validator("id")
     @classmethod
     def _no_control(cls, v: str) -> str:
-        if _CONTROL.search(v):
+        # A printable string holds no control character; only the others need the search.
+        if not v.isprintable() and _CONTROL.search(v):
             raise ValueError("case id must not contain control characters")
         return v
 

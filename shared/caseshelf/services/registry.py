@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import repeat
+from operator import sub
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -27,7 +28,7 @@ from caseshelf.domain.canonical import (
     digest_of,
     hex_of,
 )
-from caseshelf.domain.envelope import canonical_records, validation_problem
+from caseshelf.domain.envelope import canonical_into, validation_problem
 from caseshelf.domain.errors import BadRequest, Conflict, NotFound, TooLarge
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.manifest import PENDING_PACK, Manifest, ManifestBuilder
@@ -106,11 +107,12 @@ class Download:
 class _Prepared:
     name: str
     cases: list[Case]
-    # Canonical bytes of every case, back to back; case i is records[ends[i-1]:ends[i]]. One
-    # buffer, not a bytes object per case: each serialisation leaves a heap hole behind, and
-    # 100,000 of those cost ten times the bytes themselves.
+    # Canonical bytes of every case, each followed by a newline (as packs hold them); case i is
+    # records[ends[i-1]:ends[i] - 1]. One buffer, not a bytes object per case: each
+    # serialisation leaves a heap hole behind, and 100,000 of those cost ten times the bytes
+    # themselves.
     records: bytearray
-    ends: list[int]
+    ends: list[int]  # where each case ends in `records`, its newline included
     digests: list[str]
     case_tags: list[list[str]]  # sorted, unique tags of each case
     bodies: dict[str, bytes]  # file bodies sent inline, by digest hex
@@ -237,22 +239,18 @@ class RegistryService:
                 f"shared files with the same dest: {', '.join(clash)}", field="shared_files"
             )
         records = bytearray()
-        ends: list[int] = []
-        digests: list[str] = []
-        case_tags: list[list[str]] = []
+        ends, digests, case_tags = canonical_into(cases, records)
         limit = self.max_case_bytes
-        add_end, add_digest, add_tags = ends.append, digests.append, case_tags.append
-        for data, digest, tags in canonical_records(cases):
-            if len(data) > limit:
-                case_id = orjson.loads(data)["id"]
-                raise TooLarge(
-                    f"case {case_id!r} is {len(data)} bytes; the limit is {limit}",
-                    case_id=case_id,
-                )
-            records += data
-            add_end(len(records))
-            add_digest(digest)
-            add_tags(tags)
+        if ends and max(map(sub, ends, [0, *ends[:-1]])) > limit + 1:  # + 1: the newline
+            size, at = next(
+                (end - start - 1, i)
+                for i, (start, end) in enumerate(zip([0, *ends[:-1]], ends, strict=True))
+                if end - start - 1 > limit
+            )
+            case_id = cases[at].id
+            raise TooLarge(
+                f"case {case_id!r} is {size} bytes; the limit is {limit}", case_id=case_id
+            )
         cdigest = content_digest(
             description=body.description,
             tags=sorted(set(body.tags)),
@@ -365,33 +363,56 @@ class RegistryService:
             tags=sorted(set(body.tags)),
             shared_files=prep.shared_files,
         )
-        reused = 0
-        add_case, append, find = builder.add_case, packs.append, known.get
+        # Columns of the manifest, filled in bulk: a call per case costs more than the rest.
+        stops = prep.ends
+        count = len(stops)
+        starts = [0, *stops[:-1]] if count else []
+        hexes = [d[7:] for d in prep.digests]
+        lengths = [stop - start - 1 for start, stop in zip(starts, stops, strict=True)]
+        containers = [""] * count
+        offsets = [0] * count
+        runs: list[tuple[int, int]] = []  # [first, last + 1) of each run of cases to write
+        if known:
+            run_start = -1
+            for i, loc in enumerate(map(known.get, hexes)):
+                if loc is None:
+                    if run_start < 0:
+                        run_start = i
+                    continue
+                if run_start >= 0:
+                    runs.append((run_start, i))
+                    run_start = -1
+                containers[i], offsets[i], lengths[i] = loc.container, loc.offset, loc.length
+            if run_start >= 0:
+                runs.append((run_start, count))
+        elif count:
+            runs.append((0, count))
+        reused = count - sum(last - first for first, last in runs)
         pending: list[str] = []  # the placeholder name of each pack number
         view = memoryview(prep.records)
-        start = 0
-        for case, end, digest, tags in zip(
-            prep.cases, prep.ends, prep.digests, prep.case_tags, strict=True
-        ):
-            hex_digest = digest[7:]
-            loc = find(hex_digest)
-            if loc is not None:
-                add_case(case.id, hex_digest, tags, loc.container, loc.offset, loc.length)
-                reused += 1
-            else:
-                number, offset = append(view[start:end])
-                if number == len(pending):
-                    pending.append(PENDING_PACK + str(number))
-                add_case(case.id, hex_digest, tags, pending[number], offset, end - start)
-            start = end
+        for first, last in runs:
+            at = starts[first]
+            run_stops = stops[first:last] if at == 0 else [e - at for e in stops[first:last]]
+            segments = packs.append_run(view[at : stops[last - 1]], run_stops)
+            for n, (seg_first, number, shift) in enumerate(segments):
+                seg_last = segments[n + 1][0] if n + 1 < len(segments) else last - first
+                while len(pending) <= number:
+                    pending.append(PENDING_PACK + str(len(pending)))
+                a, b = first + seg_first, first + seg_last
+                containers[a:b] = repeat(pending[number], b - a)
+                offsets[a:b] = map((shift - at).__add__, starts[a:b])
         view.release()
+        builder.add_cases(
+            [c.id for c in prep.cases], hexes, prep.case_tags, containers, offsets, lengths
+        )
         packs.flush()
         builder.resolve_pending(packs.digest_of_pack)
         blob_locs = blob_writer.finish()
-        for case in prep.cases:
-            for entry in case.files.values():
-                assert isinstance(entry, StoredFile)
-                builder.add_blob(entry.digest[7:], blob_locs[entry.digest[7:]])
+        if prep.bodies or prep.refs:  # every file entry is in one or the other
+            for case in prep.cases:
+                for entry in case.files.values():
+                    assert isinstance(entry, StoredFile)
+                    builder.add_blob(entry.digest[7:], blob_locs[entry.digest[7:]])
         for sf in prep.shared_files:
             builder.add_blob(sf["digest"][7:], blob_locs[sf["digest"][7:]])
         manifest = builder.build(prep.content_digest)

@@ -7,6 +7,7 @@ Small file bodies are packed the same way under `blobs/`; large ones stand alone
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -64,6 +65,32 @@ class PackWriter:
         if len(self._buf) >= self._target:
             self._submit()
         return where
+
+    def append_run(
+        self, data: bytes | bytearray | memoryview, stops: Sequence[int]
+    ) -> list[tuple[int, int, int]]:
+        """Append records lying back to back in `data`, each already ending with its newline;
+        `stops[i]` is where record i ends (newline included), relative to `data`. The packs are
+        the ones `append` would make record by record, without a call per record.
+
+        Answers `(first record, pack number, shift)` for each pack the run went into: record i
+        from `first` on (up to the next entry's `first`) is in that pack at offset
+        `start of record i in data + shift`."""
+        segments: list[tuple[int, int, int]] = []
+        first, pos, count = 0, 0, len(stops)
+        while first < count:
+            base = len(self._buf)
+            segments.append((first, len(self._submitted), base - pos))
+            # The pack is full after the first record that takes it to the target.
+            cut = bisect_left(stops, pos + self._target - base, first)
+            if cut >= count:
+                self._buf += data[pos : stops[-1]]
+                break
+            end = stops[cut]
+            self._buf += data[pos:end]
+            self._submit()
+            first, pos = cut + 1, end
+        return segments
 
     def _store_pack(self, data: bytes) -> tuple[str, bool, int]:
         hex_digest = sha256_hex(data)
