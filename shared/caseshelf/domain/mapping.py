@@ -353,17 +353,7 @@ class RowMapper:
                     expectations["ground_truth"] = _finite(answer, "expectations.ground_truth")
                     graders.append(answer_grader)
             if details:
-                values: dict[str, Any] = {}
-                for key, value_of, target, row_key in details:
-                    if row_key is not None:
-                        try:
-                            v = row[row_key]
-                        except KeyError:
-                            raise FieldMissing(row_key) from None
-                    else:
-                        v = value_of(row, index)
-                    values[key] = v if type(v) is str else _finite(v, target)
-                expectations["details"] = values
+                expectations["details"] = _values(details, row, index)
             if expectations:
                 case["expectations"] = expectations
 
