@@ -11,6 +11,7 @@ import hashlib
 import math
 import random
 import re
+from itertools import pairwise
 from typing import Any
 
 import orjson
@@ -19,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from caseshelf.domain.canonical import canonical_json, content_digest, digest_of
+from caseshelf.domain.canonical import ContentDigester, canonical_json, content_digest, digest_of
 from caseshelf.domain.envelope import (
     canonical_case,
     canonical_records,
@@ -575,3 +576,24 @@ def test_bulk_canonical_records_match_one_case_at_a_time(items, rnd, chunk):
     assert all(records[b - 1 : b] == b"\n" for b in ends)
     assert digests_ == [digest for _, digest in expected]
     assert tags == [p.get("tags", []) for p in cases_to_plain(models)]
+
+
+@given(
+    st.lists(st.tuples(st.text(max_size=6), st.text(max_size=6)), max_size=30),
+    st.lists(st.integers(0, 30), max_size=5),
+    st.text(max_size=10),
+    st.lists(st.text(max_size=4), max_size=3),
+    st.lists(st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2), max_size=2),
+)
+def test_the_content_digest_fed_in_batches_equals_the_whole(pairs, cuts, description, tags, files):
+    # Given pairs cut into batches anywhere (empty batches included)
+    d = ContentDigester(description=description, tags=tags, shared_files=files)
+    bounds = sorted({0, len(pairs), *(c for c in cuts if c <= len(pairs))})
+    for a, b in pairwise(bounds):
+        d.add(pairs[a:b])
+    d.add([])
+    # Then the digest is content_digest's of all of them at once
+    whole = content_digest(
+        description=description, tags=tags, shared_files=files, case_digests=pairs
+    )
+    assert d.digest() == whole

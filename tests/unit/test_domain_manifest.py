@@ -12,7 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caseshelf.domain.errors import BadRequest
-from caseshelf.domain.manifest import PENDING_PACK, Location, Manifest, ManifestBuilder
+from caseshelf.domain.manifest import (
+    PENDING_PACK,
+    DigestColumn,
+    Location,
+    Manifest,
+    ManifestBuilder,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -139,3 +145,18 @@ def test_locations_by_digest_serve_dedup():
 def test_a_corrupt_manifest_is_a_typed_error(data):
     with pytest.raises(BadRequest, match="corrupt manifest"):
         Manifest.from_bytes(data)
+
+
+def test_the_digest_column_is_cut_only_when_a_digest_is_asked_for():
+    # Given a manifest read back from bytes
+    b = ManifestBuilder(description="", tags=[], shared_files=[])
+    for i in range(3):
+        b.add_case(f"c{i}", hx(str(i)), [], "p", i * 10, 10)
+    m = Manifest.from_bytes(b.build("sha256:" + hx("v")).to_bytes())
+    # Then its digests are one stored string until one is asked for, and equal the list
+    assert isinstance(m.digests, DigestColumn) and m.digests._cut is None
+    assert Manifest.from_bytes(m.to_bytes()) == m and m.digests._cut is None
+    assert m.digests[1] == hx("1") and list(m.digests) == [hx(str(i)) for i in range(3)]
+    assert m.digests == [hx(str(i)) for i in range(3)] and len(m.digests) == 3
+    with pytest.raises(ValueError, match="wrong length"):
+        DigestColumn("ab")

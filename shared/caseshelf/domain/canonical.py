@@ -112,3 +112,36 @@ def content_digest(
         "cases": [[cid, d] for cid, d in case_digests],
     }
     return digest_of(canonical_json(body, checked=True))
+
+
+class ContentDigester:
+    """`content_digest`, fed the `[case id, case digest]` pairs a batch at a time (in dataset
+    order) so the hashing goes along with the cases instead of after the last one. The bytes
+    hashed are exactly `content_digest`'s: its canonical JSON starts with the sorted-first key,
+    `"cases"`, whose list is written piece by piece, and ends with the other keys."""
+
+    def __init__(
+        self, *, description: str, tags: Sequence[str], shared_files: Iterable[dict[str, str]]
+    ) -> None:
+        rest = {
+            "description": description,
+            "tags": list(tags),
+            "shared_files": [dict(f) for f in shared_files],
+        }
+        self._tail = b"]," + canonical_json(rest, checked=True)[1:]  # without its "{"
+        self._hash = hashlib.sha256(b'{"cases":[')
+        self._empty = True
+
+    def add(self, case_digests: Sequence[tuple[str, str]]) -> None:
+        if not case_digests:
+            return
+        pairs = orjson.dumps(case_digests, option=_OPTS)  # [["id","sha256:..."],...]
+        if not self._empty:
+            self._hash.update(b",")
+        self._hash.update(memoryview(pairs)[1:-1])
+        self._empty = False
+
+    def digest(self) -> str:
+        """The content digest (`sha256:<hex>`); the digester takes no more pairs after it."""
+        self._hash.update(self._tail)
+        return "sha256:" + self._hash.hexdigest()

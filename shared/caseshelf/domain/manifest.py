@@ -11,7 +11,7 @@ import base64
 import binascii
 import sys
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, islice
 from typing import Any
@@ -73,6 +73,41 @@ class CaseTags(Sequence[Sequence[int]]):
     __hash__ = None  # type: ignore[assignment]
 
 
+class DigestColumn(Sequence[str]):
+    """The case digests (64 hex each) as stored: one string, cut into a list only when a digest
+    is first asked for. The sample rule reads the whole column without cutting it."""
+
+    def __init__(self, text: str) -> None:
+        if len(text) % 64:
+            raise ValueError("digest column of the wrong length")
+        self.text = text
+        self._cut: list[str] | None = None
+
+    def _list(self) -> list[str]:
+        if self._cut is None:
+            text = self.text
+            self._cut = [text[i : i + 64] for i in range(0, len(text), 64)]
+        return self._cut
+
+    def __len__(self) -> int:
+        return len(self.text) // 64
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._list()[i]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._list())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DigestColumn):
+            return self.text == other.text
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return self._list() == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass
 class Manifest:
     """In memory: lists of ids and digests, compact integer arrays for the rest.
@@ -88,7 +123,7 @@ class Manifest:
     tags: list[str]
     shared_files: list[dict[str, str]]
     ids: list[str]
-    digests: list[str]  # hex, without the sha256: prefix
+    digests: Sequence[str]  # hex, without the sha256: prefix (a DigestColumn when read)
     packs: list[str]
     pack_index: Sequence[int]
     offsets: Sequence[int]
@@ -163,7 +198,9 @@ class Manifest:
                 "cases": {
                     "count": len(self.ids),
                     "ids": "\n".join(self.ids),
-                    "digests": "".join(self.digests),
+                    "digests": self.digests.text
+                    if isinstance(self.digests, DigestColumn)
+                    else "".join(self.digests),
                     "pack": _pack_ints(self.pack_index, "I"),
                     "offset": _pack_ints(self.offsets, "Q"),
                     "length": _pack_ints(self.lengths, "I"),
@@ -202,7 +239,7 @@ class Manifest:
                 tags=doc["tags"],
                 shared_files=doc["shared_files"],
                 ids=ids,
-                digests=[digests_text[i : i + 64] for i in range(0, 64 * count, 64)],
+                digests=DigestColumn(digests_text),
                 packs=doc["packs"],
                 pack_index=_unpack_ints(cases["pack"], "I"),
                 offsets=_unpack_ints(cases["offset"], "Q"),
@@ -257,6 +294,11 @@ class ManifestBuilder:
         self._blob_lengths = array("Q")
         self._blobs: set[str] = set()
 
+    @property
+    def case_ids(self) -> Sequence[str]:
+        """The ids added so far, in order."""
+        return self._ids
+
     def add_case(
         self,
         case_id: str,
@@ -289,8 +331,8 @@ class ManifestBuilder:
         digests_hex: Sequence[str],
         tags: Sequence[Sequence[str]],
         containers: Sequence[str],
-        offsets: Sequence[int],
-        lengths: Sequence[int],
+        offsets: Iterable[int],
+        lengths: Iterable[int],
     ) -> None:
         """`add_case` for many cases at once (columns of equal length), in dataset order."""
         pack_no, packs = self._pack_no, self._packs

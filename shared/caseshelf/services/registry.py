@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import repeat
-from operator import sub
+from itertools import accumulate, islice, repeat
+from operator import add, methodcaller, sub
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from caseshelf.domain import layout
 from caseshelf.domain.canonical import (
+    ContentDigester,
     canonical_json,
     content_digest,
     digest_of,
@@ -59,6 +60,10 @@ if TYPE_CHECKING:  # the import path's type; the registry needs none of the mapp
 KIND = "dataset"
 MAX_CASE_BYTES = 4 * 1024 * 1024
 BUMP_RETRIES = 5
+
+_DIGEST_PREFIX = "sha256:"
+_hexdigest = methodcaller("hexdigest")
+_plus_one = (1).__add__
 
 
 @dataclass(frozen=True)
@@ -170,6 +175,19 @@ def _decode_inline(entry: InlineText | InlineBase64, where: str) -> bytes:
         return base64.b64decode(entry.base64, validate=True)
     except (binascii.Error, ValueError):
         raise BadRequest(f"{where}: base64 body is not valid base64", field=where) from None
+
+
+def _repeated_id(ids: list[str]) -> BadRequest:
+    """The error for the first id of `ids` given twice, naming both positions: the case's row
+    for an import, each row making one case."""
+    first: dict[str, int] = {}
+    for i, case_id in enumerate(ids):
+        j = first.setdefault(case_id, i)
+        if j != i:
+            return BadRequest(
+                f"rows {j} and {i} both map to case id {case_id!r}", case_ids=[case_id], rows=[j, i]
+            )
+    raise ValueError("no id is repeated")
 
 
 class RegistryService:
@@ -569,7 +587,7 @@ class RegistryService:
         packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
         builder = ManifestBuilder(description=description, tags=tag_list, shared_files=[])
         seen: set[str] = set()
-        pairs: list[tuple[str, str]] = []
+        digester = ContentDigester(description=description, tags=tag_list, shared_files=[])
         reused = 0
         limit = self.max_case_bytes
         add_case, append, find, sha256 = builder.add_case, packs.append, known.get, hashlib.sha256
@@ -595,25 +613,28 @@ class RegistryService:
                 before = len(seen)
                 seen.update(ids)
                 if len(seen) != before + len(ids):
-                    earlier = {case_id for case_id, _ in pairs}
-                    dup = next(c for i, c in enumerate(ids) if c in earlier or c in ids[:i])
-                    raise BadRequest(f"duplicate case ids: {dup}", case_ids=[dup])
-                view, start = memoryview(data), 0
-                digests = []
-                for size in lengths:
-                    digests.append(sha256(view[start : start + size]).hexdigest())
-                    start += size + 1
-                pairs.extend(zip(ids, ["sha256:" + d for d in digests], strict=True))
+                    raise _repeated_id([*builder.case_ids, *ids])
+                view = memoryview(data)
+                # Each record's offset in the batch (records are "\n"-terminated), then every
+                # record hashed: iterators chained in C, no Python-level loop per case.
+                starts = list(accumulate(map(_plus_one, lengths), initial=0))
+                if len(lengths) != len(ids) or starts[-1] != len(data):
+                    raise ValueError("a record batch whose lengths do not match its records")
+                spans = map(slice, starts, map(add, starts, lengths))
+                digests = list(map(_hexdigest, map(sha256, map(view.__getitem__, spans))))
+                digester.add(list(zip(ids, map(_DIGEST_PREFIX.__add__, digests), strict=True)))
                 tags_of = case_tags if case_tags is not None else repeat((), len(ids))
-                if not known or not any(d in known for d in digests):
+                if not known or not any(map(known.__contains__, digests)):
                     # The whole batch into one pack: its records already end in "\n".
                     number, offset = append(view[:-1])
-                    container = pack_name(number)
-                    for case_id, hex_digest, size, t in zip(
-                        ids, digests, lengths, tags_of, strict=True
-                    ):
-                        add_case(case_id, hex_digest, t, container, offset, size)
-                        offset += size + 1
+                    builder.add_cases(
+                        ids,
+                        digests,
+                        case_tags if case_tags is not None else [()] * len(ids),
+                        [pack_name(number)] * len(ids),
+                        map(offset.__add__, islice(starts, len(ids))),
+                        lengths,
+                    )
                     continue
                 start = 0
                 for case_id, hex_digest, size, t in zip(
@@ -627,11 +648,7 @@ class RegistryService:
                         number, offset = append(view[start : start + size])
                         add_case(case_id, hex_digest, t, pack_name(number), offset, size)
                     start += size + 1
-            # The digest first: the last packs are hashed and written meanwhile.
-            cdigest = content_digest(
-                description=description, tags=tag_list, shared_files=[], case_digests=pairs
-            )
-            del pairs
+            cdigest = digester.digest()
             packs.flush()
             builder.resolve_pending(packs.digest_of_pack)
             manifest = builder.build(cdigest)
