@@ -230,7 +230,7 @@ def plan_diff(base: Manifest, candidate: Manifest) -> DiffPlan:
     meta = meta_changes(base, candidate)
     if base.content_digest == candidate.content_digest:
         return DiffPlan([], [], [], len(candidate), False, meta)
-    b_digests, c_digests = base.digests, candidate.digests
+    b_digests, c_digests = base.digest_list(), candidate.digest_list()
     if base.ids == candidate.ids:
         # The common shape of a new version (same cases, some edited): compare in C.
         same = list(compress(range(len(c_digests)), map(ne, b_digests, c_digests)))

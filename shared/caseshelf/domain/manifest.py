@@ -83,6 +83,10 @@ class DigestColumn(Sequence[str]):
         self.text = text
         self._cut: list[str] | None = None
 
+    def as_list(self) -> list[str]:
+        """The digests as a list (cut once, then kept): for loops over many of them."""
+        return self._list()
+
     def _list(self) -> list[str]:
         if self._cut is None:
             text = self.text
@@ -142,6 +146,11 @@ class Manifest:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def digest_list(self) -> Sequence[str]:
+        """The digests for a loop over many of them: a plain list, without a Python-level call
+        per item."""
+        return self.digests.as_list() if isinstance(self.digests, DigestColumn) else self.digests
+
     def location(self, i: int) -> Location:
         return Location(self.packs[self.pack_index[i]], self.offsets[i], self.lengths[i])
 
@@ -155,7 +164,8 @@ class Manifest:
         return sum(self.lengths)
 
     def locations_by_digest(self) -> dict[str, Location]:
-        return {self.digests[i]: self.location(i) for i in range(len(self.ids))}
+        digests = self.digest_list()
+        return {digests[i]: self.location(i) for i in range(len(self.ids))}
 
     def blob_locations(self) -> dict[str, Location]:
         return {

@@ -246,7 +246,7 @@ def select_subset(manifest: Manifest, sel: Selection, *, dataset_id: str, versio
 
     if sel.sample is not None:
         seed = DEFAULT_SEED if sel.seed is None else sel.seed
-        chosen = sample_positions(chosen, manifest.digests, sel.sample, seed)
+        chosen = sample_positions(chosen, manifest.digest_list(), sel.sample, seed)
 
     if not chosen:
         raise BadRequest(
