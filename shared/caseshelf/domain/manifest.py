@@ -75,7 +75,7 @@ class CaseTags(Sequence[Sequence[int]]):
 
 class DigestColumn(Sequence[str]):
     """The case digests (64 hex each) as stored: one string, cut into a list only when a digest
-    is first asked for. The sample rule reads the whole column without cutting it."""
+    is first asked for. Selection by ids, tags or limit never asks, so it never pays the cut."""
 
     def __init__(self, text: str) -> None:
         if len(text) % 64:
@@ -85,9 +85,6 @@ class DigestColumn(Sequence[str]):
 
     def as_list(self) -> list[str]:
         """The digests as a list (cut once, then kept): for loops over many of them."""
-        return self._list()
-
-    def _list(self) -> list[str]:
         if self._cut is None:
             text = self.text
             self._cut = [text[i : i + 64] for i in range(0, len(text), 64)]
@@ -97,17 +94,17 @@ class DigestColumn(Sequence[str]):
         return len(self.text) // 64
 
     def __getitem__(self, i: Any) -> Any:
-        return self._list()[i]
+        return self.as_list()[i]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._list())
+        return iter(self.as_list())
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, DigestColumn):
             return self.text == other.text
         if not isinstance(other, Sequence):
             return NotImplemented
-        return self._list() == list(other)
+        return self.as_list() == list(other)
 
     __hash__ = None  # type: ignore[assignment]
 

@@ -623,22 +623,21 @@ class RegistryService:
                 spans = map(slice, starts, map(add, starts, lengths))
                 digests = list(map(_hexdigest, map(sha256, map(view.__getitem__, spans))))
                 digester.add(list(zip(ids, map(_DIGEST_PREFIX.__add__, digests), strict=True)))
-                tags_of = case_tags if case_tags is not None else repeat((), len(ids))
+                tags_of = case_tags if case_tags is not None else [()] * len(ids)
                 if not known or not any(map(known.__contains__, digests)):
                     # The whole batch into one pack: its records already end in "\n".
                     number, offset = append(view[:-1])
                     builder.add_cases(
                         ids,
                         digests,
-                        case_tags if case_tags is not None else [()] * len(ids),
+                        tags_of,
                         [pack_name(number)] * len(ids),
                         map(offset.__add__, islice(starts, len(ids))),
                         lengths,
                     )
                     continue
-                start = 0
-                for case_id, hex_digest, size, t in zip(
-                    ids, digests, lengths, tags_of, strict=True
+                for case_id, hex_digest, size, t, start in zip(
+                    ids, digests, lengths, tags_of, starts[:-1], strict=True
                 ):
                     loc = find(hex_digest)
                     if loc is not None:
@@ -647,7 +646,6 @@ class RegistryService:
                     else:
                         number, offset = append(view[start : start + size])
                         add_case(case_id, hex_digest, t, pack_name(number), offset, size)
-                    start += size + 1
             cdigest = digester.digest()
             packs.flush()
             builder.resolve_pending(packs.digest_of_pack)
