@@ -75,7 +75,9 @@ JsonList = Annotated[list[Any], AfterValidator(_finite)]
 class Strict(BaseModel):
     """Base for every wire model: unknown keys are errors, NaN and Infinity are refused."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", allow_inf_nan=False, populate_by_name=True, defer_build=True
+    )
 
 
 # --- inputs ---------------------------------------------------------------------------------

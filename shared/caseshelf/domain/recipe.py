@@ -43,6 +43,7 @@ class RecipeModel(BaseModel):
         alias_generator=AliasGenerator(validation_alias=to_camel),
         validate_by_name=True,
         validate_by_alias=True,
+        defer_build=True,
     )
 
 
