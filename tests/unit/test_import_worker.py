@@ -1,6 +1,7 @@
 """Large local files: rows read in chunks, and mapped in a forked worker process while the
-caller hashes and stores them. The worker must give the same version, and the same errors naming
-the line or row, as the single-process path."""
+caller hashes and stores them (a plain jsonl file is split: the caller maps the first rows, the
+worker the rest). The worker must give the same version, and the same errors naming the line or
+row, as the single-process path."""
 
 import gzip
 import json
@@ -10,7 +11,14 @@ import sys
 import pytest
 
 from caseshelf.adapters import sources
-from caseshelf.adapters.sources import SourceReader, WorkerFailed, in_worker, smart_opener
+from caseshelf.adapters.sources import (
+    SourceReader,
+    Worker,
+    WorkerFailed,
+    _Outbox,
+    in_worker,
+    smart_opener,
+)
 from caseshelf.bootstrap import build, load_settings
 from caseshelf.domain.errors import BadRequest, NotFound, TooLarge
 from caseshelf.domain.identity import Identity
@@ -58,18 +66,24 @@ def run(svc, url, kind="jsonl", **extra):
     return svc.imports.run(ME, parse_import({"recipe": RECIPE, "source": source, **extra}))
 
 
-@pytest.fixture
-def worker_calls(monkeypatch):
-    """Every file goes through the worker, and the calls to it are counted."""
+def count_workers(monkeypatch):
+    """The workers started from now on, counted."""
     calls = []
 
-    def counted(items):
-        calls.append(1)
-        return in_worker(items)
+    class Counted(Worker):
+        def __init__(self, items):
+            calls.append(1)
+            super().__init__(items)
 
-    monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 0)
-    monkeypatch.setattr(sources, "in_worker", counted)
+    monkeypatch.setattr(sources, "Worker", Counted)
     return calls
+
+
+@pytest.fixture
+def worker_calls(monkeypatch):
+    """Every file goes through the worker, and the workers started are counted."""
+    monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 0)
+    return count_workers(monkeypatch)
 
 
 @needs_fork
@@ -79,9 +93,8 @@ def test_an_import_through_the_worker_registers_the_same_version(svc, tmp_path, 
     monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 1 << 40)
     alone = run(svc, url, dataset="alone")
     # When the same file is imported through the worker
-    calls = []
     monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 0)
-    monkeypatch.setattr(sources, "in_worker", lambda items: calls.append(1) or in_worker(items))
+    calls = count_workers(monkeypatch)
     worked = run(svc, url, dataset="worked")
     # Then the worker ran, and both versions hold the same cases
     assert calls == [1]
@@ -111,9 +124,8 @@ def test_csv_and_compressed_files_through_the_worker_match_the_single_process_pa
     monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 1 << 40)
     kind = "csv" if name.endswith(".csv") else "jsonl"
     alone = run(svc, str(path), kind, dataset="alone")
-    calls = []
     monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 0)
-    monkeypatch.setattr(sources, "in_worker", lambda items: calls.append(1) or in_worker(items))
+    calls = count_workers(monkeypatch)
     worked = run(svc, str(path), kind, dataset="worked")
     # Then the worker ran, and both hold the same cases
     assert calls == [1]
@@ -131,6 +143,117 @@ def test_a_malformed_line_in_the_worker_names_its_line_and_registers_nothing(
     assert exc.value.fields["line"] == 2718 and worker_calls == [1]
     with pytest.raises(NotFound):
         svc.registry.get_version(ME, "mini", "latest")
+
+
+@needs_fork
+@pytest.mark.parametrize("share", [0.001, 0.3, 0.5, 0.97])
+def test_a_split_file_gives_the_rows_and_ids_of_a_single_pass(svc, tmp_path, monkeypatch, share):
+    # Given a jsonl file with blank, whitespace-only and CRLF lines spread through it, ids made
+    # from the row index, cut at several places between this process and the worker
+    lines = []
+    for i in range(1200):
+        lines.append(json.dumps({"q": f"q{i}", "a": f"w #### {i}", "level": "easy"}))
+        if i % 97 == 0:
+            lines.append("")
+        if i % 131 == 0:
+            lines.append(" \t\r")
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(("\r\n".join(lines[:600]) + "\n" + "\n".join(lines[600:])).encode())
+    monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 1 << 40)
+    alone = run(svc, str(path), dataset="alone")
+    # When it is imported split between this process and a worker
+    monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 0)
+    monkeypatch.setattr(sources, "HEAD_SHARE", share)
+    calls = count_workers(monkeypatch)
+    worked = run(svc, str(path), dataset="worked")
+    # Then one worker ran, and the version is the same case for case
+    assert calls == [1]
+    assert worked.result.record.content_digest == alone.result.record.content_digest
+    assert worked.rows_read == 1200
+    cases = svc.registry.list_cases(ME, "worked", "latest", limit=1000).items
+    assert [c["id"] for c in cases] == [f"mini-{i}" for i in range(1000)]
+    assert cases[-1]["inputs"]["user"] == "q999"
+
+
+@needs_fork
+@pytest.mark.parametrize("bad_line", [3, 2990])
+def test_a_split_file_names_a_bad_line_on_either_side_of_the_cut(
+    svc, tmp_path, worker_calls, bad_line
+):
+    # Given a malformed line early (this process's share) or late (the worker's share)
+    url = rows_file(tmp_path / "rows.jsonl", 3000, bad_line=bad_line)
+    # Then the error names the line as a single pass would, and nothing is registered
+    with pytest.raises(BadRequest, match=f"line {bad_line}: malformed JSON") as exc:
+        run(svc, url)
+    assert exc.value.fields["line"] == bad_line and worker_calls == [1]
+    with pytest.raises(NotFound):
+        svc.registry.get_version(ME, "mini", "latest")
+
+
+def test_a_file_of_one_line_is_not_split(tmp_path):
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(b'{"q": "a"}\n')
+    assert sources._line_end_after(path, 0, 11) is None
+    path.write_bytes(b'{"q": "a"}\n{"q": "b"}')
+    assert sources._line_end_after(path, 0, 21) == 11
+    assert sources._line_end_after(path, 12, 21) is None
+
+
+def test_the_outbox_holds_what_the_pipe_cannot_take_and_hands_it_all_over(monkeypatch):
+    # Given a pipe nobody reads yet, and messages far larger than it holds
+    read_fd, write_fd = os.pipe()
+    monkeypatch.setattr(sources, "WORKER_BUFFER_BYTES", 8 << 20)
+    out = _Outbox(write_fd)
+    messages = [("item", bytes([i]) * (256 << 10)) for i in range(12)]
+    # When they are sent: the sender is not held up while the outbox has room
+    for m in messages:
+        out.send(m)
+    assert out.held > 0
+    # Then once a reader drains the pipe, every message arrives whole and in order
+    import pickle
+    import threading
+
+    got = []
+
+    def read():
+        with open(read_fd, "rb") as fh:
+            got.extend(pickle.load(fh) for _ in messages)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    out.drain(0)
+    os.close(write_fd)
+    reader.join(timeout=10)
+    assert got == messages and out.held == 0
+
+
+def test_a_full_outbox_waits_for_room(monkeypatch):
+    # Given an outbox that may hold little more than one message
+    import pickle
+    import threading
+    import time
+
+    read_fd, write_fd = os.pipe()
+    monkeypatch.setattr(sources, "WORKER_BUFFER_BYTES", 300 << 10)
+    out = _Outbox(write_fd)
+    got = []
+
+    def read():
+        time.sleep(0.2)
+        with open(read_fd, "rb") as fh:
+            got.extend(pickle.load(fh) for _ in range(8))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    # When more is sent than the pipe and the outbox hold together
+    for i in range(8):
+        out.send(("item", bytes([i]) * (256 << 10)))
+        # Then the sender waits for the reader rather than hold more than its share
+        assert out.held <= (300 << 10) + (256 << 10) + 100
+    out.drain(0)
+    os.close(write_fd)
+    reader.join(timeout=10)
+    assert [m[1][0] for m in got] == list(range(8))
 
 
 @needs_fork
@@ -159,9 +282,11 @@ def test_a_row_over_the_size_limit_in_the_worker_is_413_naming_the_row(tmp_path,
 
 @needs_fork
 def test_a_limit_through_the_worker_takes_the_first_rows(svc, tmp_path, worker_calls):
+    # (a limit keeps the file whole: the worker maps the first rows, up to the limit)
     url = rows_file(tmp_path / "rows.jsonl", 2000)
     done = run(svc, url, limit=1234)
     assert done.result.record.case_count == 1234 and done.produced_by["rows_read"] == 1234
+    assert worker_calls == [1]
 
 
 @needs_fork

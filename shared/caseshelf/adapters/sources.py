@@ -25,11 +25,14 @@ import os
 import socket
 import sys
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
+from itertools import islice
 from pathlib import Path
-from typing import IO, Any, NoReturn, TypeVar
+from typing import IO, Any, Generic, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
@@ -40,13 +43,22 @@ from caseshelf.domain.recipe import CsvSource, JsonlSource, ParquetSource, displ
 Rows = Iterator[tuple[int, dict[str, Any]]]
 Opener = Callable[[str], IO[bytes]]
 T = TypeVar("T")
-Offload = Callable[[Iterator[Any]], Iterator[Any]]
+Work = Callable[[Iterator[tuple[int, dict[str, Any]]]], Iterator[Any]]
+Offload = Callable[[Work], Iterator[Any]]
 
 _DECODE_ERRORS: tuple[type[BaseException], ...] = (EOFError, zlib.error, OSError, ValueError)
 READ_CHUNK = 1 << 20  # bytes read at a time from a jsonl stream
 # A local file at least this large has its rows mapped in a worker process (`in_worker`).
 WORKER_MIN_BYTES = 4 << 20
 PIPE_BYTES = 1 << 20
+# A worker holds at most this much of its output while the importing process is busy elsewhere.
+WORKER_BUFFER_BYTES = 64 << 20
+# Of a large plain jsonl file, the importing process maps this first share of the rows itself
+# (at most HEAD_MAX_BYTES of them) while the worker maps the rest: per row, the worker's part of
+# the work (parse, map, canonicalise) costs more than the importer's (hash, store), so the
+# importer has time to spare for a slice of rows of its own.
+HEAD_SHARE = 0.3
+HEAD_MAX_BYTES = 32 << 20
 
 
 display_name = display_url
@@ -111,6 +123,11 @@ def _check_public_host(host: str, url: str) -> None:
 def _is_local(url: str) -> bool:
     scheme = urlsplit(url).scheme.lower()
     return scheme in ("", "file") or len(scheme) == 1
+
+
+def _plain(name: str) -> bool:
+    """A file name without a compression suffix (`_decompressor` passes it through)."""
+    return not name.lower().split("?", 1)[0].endswith((".gz", ".bz2", ".zst"))
 
 
 def _decompressor(name: str, raw: IO[bytes]) -> IO[bytes]:
@@ -188,9 +205,13 @@ class SourceReader:
         url = source.url
         return _rows_from_stream(source, lambda: self.open(url), name or display_name(url))
 
-    def offload(self, source: JsonlSource | CsvSource | ParquetSource) -> Offload | None:
-        """`in_worker` when the work on this source's rows pays for a second process: a large
-        local jsonl or csv file, and a spare core to run it on. None otherwise."""
+    def offload(
+        self, source: JsonlSource | CsvSource | ParquetSource, *, limit: int | None = None
+    ) -> Offload | None:
+        """A way to run work over this source's rows (at most `limit`) in a second process,
+        when that pays: a large local jsonl or csv file, and a spare core to run it on. None
+        otherwise. Without a limit, a plain (uncompressed) jsonl file is split: this process
+        works on the first rows while the worker works on the rest (`split_jsonl`)."""
         url = source.url if getattr(source, "text", None) is None else None
         if (
             url is None
@@ -199,11 +220,22 @@ class SourceReader:
             or not worker_available()
         ):
             return None
+        path = Path(url.removeprefix("file://")).expanduser()
         try:
-            size = Path(url.removeprefix("file://")).expanduser().stat().st_size
+            size = path.stat().st_size
         except OSError:
             return None  # reading it will name the problem
-        return in_worker if size >= WORKER_MIN_BYTES else None
+        if size < WORKER_MIN_BYTES:
+            return None
+        name = display_name(url)
+        if isinstance(source, JsonlSource) and limit is None and _plain(path.name):
+            return partial(split_jsonl, path, name, size)
+
+        def whole(work: Work) -> Iterator[Any]:
+            rows = self.rows(source, name=name)
+            return in_worker(work(rows if limit is None else islice(rows, limit)))
+
+        return whole
 
 
 def rows_from_bytes(
@@ -238,14 +270,18 @@ def _rows_from_stream(
     return _parquet(open_stream, name)
 
 
-def _lines(fh: IO[bytes]) -> Iterator[list[bytes]]:
+def _lines(fh: IO[bytes], end: int | None = None) -> Iterator[list[bytes]]:
     """The lines of a binary stream (without their `\\n`), a chunk's worth at a time: one large
-    read and one split per chunk instead of a buffered readline per line."""
+    read and one split per chunk instead of a buffered readline per line. With `end`, the
+    stream is read up to that many bytes."""
     tail = b""
+    left = end
     while True:
-        chunk = fh.read(READ_CHUNK)
+        chunk = fh.read(READ_CHUNK if left is None else min(READ_CHUNK, left))
         if not chunk:
             break
+        if left is not None:
+            left -= len(chunk)
         lines = chunk.split(b"\n")
         if tail:
             lines[0] = tail + lines[0]  # the line the last chunk cut
@@ -257,23 +293,26 @@ def _lines(fh: IO[bytes]) -> Iterator[list[bytes]]:
 
 
 def _jsonl(open_stream: Callable[[], IO[bytes]], name: str) -> Rows:
-    loads = orjson.loads
     with _reading(name), open_stream() as fh:
-        index = 0
-        line_no = 0
-        for lines in _lines(fh):
-            for line in lines:
-                line_no += 1
-                try:
-                    row = loads(line)
-                except orjson.JSONDecodeError as exc:
-                    if not line.strip():
-                        continue  # a blank line
-                    raise _malformed(name, line_no, exc) from None
-                if type(row) is not dict:
-                    raise _not_an_object(name, line_no)
-                yield index, row
-                index += 1
+        yield from _json_lines(_lines(fh), name)
+
+
+def _json_lines(chunks: Iterator[list[bytes]], name: str, index: int = 0, line_no: int = 0) -> Rows:
+    """Rows of jsonl lines; `index` and `line_no` are those of the rows and lines before them."""
+    loads = orjson.loads
+    for lines in chunks:
+        for line in lines:
+            line_no += 1
+            try:
+                row = loads(line)
+            except orjson.JSONDecodeError as exc:
+                if not line.strip():
+                    continue  # a blank line
+                raise _malformed(name, line_no, exc) from None
+            if type(row) is not dict:
+                raise _not_an_object(name, line_no)
+            yield index, row
+            index += 1
 
 
 def _malformed(name: str, line_no: int, exc: Exception) -> BadRequest:
@@ -396,72 +435,185 @@ def in_worker(items: Iterator[T]) -> Iterator[T]:
     pipe. A `CaseshelfError` it raises is raised here with the same type, detail and fields, after
     the items before it; any other failure is a `WorkerFailed`. Closing the generator early (the
     consumer failed) kills the child. When no process can be forked, the items are produced
-    here. The child writes nothing but the pipe and leaves with
-    `os._exit`, so no buffer, handler or finaliser of the parent runs twice."""
-    import pickle
-    import signal
-
-    read_fd, write_fd = os.pipe()
-    if sys.platform == "linux":  # a larger pipe means fewer context switches; optional
-        import fcntl
-
-        with suppress(OSError):
-            fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+    here."""
+    worker = Worker(items)
     try:
-        pid = os.fork()
-    except OSError:  # no process to spare (EAGAIN, ENOMEM): do the work here instead
-        os.close(read_fd)
-        os.close(write_fd)
-        yield from items
-        return
-    if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
-        os.close(read_fd)
-        _serve(items, write_fd)
-    os.close(write_fd)
-    finished = False
-    try:
-        with open(read_fd, "rb", buffering=PIPE_BYTES) as pipe:
-            load = pickle.load
-            while True:
-                try:
-                    kind, payload = load(pipe)
-                except EOFError:
-                    raise WorkerFailed("the import worker process stopped unexpectedly") from None
-                if kind == "item":
-                    yield payload
-                    continue
-                finished = True
-                if kind == "done":
-                    return
-                if kind == "error":
-                    error_type, detail, fields = payload
-                    raise error_type(detail, **fields)
-                raise WorkerFailed(f"the import worker process failed: {payload}")
+        yield from worker.results()
     finally:
-        if not finished:
+        worker.close()
+
+
+def split_jsonl(path: Path, name: str, size: int, work: Work) -> Iterator[Any]:
+    """`work` over the rows of a plain jsonl file, in two processes: a worker takes the rows
+    after the first `HEAD_SHARE` of the file (cut at a line end), this process takes the rows
+    before it, then passes on the worker's output. Items come in file order, and errors name
+    the same line or row as a single pass would: the worker counts the lines and rows before
+    its share first."""
+    cut = _line_end_after(path, min(int(size * HEAD_SHARE), HEAD_MAX_BYTES), size)
+    if cut is None:  # one line, or too few lines to share
+        yield from in_worker(work(_jsonl_part(path, name, 0)))
+        return
+    worker = Worker(work(_jsonl_part(path, name, cut)))
+    try:
+        yield from work(_jsonl_part(path, name, 0, cut))
+        yield from worker.results()
+    finally:
+        worker.close()
+
+
+def _line_end_after(path: Path, offset: int, size: int) -> int | None:
+    """The offset just past the first line end at or after `offset`, if a line follows it."""
+    with path.open("rb") as fh:
+        fh.seek(offset)
+        at = offset
+        while chunk := fh.read(READ_CHUNK):
+            found = chunk.find(b"\n")
+            if found >= 0:
+                at += found + 1
+                return at if at < size else None
+            at += len(chunk)
+    return None
+
+
+def _jsonl_part(path: Path, name: str, start: int, end: int | None = None) -> Rows:
+    """The rows of a plain jsonl file between bytes `start` and `end` (each 0, the end, or just
+    past a line end), numbered as in the whole file: the lines before `start` are counted
+    first, and so are the rows among them."""
+    with _reading(name), path.open("rb") as fh:
+        lines_before = rows_before = 0
+        for lines in _lines(fh, start):
+            lines_before += len(lines)
+            rows_before += sum(map(bool, map(bytes.strip, lines)))  # blank lines are no rows
+        chunks = _lines(fh, None if end is None else end - start)
+        yield from _json_lines(chunks, name, rows_before, lines_before)
+
+
+class Worker(Generic[T]):
+    """`items` produced in a forked child process from now on; `results()` are they, in order.
+
+    The child runs the unstarted iterator it inherited (pure work: reading a file, mapping and
+    canonicalising rows) and streams each item back pickled over a pipe, holding up to
+    `WORKER_BUFFER_BYTES` of them while the caller is busy elsewhere. A `CaseshelfError` it
+    raises is raised by `results()` with the same type, detail and fields, after the items before
+    it; any other failure is a `WorkerFailed`. `close()` kills a child that has not finished and
+    reaps it. When no process can be forked, the items are produced here, by `results()`. The
+    child writes nothing but the pipe and leaves with `os._exit`, so no buffer, handler or
+    finaliser of the parent runs twice."""
+
+    def __init__(self, items: Iterator[T]) -> None:
+        self.items: Iterator[T] | None = None
+        self.pid = 0
+        self.finished = False
+        read_fd, write_fd = os.pipe()
+        if sys.platform == "linux":  # a larger pipe means fewer context switches; optional
+            import fcntl
+
+            with suppress(OSError):
+                fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+        try:
+            pid = os.fork()
+        except OSError:  # no process to spare (EAGAIN, ENOMEM): do the work here instead
+            os.close(read_fd)
+            os.close(write_fd)
+            self.items = items
+            return
+        if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
+            os.close(read_fd)
+            _serve(items, write_fd)
+        os.close(write_fd)
+        self.pid = pid
+        self.pipe = open(read_fd, "rb", buffering=PIPE_BYTES)  # noqa: SIM115 - closed by close()
+
+    def results(self) -> Iterator[T]:
+        if self.items is not None:
+            yield from self.items
+            return
+        import pickle
+
+        load = pickle.load
+        while True:
+            try:
+                kind, payload = load(self.pipe)
+            except EOFError:
+                raise WorkerFailed("the import worker process stopped unexpectedly") from None
+            if kind == "item":
+                yield payload
+                continue
+            self.finished = True
+            if kind == "done":
+                return
+            if kind == "error":
+                error_type, detail, fields = payload
+                raise error_type(detail, **fields)
+            raise WorkerFailed(f"the import worker process failed: {payload}")
+
+    def close(self) -> None:
+        if not self.pid:
+            return
+        import signal
+
+        pid, self.pid = self.pid, 0
+        if not self.finished:
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        self.pipe.close()
         os.waitpid(pid, 0)
 
 
-def _serve(items: Iterator[Any], fd: int) -> NoReturn:  # pragma: no cover - child process
-    import pickle
+class _Outbox:
+    """The child's messages to the parent: written as far as the pipe takes them without
+    waiting, the rest held (up to `WORKER_BUFFER_BYTES`) so that the child keeps working while
+    the parent is busy with other rows."""
 
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self.fd = fd
+        self.pending: deque[memoryview] = deque()
+        self.held = 0
+
+    def send(self, message: tuple[str, Any]) -> None:
+        import pickle
+
+        data = memoryview(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+        self.pending.append(data)
+        self.held += len(data)
+        self.drain(WORKER_BUFFER_BYTES)
+
+    def drain(self, keep: int) -> None:
+        """Write what the pipe takes; wait for room while more than `keep` bytes are held."""
+        import select
+
+        pending = self.pending
+        while pending:
+            try:
+                n = os.write(self.fd, pending[0])
+            except BlockingIOError:
+                if self.held <= keep:
+                    return
+                select.select([], [self.fd], [])
+                continue
+            self.held -= n
+            if n == len(pending[0]):
+                pending.popleft()
+            else:
+                pending[0] = pending[0][n:]
+
+
+def _serve(items: Iterator[Any], fd: int) -> NoReturn:  # pragma: no cover - child process
     code = 0
     try:
-        with open(fd, "wb", buffering=PIPE_BYTES) as pipe:
-            dump = pickle.dump
-            message: tuple[str, Any]
-            try:
-                for item in items:
-                    dump(("item", item), pipe, protocol=pickle.HIGHEST_PROTOCOL)
-                    pipe.flush()  # now, not when the buffer fills: the caller is waiting for it
-                message = ("done", None)
-            except CaseshelfError as exc:
-                message = ("error", (type(exc), exc.detail, exc.fields))
-            except Exception as exc:  # reported to the parent, which raises
-                message = ("failed", f"{type(exc).__name__}: {exc}")
-            dump(message, pipe, protocol=pickle.HIGHEST_PROTOCOL)
+        out = _Outbox(fd)
+        message: tuple[str, Any]
+        try:
+            for item in items:
+                out.send(("item", item))
+            message = ("done", None)
+        except CaseshelfError as exc:
+            message = ("error", (type(exc), exc.detail, exc.fields))
+        except Exception as exc:  # reported to the parent, which raises
+            message = ("failed", f"{type(exc).__name__}: {exc}")
+        out.send(message)
+        out.drain(0)
     except BaseException:  # the parent sees the pipe close early
         code = 1
     finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import PurePosixPath
 from typing import Any, Protocol
 
@@ -129,7 +130,9 @@ class ImportResult:
 
 Progress = Callable[[int], None]
 Rows = Iterator[tuple[int, dict[str, Any]]]
-Offload = Callable[[Iterator[Any]], Iterator[Any]]
+# Work over rows (`record_batches` with the recipe bound), and a way to run it elsewhere.
+Work = Callable[[Rows], Iterator[Any]]
+Offload = Callable[[Work], Iterator[Any]]
 
 
 class RowReader(Protocol):
@@ -137,9 +140,12 @@ class RowReader(Protocol):
 
     def rows(self, source: JsonlSource | CsvSource | ParquetSource) -> Rows: ...
 
-    def offload(self, source: JsonlSource | CsvSource | ParquetSource) -> Offload | None:
-        """A way to run an iterator over the source's rows in a second process, when the
-        source is large enough for that to pay (a large local file); None otherwise."""
+    def offload(
+        self, source: JsonlSource | CsvSource | ParquetSource, *, limit: int | None = None
+    ) -> Offload | None:
+        """A way to run work over the source's rows (at most `limit`) in a second process,
+        when the source is large enough for that to pay (a large local file); None
+        otherwise. Items come back in row order, errors as the work raised them."""
 
 
 class HubRows(Protocol):
@@ -284,7 +290,7 @@ class ImportService:
             prov["inline"] = True
         elif source.url is not None:
             prov["url"] = display_url(source.url)
-        return OpenedSource(reader.rows(source), prov, reader.offload(source))
+        return OpenedSource(reader.rows(source), prov, reader.offload(source, limit=limit))
 
     # -- preview ---------------------------------------------------------------------------
 
@@ -338,11 +344,11 @@ class ImportService:
             "limit": req.limit,
         }
         counter = _Counter()
-        batches = record_batches(rows, recipe, max_case_bytes=self.registry.max_case_bytes)
-        if opened.offload is not None:
-            # Reading, mapping and canonicalising run in a second process while this one
-            # hashes and writes packs; batches come back in order, errors with their row.
-            batches = opened.offload(batches)
+        work = partial(record_batches, recipe=recipe, max_case_bytes=self.registry.max_case_bytes)
+        # With an offload, reading, mapping and canonicalising (most of them) run in a second
+        # process while this one hashes and writes packs; batches come back in order, errors
+        # with their row.
+        batches = work(rows) if opened.offload is None else opened.offload(work)
         records = self._records(batches, counter, progress, produced_by)
         version, bump = req.version, req.bump
         if version is None and bump is None:
