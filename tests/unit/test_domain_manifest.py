@@ -15,6 +15,7 @@ from caseshelf.domain.errors import BadRequest
 from caseshelf.domain.manifest import (
     PENDING_PACK,
     DigestColumn,
+    IntColumn,
     Location,
     Manifest,
     ManifestBuilder,
@@ -160,3 +161,31 @@ def test_the_digest_column_is_cut_only_when_a_digest_is_asked_for():
     assert m.digests == [hx(str(i)) for i in range(3)] and len(m.digests) == 3
     with pytest.raises(ValueError, match="wrong length"):
         DigestColumn("ab")
+
+
+def test_integer_columns_are_decoded_only_when_used():
+    # Given a manifest read back from bytes
+    m = Manifest.from_bytes(build([("a", ["x"], "p1", 0, 10), ("b", [], "p2", 4, 6)]).to_bytes())
+    columns = (m.pack_index, m.offsets, m.lengths, m.case_tags.starts, m.case_tags.values)
+    assert all(isinstance(c, IntColumn) and c._array is None for c in columns)
+    # Then their lengths are known, and writing the manifest again decodes none of them
+    assert len(m) == 2 and len(m.case_tags) == 2 and len(m.offsets) == 2
+    assert Manifest.from_bytes(m.to_bytes()).to_bytes() == m.to_bytes()
+    assert all(c._array is None for c in columns)
+    # And the first use decodes a column, which then reads like the array it stores
+    assert m.location(1) == Location(hx("p2"), 4, 6) and m.case_bytes() == 16
+    assert list(m.offsets) == [0, 4] and m.offsets == [0, 4] and m.offsets[-1:].tolist() == [4]
+    assert m.tags_of(0) == ["x"] and m.tags_of(1) == []
+
+
+def test_a_corrupt_integer_column_is_a_typed_error_when_it_is_read():
+    doc = orjson.loads(build([("a", [], "p1", 0, 1), ("b", [], "p1", 2, 1)]).to_bytes())
+    doc["cases"]["offset"] = "!!!!" + doc["cases"]["offset"][4:]  # the right length, not base64
+    m = Manifest.from_bytes(orjson.dumps(doc))
+    with pytest.raises(BadRequest, match="corrupt manifest"):
+        m.location(0)
+    doc["cases"]["length"] = doc["cases"]["length"][:-4]  # a case short
+    with pytest.raises(BadRequest, match="corrupt manifest"):
+        Manifest.from_bytes(orjson.dumps(doc))
+    with pytest.raises(ValueError, match="wrong length"):
+        IntColumn("abc", "Q")

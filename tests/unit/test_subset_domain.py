@@ -122,12 +122,13 @@ def test_seed_without_sample_is_refused():
         select(M, seed=3)
 
 
-def test_the_sample_rule_is_the_documented_hash_ranking():
-    # Given the rule: rank = sha256("<seed>:sha256:<case digest hex>"), take the smallest.
+def test_the_sample_rule_is_the_documented_ranking():
+    # Given the rule: K = sha256("caseshelf-sample:<seed>"), A = K[0:8] | 1, B = K[8:16],
+    # rank = (A * first 16 hex digits of the case digest + B) mod 2**64; the smallest are taken.
+    key = hashlib.sha256(b"caseshelf-sample:s1").digest()
+    a, b = int.from_bytes(key[:8], "big") | 1, int.from_bytes(key[8:16], "big")
     sub = select(M, sample=2, seed="s1")
-    ranks = sorted(
-        range(5), key=lambda i: hashlib.sha256(f"s1:sha256:{M.digests[i]}".encode()).digest()
-    )
+    ranks = sorted(range(5), key=lambda i: (a * int(M.digests[i][:16], 16) + b) % 2**64)
     assert sub.indices == sorted(ranks[:2])
     assert sample_rank("s1", M.digests[ranks[0]]) < sample_rank("s1", M.digests[ranks[1]])
     # The seed defaults to 0 and the stamp says so.
@@ -210,8 +211,9 @@ def reference_subset(m: Manifest, kw: dict[str, Any]) -> list[str]:
     if "limit" in kw:
         rows = rows[: kw["limit"]]
     if "sample" in kw:
-        seed = kw.get("seed", 0)
-        rank = lambda r: hashlib.sha256(f"{seed}:sha256:{r[1]}".encode()).digest()  # noqa: E731
+        key = hashlib.sha256(f"caseshelf-sample:{kw.get('seed', 0)}".encode()).digest()
+        a, b = int.from_bytes(key[:8], "big") | 1, int.from_bytes(key[8:16], "big")
+        rank = lambda r: (a * int(r[1][:16], 16) + b) % 2**64  # noqa: E731
         chosen = {r[0] for r in sorted(rows, key=rank)[: kw["sample"]]}
         rows = [r for r in rows if r[0] in chosen]
     return [r[0] for r in rows]

@@ -13,7 +13,10 @@ from caseshelf.domain.errors import BadRequest
 from caseshelf.domain.manifest import CaseTags, Manifest, ManifestBuilder
 from caseshelf.domain.subset import (
     Selection,
+    _column_lanes,
+    _column_ranks,
     _nth_smallest,
+    sample_key,
     sample_positions,
     sample_rank,
     select_subset,
@@ -51,24 +54,49 @@ def test_sample_positions_follow_the_documented_rule_even_with_equal_digests(
 ):
     # Given digests drawn from a small pool (so equal digests, and equal ranks, are common)
     digests = [pool[p % len(pool)] for p in picks]
-    candidates = list(range(0, len(digests), every))
+    candidates = range(0, len(digests), every) if every < 3 else list(range(0, len(digests), 2))
     # When sampled, Then the answer is the reference rule's
     got = sample_positions(candidates, digests, n, seed)
     assert got == reference_sample(candidates, digests, n, seed)
     assert len(got) == min(n, len(candidates))
 
 
-def test_sample_of_a_large_version_matches_the_reference():
-    # Given 5,000 distinct digests
+@pytest.mark.parametrize("every", [0, 1, 3, 7, 9, 50])
+def test_sample_of_a_large_version_matches_the_reference(every):
+    # Given 5,000 distinct digests, and candidates among them: all (the whole column's top
+    # bytes are scanned), dense (the whole column is ranked) or sparse (each is ranked)
     digests = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(5000)]
-    candidates = list(range(5000))
-    # When a tenth is sampled, Then it is the reference rule's choice
+    candidates = range(5000) if every == 0 else list(range(0, 5000, every))
+    # When a tenth is sampled, Then it is the reference rule's choice, from a list or the column
     for seed in (0, 2026, "x"):
-        got = sample_positions(candidates, digests, 500, seed)
-        assert got == reference_sample(candidates, digests, 500, seed)
+        expected = reference_sample(candidates, digests, len(candidates) // 10, seed)
+        assert sample_positions(candidates, digests, len(candidates) // 10, seed) == expected
+        got = sample_positions(candidates, "".join(digests), len(candidates) // 10, seed)
+        assert got == expected
 
 
-@given(st.lists(st.binary(min_size=32, max_size=32), min_size=2, max_size=200), st.data())
+@given(
+    st.lists(st.binary(min_size=32, max_size=32).map(bytes.hex), min_size=1, max_size=300),
+    st.one_of(st.integers(0, 10**9), st.text(min_size=1, max_size=8)),
+)
+def test_whole_column_ranks_are_each_cases_rank(digests, seed):
+    a, b = sample_key(seed)
+    lanes = _column_lanes("".join(digests), a, b)
+    assert _column_ranks(lanes) == [sample_rank(seed, d) for d in digests]
+
+
+def test_the_sample_rank_is_pinned_for_other_implementations():
+    # The worked example of docs/subset-and-diff.md: any implementation of the rule gives these.
+    key = hashlib.sha256(b"caseshelf-sample:2026").digest()
+    a = int.from_bytes(key[:8], "big") | 1
+    b = int.from_bytes(key[8:16], "big")
+    digest = hashlib.sha256(b"example").hexdigest()
+    assert sample_key(2026) == sample_key("2026") == (a, b)
+    assert sample_rank(2026, digest) == (a * int(digest[:16], 16) + b) % 2**64
+    assert sample_rank(2026, digest) == 4402466521189338576
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), min_size=2, max_size=200), st.data())
 def test_nth_smallest_is_the_sorted_nth(ranks, data):
     n = data.draw(st.integers(1, len(ranks) - 1))
     assert _nth_smallest(ranks, n) == sorted(ranks)[n - 1]
@@ -76,7 +104,7 @@ def test_nth_smallest_is_the_sorted_nth(ranks, data):
 
 def test_nth_smallest_widens_its_bound_when_ranks_are_not_uniform():
     # Given ranks all in the top of the range (the first filter keeps none of them)
-    ranks = [b"\xff" + bytes([i]) * 31 for i in range(100)]
+    ranks = [2**64 - 1 - i for i in range(100)]
     # Then the bound widens until the answer is found
     assert _nth_smallest(ranks, 7) == sorted(ranks)[6]
 

@@ -35,6 +35,8 @@ class Location:
 
 
 def _pack_ints(values: Sequence[int], code: str) -> str:
+    if isinstance(values, IntColumn) and values.code == code:
+        return values.text  # as read, never decoded
     arr = values if isinstance(values, array) and values.typecode == code else array(code, values)
     if sys.byteorder != "little":
         arr = array(code, arr)
@@ -50,11 +52,62 @@ def _unpack_ints(text: str, code: str) -> array[int]:
     return arr
 
 
+class IntColumn(Sequence[int]):
+    """An integer column as stored (base64 of a little-endian array), decoded on first use: a
+    selection that never asks where cases live never pays for decoding where they do."""
+
+    __slots__ = ("_array", "_len", "code", "text")
+
+    def __init__(self, text: str, code: str) -> None:
+        self.text = text
+        self.code = code
+        self._array: array[int] | None = None
+        size = len(text) // 4 * 3 - text[-2:].count("=")
+        if len(text) % 4 or size % array(code).itemsize:
+            raise ValueError("integer column of the wrong length")
+        self._len = size // array(code).itemsize
+
+    @property
+    def array(self) -> array[int]:
+        if self._array is None:
+            try:
+                decoded = _unpack_ints(self.text, self.code)
+            except ValueError as exc:  # binascii.Error, or bytes that are no whole array
+                raise BadRequest(f"corrupt manifest: {exc}") from exc
+            if len(decoded) != self._len:
+                raise BadRequest("corrupt manifest: an integer column of the wrong length")
+            self._array = decoded
+        return self._array
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.array[i]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.array)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, IntColumn):
+            return self.array == other.array
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(map(int.__eq__, self.array, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def column_array(column: Sequence[int]) -> Sequence[int]:
+    """A column for a loop over many of its items: the decoded array, not the lazy wrapper."""
+    return column.array if isinstance(column, IntColumn) else column
+
+
 class CaseTags(Sequence[Sequence[int]]):
     """Each case's tag indices, stored compressed (CSR): `values[starts[i]:starts[i + 1]]`."""
 
-    def __init__(self, starts: array[int], values: array[int]) -> None:
-        self.starts = starts
+    def __init__(self, starts: Sequence[int], values: Sequence[int]) -> None:
+        self.starts = starts  # arrays, or `IntColumn`s as read
         self.values = values
 
     def __len__(self) -> int:
@@ -148,6 +201,11 @@ class Manifest:
         per item."""
         return self.digests.as_list() if isinstance(self.digests, DigestColumn) else self.digests
 
+    def digest_text(self) -> str:
+        """Every digest back to back (64 hex each), as the column is stored."""
+        digests = self.digests
+        return digests.text if isinstance(digests, DigestColumn) else "".join(digests)
+
     def location(self, i: int) -> Location:
         return Location(self.packs[self.pack_index[i]], self.offsets[i], self.lengths[i])
 
@@ -158,11 +216,20 @@ class Manifest:
         return [self.tag_names[t] for t in self.case_tags[i]] if len(self.case_tags) else []
 
     def case_bytes(self) -> int:
-        return sum(self.lengths)
+        return sum(column_array(self.lengths))
 
     def locations_by_digest(self) -> dict[str, Location]:
-        digests = self.digest_list()
-        return {digests[i]: self.location(i) for i in range(len(self.ids))}
+        packs = self.packs
+        return {
+            d: Location(packs[p], o, n)
+            for d, p, o, n in zip(
+                self.digest_list(),
+                column_array(self.pack_index),
+                column_array(self.offsets),
+                column_array(self.lengths),
+                strict=True,
+            )
+        }
 
     def blob_locations(self) -> dict[str, Location]:
         return {
@@ -182,7 +249,7 @@ class Manifest:
 
     # -- bytes -----------------------------------------------------------------------------
 
-    def _tag_columns(self) -> tuple[array[int], array[int]]:
+    def _tag_columns(self) -> tuple[Sequence[int], Sequence[int]]:
         if isinstance(self.case_tags, CaseTags):
             return self.case_tags.starts, self.case_tags.values
         starts, values = array("I", [0]), array("I")
@@ -248,12 +315,12 @@ class Manifest:
                 ids=ids,
                 digests=DigestColumn(digests_text),
                 packs=doc["packs"],
-                pack_index=_unpack_ints(cases["pack"], "I"),
-                offsets=_unpack_ints(cases["offset"], "Q"),
-                lengths=_unpack_ints(cases["length"], "I"),
+                pack_index=IntColumn(cases["pack"], "I"),
+                offsets=IntColumn(cases["offset"], "Q"),
+                lengths=IntColumn(cases["length"], "I"),
                 tag_names=doc["tag_names"],
                 case_tags=CaseTags(
-                    _unpack_ints(cases["tag_starts"], "I"), _unpack_ints(cases["tag_values"], "I")
+                    IntColumn(cases["tag_starts"], "I"), IntColumn(cases["tag_values"], "I")
                 ),
                 blob_containers=blobs["containers"],
                 blob_digests=[blob_text[i : i + 64] for i in range(0, len(blob_text), 64)],

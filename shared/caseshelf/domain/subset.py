@@ -4,16 +4,25 @@ The steps run in a fixed order, each over what the previous one kept: `ids` (exa
 `tags` (a case matches when it carries any of them) -> `limit` (the first N in dataset order) ->
 `sample` (N cases chosen by a seeded rule). Cases always keep dataset order.
 
-The sample rule gives the same answer on every machine and in every language: each candidate
-case is ranked by `sha256(utf8("<seed>:<case digest>"))` (the case digest written
-`sha256:<hex>`, the seed as its decimal or string form), the N smallest ranks (ties, which cannot
-happen for distinct digests, broken by dataset position) are taken, and dataset order is
-restored. Only the manifest is read: ids, digests and tags are all there.
+The sample rule gives the same answer on every machine and in every language (`sample_rank`):
+the seed picks a key `K = sha256(utf8("caseshelf-sample:<seed>"))` (the seed as its decimal or
+string form); each candidate case is ranked by `(A * D + B) mod 2**64`, where `D` is the first 16
+hex digits of its case digest read as an unsigned integer, `A` the first 8 bytes of `K`
+(big-endian) with the lowest bit set and `B` the next 8 bytes. The N smallest ranks are taken
+(equal ranks, which need equal digest prefixes, broken by dataset position) and dataset order is
+restored. Case digests are uniformly random, and `D -> A * D + B` is a bijection modulo 2**64, so
+every seed draws a uniform sample; seeds draw unrelated samples because `A` and `B` come from a
+cryptographic hash of the seed. Ranking needs only integer arithmetic, which runs over the
+whole digest column at once (`_column_ranks`). Only the manifest is read: ids, digests and tags
+are all there.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+import sys
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, count, groupby, islice, repeat
@@ -23,7 +32,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from caseshelf.domain.errors import BadRequest
-from caseshelf.domain.manifest import CaseTags, Manifest
+from caseshelf.domain.manifest import CaseTags, Manifest, column_array
 from caseshelf.domain.models import BumpKind, DatasetId, Label
 
 # Unknown ids are listed in full up to this many; beyond it, the first ones and a count.
@@ -138,26 +147,41 @@ def check_selection(sel: Selection) -> None:
         raise BadRequest("tags is empty: give at least one tag, or leave tags out", field="tags")
 
 
-def sample_rank(seed: int | str, digest_hex: str) -> bytes:
+_U64 = (1 << 64) - 1
+_UNDER = re.compile(b"\x00")
+
+
+def sample_key(seed: int | str) -> tuple[int, int]:
+    """`(A, B)` of the sample rule for `seed`."""
+    key = hashlib.sha256(f"caseshelf-sample:{seed}".encode()).digest()
+    return int.from_bytes(key[:8], "big") | 1, int.from_bytes(key[8:16], "big")
+
+
+def sample_rank(seed: int | str, digest_hex: str) -> int:
     """The rank of one case under the sample rule (smaller is taken first)."""
-    return hashlib.sha256(f"{seed}:sha256:{digest_hex}".encode()).digest()
+    a, b = sample_key(seed)
+    return (a * int(digest_hex[:16], 16) + b) & _U64
 
 
 def sample_positions(
-    candidates: Sequence[int], digests: Sequence[str], n: int, seed: int | str
+    candidates: Sequence[int], digests: str | Sequence[str], n: int, seed: int | str
 ) -> list[int]:
     """The `n` candidates with the smallest ranks (`sample_rank`), back in dataset order. Equal
-    ranks (only equal digests give them) are taken in dataset order."""
+    ranks are taken in dataset order. `digests` is every case's digest (64 hex each), as a list
+    or as the manifest's column text (all of them back to back)."""
     if n >= len(candidates):
         return list(candidates)
-    # The hash state after the common prefix is copied rather than recomputed for every case.
-    copy_prefix = hashlib.sha256(f"{seed}:sha256:".encode()).copy
-    ranks: list[bytes] = []
-    append = ranks.append
-    for i in candidates:
-        h = copy_prefix()
-        h.update(digests[i].encode())
-        append(h.digest())
+    text = digests if isinstance(digests, str) else "".join(digests)
+    a, b = sample_key(seed)
+    total = len(text) // 64
+    if candidates == range(total):  # every case: chosen over the whole column
+        return _column_smallest(_column_lanes(text, a, b), n)
+    ranks: list[int]
+    if len(candidates) * 8 < total:  # a few candidates: rank each of them
+        ranks = [(a * int(text[64 * i : 64 * i + 16], 16) + b) & _U64 for i in candidates]
+    else:
+        every = _column_ranks(_column_lanes(text, a, b))
+        ranks = list(map(every.__getitem__, candidates))
     cut = _nth_smallest(ranks, n)
     # Every candidate ranked at or below the cut, picked without a Python-level loop.
     chosen = list(compress(candidates, map(cut.__ge__, ranks)))
@@ -171,15 +195,63 @@ def sample_positions(
     return chosen
 
 
-def _nth_smallest(ranks: list[bytes], n: int) -> bytes:
+def _column_lanes(text: str, a: int, b: int) -> bytes:
+    """`a * D + b` for the `D` of every digest in a digest column, computed over the whole
+    column at once: the prefixes go into 128-bit lanes of one big integer, so that one
+    multiplication and one addition rank every case (a lane's product never carries into the
+    next). Little-endian, 16 bytes a case: the first 8 are its rank (the value mod 2**64)."""
+    count = len(text) // 64
+    binary = memoryview(bytes.fromhex(text)).cast("Q")
+    prefixes = array("Q", binary[::4].tobytes())  # the first 8 bytes of every digest
+    if sys.byteorder == "little":
+        prefixes.byteswap()  # read them big-endian, as the hex digits are written
+    lanes = array("Q", bytes(16 * count))
+    lanes[::2] = prefixes
+    if sys.byteorder == "big":
+        lanes.byteswap()
+    column = int.from_bytes(lanes, "little")
+    offsets = int.from_bytes((b.to_bytes(8, "little") + bytes(8)) * count, "little")
+    return (column * a + offsets).to_bytes(16 * count, "little")
+
+
+def _column_ranks(lanes: bytes) -> list[int]:
+    """Every rank of `_column_lanes`, in dataset order."""
+    out = array("Q", lanes)
+    if sys.byteorder == "big":
+        out.byteswap()
+    return out[::2].tolist()
+
+
+def _column_smallest(lanes: bytes, n: int) -> list[int]:
+    """The positions of the `n` smallest ranks of `_column_lanes` (equal ranks in dataset
+    order), ascending; `0 < n < the number of cases`.
+
+    Ranks are uniform: the cases whose rank's top byte is at most a bound a little above the
+    expected `n`-th are found by a scan in C over the top bytes alone, and only those are
+    ranked and sorted; the bound widens in the unlikely case too few are under it."""
+    count = len(lanes) // 16
+    top = lanes[7::16]  # the most significant byte of each rank
+    bound = min(255, 256 * (n * 5 // 4 + 64) // count)
+    while True:
+        marks = top.translate(bytes(0 if v <= bound else 1 for v in range(256)))
+        hits = [m.start() for m in _UNDER.finditer(marks)]
+        if len(hits) >= n or bound == 255:
+            break
+        bound = min(255, bound * 2 + 1)
+    # Every case outside `hits` ranks above every case in it, so the n smallest are in it.
+    ranked = sorted((int.from_bytes(lanes[16 * i : 16 * i + 8], "little"), i) for i in hits)
+    return sorted(i for _, i in ranked[:n])
+
+
+def _nth_smallest(ranks: list[int], n: int) -> int:
     """The `n`-th smallest of `ranks` (1-based, counting repeats), `0 < n < len(ranks)`.
 
-    Ranks are uniform: those under a bound a little above the expected `n`-th are kept (by a
-    filter that runs in C) and only those are sorted; the bound doubles in the unlikely case
-    too few are under it."""
-    bound = (n * 5 // 4 + 64) * (1 << 32) // len(ranks)
-    while bound < 1 << 32:
-        under = sorted(filter(bound.to_bytes(4, "big").__gt__, ranks))
+    Ranks are uniform over 64 bits: those under a bound a little above the expected `n`-th are
+    kept (by a filter that runs in C) and only those are sorted; the bound doubles in the
+    unlikely case too few are under it."""
+    bound = (n * 5 // 4 + 64) * (1 << 64) // len(ranks)
+    while bound < 1 << 64:
+        under = sorted(filter(bound.__gt__, ranks))
         if len(under) >= n:
             return under[n - 1]
         bound *= 2
@@ -192,7 +264,7 @@ def _cases_tagged(case_tags: Sequence[Sequence[int]], wanted: set[int]) -> Itera
         return (i for i, tags in enumerate(case_tags) if not wanted.isdisjoint(tags))
     # Scan the flat tag column once, in C: the owning case of each tag entry, kept where the
     # tag is wanted, with repeats (a case with two wanted tags) folded.
-    starts, values = case_tags.starts, case_tags.values
+    starts, values = column_array(case_tags.starts), column_array(case_tags.values)
     owners = chain.from_iterable(map(repeat, count(), map(sub, islice(starts, 1, None), starts)))
     hits = compress(owners, map(wanted.__contains__, values))
     return map(itemgetter(0), groupby(hits))
@@ -242,11 +314,13 @@ def select_subset(manifest: Manifest, sel: Selection, *, dataset_id: str, versio
     if sel.limit is not None:
         # Lazily: tags + limit stops at the limit-th match instead of scanning every case.
         candidates = islice(candidates, sel.limit)
-    chosen = list(candidates)
-
     if sel.sample is not None:
         seed = DEFAULT_SEED if sel.seed is None else sel.seed
-        chosen = sample_positions(chosen, manifest.digest_list(), sel.sample, seed)
+        # (every case, when nothing else narrowed them: a range, never built as a list)
+        pool = candidates if isinstance(candidates, range) else list(candidates)
+        chosen = sample_positions(pool, manifest.digest_text(), sel.sample, seed)
+    else:
+        chosen = list(candidates)
 
     if not chosen:
         raise BadRequest(
