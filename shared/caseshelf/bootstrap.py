@@ -131,13 +131,12 @@ class Services:
 
     @cached_property
     def diff(self) -> DiffService:
-        from caseshelf.services.diff import LOCAL_MAX_GAP_BYTES, REMOTE_MAX_GAP_BYTES, DiffService
-        from caseshelf.services.storage import REMOTE_READ_WORKERS
+        from caseshelf.services.diff import DiffService
 
         return DiffService(
             self.registry,
-            max_gap_bytes=LOCAL_MAX_GAP_BYTES if self._local else REMOTE_MAX_GAP_BYTES,
-            read_workers=1 if self._local else REMOTE_READ_WORKERS,
+            max_gap_bytes=self.registry.read_gap,
+            read_workers=self.registry.read_workers,
         )
 
     @cached_property
@@ -235,11 +234,17 @@ def build(
 ) -> Services:
     from caseshelf.adapters.localfs import LocalBlobStore
     from caseshelf.services.registry import RegistryService
+    from caseshelf.services.storage import (
+        LOCAL_MAX_GAP_BYTES,
+        MAX_GAP_BYTES,
+        REMOTE_READ_WORKERS,
+    )
 
     if store is None or index is None:
         built_store, built_index = build_adapters(settings)
         store = store or built_store
         index = index or built_index
+    local = settings.backend == "local"
     registry = RegistryService(
         store,
         index,
@@ -247,6 +252,10 @@ def build(
         presign_expiry=settings.presign_expiry,
         # DESIGN §7: a presigned URL on AWS, the document itself from the embedded store.
         presign_downloads=not isinstance(store, LocalBlobStore),
+        # A local read costs microseconds: read little more than the records wanted, one span
+        # at a time. An S3 request waits tens of milliseconds: read wider spans, several at once.
+        read_gap=LOCAL_MAX_GAP_BYTES if local else MAX_GAP_BYTES,
+        read_workers=1 if local else REMOTE_READ_WORKERS,
     )
     return Services(settings, store, index, registry)
 

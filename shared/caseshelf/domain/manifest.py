@@ -12,8 +12,9 @@ import binascii
 import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from itertools import accumulate, chain, islice
+from dataclasses import dataclass, field, replace
+from itertools import accumulate, chain, compress, count, islice
+from operator import not_
 from typing import Any
 
 import orjson
@@ -190,6 +191,14 @@ class Manifest:
     blob_container_index: Sequence[int] = field(default_factory=list)
     blob_offsets: Sequence[int] = field(default_factory=list)
     blob_lengths: Sequence[int] = field(default_factory=list)
+    # Copies of the base version's records that this version no longer holds (changed or
+    # removed cases), written back to back at registration so that a diff against the base
+    # reads them in one span: digest hex -> a pack (an index into `packs`), offset, length.
+    # Storage only, like the rest: not part of the content digest.
+    superseded_digests: list[str] = field(default_factory=list)
+    superseded_pack: Sequence[int] = field(default_factory=list)
+    superseded_offsets: Sequence[int] = field(default_factory=list)
+    superseded_lengths: Sequence[int] = field(default_factory=list)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -207,7 +216,12 @@ class Manifest:
         return digests.text if isinstance(digests, DigestColumn) else "".join(digests)
 
     def location(self, i: int) -> Location:
-        return Location(self.packs[self.pack_index[i]], self.offsets[i], self.lengths[i])
+        offsets = self.offsets
+        if isinstance(offsets, IntColumn):  # the first location asked for: decode them all
+            self.pack_index = column_array(self.pack_index)
+            self.offsets = offsets = offsets.array
+            self.lengths = column_array(self.lengths)
+        return Location(self.packs[self.pack_index[i]], offsets[i], self.lengths[i])
 
     def case_digest(self, i: int) -> str:
         return "sha256:" + self.digests[i]
@@ -243,6 +257,40 @@ class Manifest:
             )
         }
 
+    def superseded_locations(self) -> dict[str, Location]:
+        """Where the copies of the base version's superseded records are, by digest hex."""
+        packs = self.packs
+        return {
+            d: Location(packs[p], o, n)
+            for d, p, o, n in zip(
+                self.superseded_digests,
+                self.superseded_pack,
+                self.superseded_offsets,
+                self.superseded_lengths,
+                strict=True,
+            )
+        }
+
+    def with_superseded(self, copies: Sequence[tuple[str, Location]]) -> Manifest:
+        """This manifest listing `copies` (digest hex, where the copy is) as its superseded
+        records; their packs join `packs`, so whatever keeps the manifest's packs keeps them."""
+        packs = list(self.packs)
+        number = {p: i for i, p in enumerate(packs)}
+        index = array("I")
+        for _, loc in copies:
+            if loc.container not in number:
+                number[loc.container] = len(packs)
+                packs.append(loc.container)
+            index.append(number[loc.container])
+        return replace(
+            self,
+            packs=packs,
+            superseded_digests=[d for d, _ in copies],
+            superseded_pack=index,
+            superseded_offsets=array("Q", [loc.offset for _, loc in copies]),
+            superseded_lengths=array("Q", [loc.length for _, loc in copies]),
+        )
+
     def iter_cases(self) -> Iterator[tuple[int, str, str]]:
         """(index, id, digest hex) in dataset order."""
         yield from zip(range(len(self.ids)), self.ids, self.digests, strict=True)
@@ -262,36 +310,42 @@ class Manifest:
 
     def to_bytes(self) -> bytes:
         starts, values = self._tag_columns()
-        return orjson.dumps(
-            {
-                "format": FORMAT,
-                "content_digest": self.content_digest,
-                "description": self.description,
-                "tags": self.tags,
-                "shared_files": self.shared_files,
-                "cases": {
-                    "count": len(self.ids),
-                    "ids": "\n".join(self.ids),
-                    "digests": self.digests.text
-                    if isinstance(self.digests, DigestColumn)
-                    else "".join(self.digests),
-                    "pack": _pack_ints(self.pack_index, "I"),
-                    "offset": _pack_ints(self.offsets, "Q"),
-                    "length": _pack_ints(self.lengths, "I"),
-                    "tag_starts": _pack_ints(starts, "I"),
-                    "tag_values": _pack_ints(values, "I"),
-                },
-                "packs": self.packs,
-                "tag_names": self.tag_names,
-                "blobs": {
-                    "containers": self.blob_containers,
-                    "digests": "".join(self.blob_digests),
-                    "container": _pack_ints(self.blob_container_index, "I"),
-                    "offset": _pack_ints(self.blob_offsets, "Q"),
-                    "length": _pack_ints(self.blob_lengths, "Q"),
-                },
+        doc: dict[str, Any] = {
+            "format": FORMAT,
+            "content_digest": self.content_digest,
+            "description": self.description,
+            "tags": self.tags,
+            "shared_files": self.shared_files,
+            "cases": {
+                "count": len(self.ids),
+                "ids": "\n".join(self.ids),
+                "digests": self.digests.text
+                if isinstance(self.digests, DigestColumn)
+                else "".join(self.digests),
+                "pack": _pack_ints(self.pack_index, "I"),
+                "offset": _pack_ints(self.offsets, "Q"),
+                "length": _pack_ints(self.lengths, "I"),
+                "tag_starts": _pack_ints(starts, "I"),
+                "tag_values": _pack_ints(values, "I"),
+            },
+            "packs": self.packs,
+            "tag_names": self.tag_names,
+            "blobs": {
+                "containers": self.blob_containers,
+                "digests": "".join(self.blob_digests),
+                "container": _pack_ints(self.blob_container_index, "I"),
+                "offset": _pack_ints(self.blob_offsets, "Q"),
+                "length": _pack_ints(self.blob_lengths, "Q"),
+            },
+        }
+        if self.superseded_digests:  # (absent otherwise: such manifests are as they always were)
+            doc["superseded"] = {
+                "digests": "".join(self.superseded_digests),
+                "pack": _pack_ints(self.superseded_pack, "I"),
+                "offset": _pack_ints(self.superseded_offsets, "Q"),
+                "length": _pack_ints(self.superseded_lengths, "Q"),
             }
-        )
+        return orjson.dumps(doc)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Manifest:
@@ -328,6 +382,25 @@ class Manifest:
                 blob_offsets=_unpack_ints(blobs["offset"], "Q"),
                 blob_lengths=_unpack_ints(blobs["length"], "Q"),
             )
+            superseded = doc.get("superseded")
+            if superseded is not None:
+                text = superseded["digests"]
+                manifest.superseded_digests = [text[i : i + 64] for i in range(0, len(text), 64)]
+                manifest.superseded_pack = _unpack_ints(superseded["pack"], "I")
+                manifest.superseded_offsets = _unpack_ints(superseded["offset"], "Q")
+                manifest.superseded_lengths = _unpack_ints(superseded["length"], "Q")
+                copies = len(manifest.superseded_digests)
+                parts = (
+                    manifest.superseded_pack,
+                    manifest.superseded_offsets,
+                    manifest.superseded_lengths,
+                )
+                if (
+                    len(text) % 64
+                    or any(len(c) != copies for c in parts)
+                    or any(p >= len(manifest.packs) for p in manifest.superseded_pack)
+                ):
+                    raise ValueError("superseded columns that do not match")
             columns = (manifest.digests, manifest.pack_index, manifest.offsets, manifest.lengths)
             if (
                 len(ids) != count
@@ -338,6 +411,14 @@ class Manifest:
             return manifest
         except (KeyError, ValueError, TypeError, AttributeError, binascii.Error) as exc:
             raise BadRequest(f"corrupt manifest: {exc}") from exc
+
+
+def superseded_indices(base: Manifest, new: Manifest) -> list[int]:
+    """Positions of the base version's cases whose record the new version does not hold: its
+    removed cases and the earlier form of its changed ones (a digest covers the id too). These
+    are what a diff of the two reads from the base."""
+    held = set(new.digest_list())
+    return list(compress(count(), map(not_, map(held.__contains__, base.digest_list()))))
 
 
 class ManifestBuilder:

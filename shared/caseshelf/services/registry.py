@@ -32,7 +32,13 @@ from caseshelf.domain.canonical import (
 from caseshelf.domain.envelope import canonical_into, validation_problem
 from caseshelf.domain.errors import BadRequest, Conflict, NotFound, TooLarge
 from caseshelf.domain.identity import Identity
-from caseshelf.domain.manifest import PENDING_PACK, Manifest, ManifestBuilder
+from caseshelf.domain.manifest import (
+    PENDING_PACK,
+    Manifest,
+    ManifestBuilder,
+    column_array,
+    superseded_indices,
+)
 from caseshelf.domain.models import (
     Case,
     DatasetVersionInput,
@@ -51,7 +57,13 @@ from caseshelf.domain.versions import (
 )
 from caseshelf.ports import BlobStore, Index, Page
 from caseshelf.services.bulk import gc_paused
-from caseshelf.services.storage import BlobWriter, PackWriter, read_blobs, read_cases
+from caseshelf.services.storage import (
+    MAX_GAP_BYTES,
+    BlobWriter,
+    PackWriter,
+    read_blobs,
+    read_cases,
+)
 from caseshelf.services.versioned import Clock, VersionedStore, utc_now
 
 if TYPE_CHECKING:  # the import path's type; the registry needs none of the mapping at run time
@@ -68,10 +80,24 @@ _plus_one = (1).__add__
 
 @dataclass(frozen=True)
 class WriteStats:
-    case_bytes_written: int = 0
+    case_bytes_written: int = 0  # the version's new records, and copies of superseded ones
     pack_objects_written: int = 0
     blob_bytes_written: int = 0
     cases_reused: int = 0
+    superseded_copied: int = 0  # records of the base version copied (`_keep_superseded`)
+
+
+@dataclass(frozen=True)
+class _Copied:
+    records: int = 0
+    bytes_written: int = 0
+    objects_written: int = 0
+
+
+# Copies of superseded records (`RegistryService._keep_superseded`) are kept for changes up to
+# this size: a pack's worth.
+SUPERSEDED_MAX_RECORDS = 20_000
+SUPERSEDED_MAX_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -200,7 +226,11 @@ class RegistryService:
         max_case_bytes: int = MAX_CASE_BYTES,
         presign_expiry: int = 900,
         presign_downloads: bool = True,
+        read_gap: int = MAX_GAP_BYTES,
+        read_workers: int = 1,
     ) -> None:
+        """`read_gap` and `read_workers`: how this store is read when many records are
+        wanted at once (`caseshelf.services.storage.read_records`)."""
         self.store = store
         self.index = index
         self.versions = VersionedStore(index, KIND, noun="dataset", clock=clock)
@@ -209,6 +239,8 @@ class RegistryService:
         # A download is a presigned URL where the store is remote (AWS) and the document itself
         # where it is local (the embedded store, DESIGN §7).
         self.presign_downloads = presign_downloads
+        self.read_gap = read_gap
+        self.read_workers = read_workers
         self._manifest = lru_cache(maxsize=32)(self._load_manifest)
 
     # -- registration ----------------------------------------------------------------------
@@ -434,6 +466,7 @@ class RegistryService:
         for sf in prep.shared_files:
             builder.add_blob(sf["digest"][7:], blob_locs[sf["digest"][7:]])
         manifest = builder.build(prep.content_digest)
+        manifest, copied = self._keep_superseded(tenant, base, manifest)
         mkey = layout.manifest_key(tenant, prep.content_digest)
         self.store.put_if_absent(mkey, manifest.to_bytes())
 
@@ -451,12 +484,48 @@ class RegistryService:
         )
         committed, created = self.versions.commit(rec)
         stats = WriteStats(
-            case_bytes_written=packs.bytes_written,
-            pack_objects_written=packs.objects_written,
+            case_bytes_written=packs.bytes_written + copied.bytes_written,
+            pack_objects_written=packs.objects_written + copied.objects_written,
             blob_bytes_written=blob_writer.bytes_written,
             cases_reused=reused,
+            superseded_copied=copied.records,
         )
         return RegisterResult(committed, created, stats)
+
+    def _keep_superseded(
+        self, tenant: str, base: Manifest | None, manifest: Manifest
+    ) -> tuple[Manifest, _Copied]:
+        """`manifest` with copies of the base version's records it no longer holds (its changed
+        and removed cases), written back to back: a diff of the two then reads them in one span
+        instead of one request each, scattered through the base's packs. Registration pays
+        those reads once, in the wide spans this store reads best. Skipped beyond
+        `SUPERSEDED_MAX_RECORDS` or `SUPERSEDED_MAX_BYTES` (a large change costs a diff more
+        reads in any case)."""
+        if base is None:
+            return manifest, _Copied()
+        dropped = superseded_indices(base, manifest)
+        lengths = column_array(base.lengths)
+        if (
+            not dropped
+            or len(dropped) > SUPERSEDED_MAX_RECORDS
+            or sum(map(lengths.__getitem__, dropped)) > SUPERSEDED_MAX_BYTES
+        ):
+            return manifest, _Copied()
+        records = read_cases(
+            self.store,
+            tenant,
+            base,
+            dropped,
+            max_gap=self.read_gap,
+            workers=self.read_workers,
+        )
+        packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
+        digests = base.digest_list()
+        placed = [(digests[i], packs.append(records[i]), len(records[i])) for i in dropped]
+        packs.flush()
+        copies = [(d, packs.location(where, size)) for d, where, size in placed]
+        copied = _Copied(len(copies), packs.bytes_written, packs.objects_written)
+        return manifest.with_superseded(copies), copied
 
     # -- derived versions ------------------------------------------------------------------
 
@@ -583,7 +652,8 @@ class RegistryService:
             check_label(version)
         tag_list = sorted(set(tags))
         live = [r for r in self.index.list_versions(tenant, KIND, name) if r.live]
-        known = self.manifest(ordered(live)[-1]).locations_by_digest() if live else {}
+        base = self.manifest(ordered(live)[-1]) if live else None
+        known = base.locations_by_digest() if base is not None else {}
         packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
         builder = ManifestBuilder(description=description, tags=tag_list, shared_files=[])
         seen: set[str] = set()
@@ -650,12 +720,14 @@ class RegistryService:
             packs.flush()
             builder.resolve_pending(packs.digest_of_pack)
             manifest = builder.build(cdigest)
+            manifest, copied = self._keep_superseded(tenant, base, manifest)
             mkey = layout.manifest_key(tenant, cdigest)
             self.store.put_if_absent(mkey, manifest.to_bytes())
         stats = WriteStats(
-            case_bytes_written=packs.bytes_written,
-            pack_objects_written=packs.objects_written,
+            case_bytes_written=packs.bytes_written + copied.bytes_written,
+            pack_objects_written=packs.objects_written + copied.objects_written,
             cases_reused=reused,
+            superseded_copied=copied.records,
         )
         return self._commit_manifest(
             identity,

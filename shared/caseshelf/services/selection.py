@@ -12,6 +12,7 @@ from typing import Any
 
 from caseshelf.domain.errors import TooLarge
 from caseshelf.domain.identity import Identity
+from caseshelf.domain.manifest import column_array
 from caseshelf.domain.subset import Subset, SubsetRequest, select_subset
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.services.registry import RegisterResult, RegistryService
@@ -51,7 +52,8 @@ class SelectionService:
 
         cases = None
         if with_cases:
-            size = sum(manifest.lengths[i] for i in subset.indices)
+            lengths = column_array(manifest.lengths)
+            size = sum(map(lengths.__getitem__, subset.indices))
             if self.max_case_bytes is not None and size > self.max_case_bytes:
                 raise TooLarge(
                     f"the {len(case_ids)} selected cases are {size} bytes, over the "

@@ -22,6 +22,9 @@ PACK_TARGET_BYTES = 8 * 1024 * 1024
 SMALL_BLOB_BYTES = 256 * 1024
 # Read one span covering several records when the gaps cost less than another request.
 MAX_GAP_BYTES = 256 * 1024
+# The same against local files, where a request costs microseconds: read little more than the
+# records wanted.
+LOCAL_MAX_GAP_BYTES = 16 * 1024
 # Ranged GETs in flight at once against a remote store (S3): a request there mostly waits on the
 # network. The embedded store reads sequentially (`workers=1`): a local read is a few
 # microseconds, less than handing it to a thread.
