@@ -498,7 +498,7 @@ class RegistryService:
         """`manifest` with copies of the base version's records it no longer holds (its changed
         and removed cases), written back to back: a diff of the two then reads them in one span
         instead of one request each, scattered through the base's packs. Registration pays
-        those reads once, in the wide spans this store reads best. Skipped beyond
+        those reads once, with this store's read plan (`read_gap`, `read_workers`). Skipped beyond
         `SUPERSEDED_MAX_RECORDS` or `SUPERSEDED_MAX_BYTES` (a large change costs a diff more
         reads in any case)."""
         if base is None:
