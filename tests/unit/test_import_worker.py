@@ -386,3 +386,39 @@ def test_jsonl_read_in_chunks_keeps_rows_and_line_numbers(tmp_path, monkeypatch,
     path.write_bytes(b'{"q": "a"}\n\n{"q": "b"}\n[1]\n')
     with pytest.raises(BadRequest, match="line 4: a row must be a JSON object"):
         list(reader.rows(JsonlSource(kind="jsonl", url=str(path))))
+
+
+@pytest.mark.parametrize("batch_rows", [1, 3, 1000])
+def test_the_first_problem_in_row_order_is_the_one_reported(batch_rows):
+    from caseshelf.domain.mapping import record_batches
+    from caseshelf.domain.recipe import parse_recipe
+
+    recipe = parse_recipe({**RECIPE, "mapping": {**RECIPE["mapping"], "id_field": "id"}})
+
+    def rows(*specs):
+        out = []
+        for i, (cid, q) in enumerate(specs):
+            row = {"id": cid, "q": q, "a": "#### 1", "level": "easy"}
+            if q is None:
+                del row["q"]  # a row that does not map
+            out.append((i, row))
+        return iter(out)
+
+    def first_error(*specs, limit=200):
+        with pytest.raises((BadRequest, TooLarge)) as exc:
+            list(record_batches(rows(*specs), recipe, max_case_bytes=limit, batch_rows=batch_rows))
+        return exc.value.detail
+
+    big = "x" * 300
+    # A repeated id before a row that does not map, within a batch or across batches
+    assert first_error(("a", "q"), ("b", "q"), ("a", "q"), ("c", None)) == (
+        "rows 0 and 2 both map to case id 'a'"
+    )
+    # A case over the limit before a repeated id, and the other way round
+    assert first_error(("a", "q"), ("b", big), ("a", "q")).startswith("row 1: case 'b' is")
+    assert first_error(("a", "q"), ("a", big), ("b", big)) == "rows 0 and 1 both map to case id 'a'"
+    # A row that does not map before any other problem
+    assert first_error(("a", None), ("a", big)) == "row 0: missing field 'q'"
+    # Nothing wrong: every row comes out, in batches
+    got = list(record_batches(rows(("a", "q"), ("b", "q")), recipe, max_case_bytes=200))
+    assert [cid for b in got for cid in b.ids] == ["a", "b"]

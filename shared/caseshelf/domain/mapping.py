@@ -495,13 +495,17 @@ def record_batches(
 ) -> Iterator[RecordBatch]:
     """Every row as its case's canonical record, in batches of at most `batch_rows` cases (or
     about `batch_bytes`), in order. Errors name the row: a mapping error, two rows with the same
-    case id (both rows), a case over `max_case_bytes` (413)."""
+    case id (both rows), a case over `max_case_bytes` (413); of several, the first in row order.
+
+    Per row only the mapping and the serialisation run in Python; repeated ids and sizes are
+    checked a batch at a time in C, and row by row only once a batch holds a problem (or a
+    later row fails), to find the first."""
     build = RowMapper(recipe).build
-    seen: dict[str, int] = {}
+    checks = _BatchChecks(max_case_bytes)
     dumps, options = orjson.dumps, CANONICAL_OPTIONS
     tagged = bool(recipe.mapping.tag_fields)
+    indexes: list[int] = []
     ids: list[str] = []
-    lengths: list[int] = []
     records: list[bytes] = []
     tags: list[Sequence[str]] = []
     held = 0  # bytes in the batch so far
@@ -509,38 +513,71 @@ def record_batches(
     for index, row in rows:
         try:
             case = build(row, index)
-        except ROW_ERRORS as exc:
-            raise row_error(exc, index) from None
-        cid = case["id"]
-        first = seen.setdefault(cid, index)
-        if first != index:
-            raise BadRequest(
-                f"rows {first} and {index} both map to case id {cid!r}",
-                case_ids=[cid],
-                rows=[first, index],
-            )
-        try:
             data = dumps(case, option=options)
+        except ROW_ERRORS as exc:
+            checks.before_error(indexes, ids, records)
+            raise row_error(exc, index) from None
         except orjson.JSONEncodeError as exc:  # an integer beyond 64 bits
-            raise BadRequest(f"row {index}: case {cid!r}: {exc}", row=index) from None
-        size = len(data)
-        if size > max_case_bytes:
-            raise TooLarge(
-                f"row {index}: case {cid!r} is {size} bytes; the limit is {max_case_bytes}",
-                row=index,
-                case_id=cid,
-            )
-        ids.append(cid)
-        lengths.append(size)
+            checks.before_error(indexes, ids, records)
+            raise BadRequest(f"row {index}: case {case['id']!r}: {exc}", row=index) from None
+        indexes.append(index)
+        ids.append(case["id"])
         records.append(data)
         if tagged:
             tags.append(case.get("tags", ()))
-        held += size
+        held += len(data)
         if len(ids) >= most or held >= batch_bytes:
+            lengths = checks.batch(indexes, ids, records)
             records.append(b"")
             yield RecordBatch(ids, lengths, b"\n".join(records), tags if tagged else None)
-            ids, lengths, records, tags = [], [], [], []
+            indexes, ids, records, tags = [], [], [], []
             held, most = 0, batch_rows
     if ids:
+        lengths = checks.batch(indexes, ids, records)
         records.append(b"")
         yield RecordBatch(ids, lengths, b"\n".join(records), tags if tagged else None)
+
+
+class _BatchChecks:
+    """The case ids seen so far and the size limit, checked over a whole batch in C."""
+
+    def __init__(self, max_case_bytes: int) -> None:
+        self.max_case_bytes = max_case_bytes
+        self.seen: dict[str, int] = {}  # case id -> its row
+
+    def batch(self, indexes: list[int], ids: list[str], records: list[bytes]) -> list[int]:
+        """The records' lengths, once no case repeats an id or is over the limit; else the
+        error of the first row that does."""
+        lengths = list(map(len, records))
+        rows = dict(zip(ids, indexes, strict=True))
+        if (
+            len(rows) != len(ids)
+            or not self.seen.keys().isdisjoint(rows)
+            or max(lengths) > self.max_case_bytes
+        ):
+            self._first_problem(indexes, ids, lengths)
+            raise AssertionError("a batch check found no problem row by row")
+        self.seen.update(rows)
+        return lengths
+
+    def before_error(self, indexes: list[int], ids: list[str], records: list[bytes]) -> None:
+        """Raise the error of a row before the failing one, if one has any."""
+        if ids:
+            self._first_problem(indexes, ids, list(map(len, records)))
+
+    def _first_problem(self, indexes: list[int], ids: list[str], lengths: list[int]) -> None:
+        seen, limit = self.seen, self.max_case_bytes
+        for index, cid, size in zip(indexes, ids, lengths, strict=True):
+            first = seen.setdefault(cid, index)
+            if first != index:
+                raise BadRequest(
+                    f"rows {first} and {index} both map to case id {cid!r}",
+                    case_ids=[cid],
+                    rows=[first, index],
+                )
+            if size > limit:
+                raise TooLarge(
+                    f"row {index}: case {cid!r} is {size} bytes; the limit is {limit}",
+                    row=index,
+                    case_id=cid,
+                )
