@@ -292,27 +292,32 @@ def _lines(fh: IO[bytes], end: int | None = None) -> Iterator[list[bytes]]:
         yield [tail]
 
 
-def _jsonl(open_stream: Callable[[], IO[bytes]], name: str) -> Rows:
-    with _reading(name), open_stream() as fh:
-        yield from _json_lines(_lines(fh), name)
-
-
-def _json_lines(chunks: Iterator[list[bytes]], name: str, index: int = 0, line_no: int = 0) -> Rows:
-    """Rows of jsonl lines; `index` and `line_no` are those of the rows and lines before them."""
+def _jsonl(
+    open_stream: Callable[[], IO[bytes]], name: str, start: int = 0, end: int | None = None
+) -> Rows:
+    """The rows of a jsonl stream; with `start` and `end` (each 0, the end, or just past a line
+    end), those between these bytes, numbered as in the whole stream: the lines before `start`
+    are counted first, and so are the rows among them. One generator for it all: every row
+    passes through it, so a second one in between would cost a resume per row."""
     loads = orjson.loads
-    for lines in chunks:
-        for line in lines:
-            line_no += 1
-            try:
-                row = loads(line)
-            except orjson.JSONDecodeError as exc:
-                if not line.strip():
-                    continue  # a blank line
-                raise _malformed(name, line_no, exc) from None
-            if type(row) is not dict:
-                raise _not_an_object(name, line_no)
-            yield index, row
-            index += 1
+    with _reading(name), open_stream() as fh:
+        line_no = index = 0
+        for lines in _lines(fh, start):
+            line_no += len(lines)
+            index += sum(map(bool, map(bytes.strip, lines)))  # blank lines are no rows
+        for lines in _lines(fh, None if end is None else end - start):
+            for line in lines:
+                line_no += 1
+                try:
+                    row = loads(line)
+                except orjson.JSONDecodeError as exc:
+                    if not line.strip():
+                        continue  # a blank line
+                    raise _malformed(name, line_no, exc) from None
+                if type(row) is not dict:
+                    raise _not_an_object(name, line_no)
+                yield index, row
+                index += 1
 
 
 def _malformed(name: str, line_no: int, exc: Exception) -> BadRequest:
@@ -476,16 +481,8 @@ def _line_end_after(path: Path, offset: int, size: int) -> int | None:
 
 
 def _jsonl_part(path: Path, name: str, start: int, end: int | None = None) -> Rows:
-    """The rows of a plain jsonl file between bytes `start` and `end` (each 0, the end, or just
-    past a line end), numbered as in the whole file: the lines before `start` are counted
-    first, and so are the rows among them."""
-    with _reading(name), path.open("rb") as fh:
-        lines_before = rows_before = 0
-        for lines in _lines(fh, start):
-            lines_before += len(lines)
-            rows_before += sum(map(bool, map(bytes.strip, lines)))  # blank lines are no rows
-        chunks = _lines(fh, None if end is None else end - start)
-        yield from _json_lines(chunks, name, rows_before, lines_before)
+    """The rows of a plain jsonl file between bytes `start` and `end` (`_jsonl`)."""
+    return _jsonl(lambda: path.open("rb"), name, start, end)
 
 
 class Worker(Generic[T]):
