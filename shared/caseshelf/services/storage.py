@@ -54,7 +54,10 @@ class PackWriter:
         self._store = store
         self._key_for = key_for
         self._target = target
-        self._buf = bytearray()
+        # The pack being filled: the pieces appended (records, their newlines, runs of records),
+        # joined into one object only when the pack is stored.
+        self._pieces: list[bytes | bytearray | memoryview] = []
+        self._size = 0
         self._submitted: list[Future[tuple[str, bool, int]]] = []
         self._digests: list[str] = []
         self._executor: ThreadPoolExecutor | None = None
@@ -62,10 +65,12 @@ class PackWriter:
         self.objects_written = 0
 
     def append(self, record: bytes | memoryview) -> tuple[int, int]:
-        where = (len(self._submitted), len(self._buf))
-        self._buf += record
-        self._buf += b"\n"
-        if len(self._buf) >= self._target:
+        """Append one record (its newline is added). The record's buffer must not change
+        until the pack is stored."""
+        where = (len(self._submitted), self._size)
+        self._pieces += (record, b"\n")
+        self._size += len(record) + 1
+        if self._size >= self._target:
             self._submit()
         return where
 
@@ -78,19 +83,20 @@ class PackWriter:
 
         Answers `(first record, pack number, shift)` for each pack the run went into: record i
         from `first` on (up to the next entry's `first`) is in that pack at offset
-        `start of record i in data + shift`."""
+        `start of record i in data + shift`. `data` must not change until the packs are
+        stored (pass a memoryview: it is sliced, not copied)."""
         segments: list[tuple[int, int, int]] = []
         first, pos, count = 0, 0, len(stops)
         while first < count:
-            base = len(self._buf)
+            base = self._size
             segments.append((first, len(self._submitted), base - pos))
             # The pack is full after the first record that takes it to the target.
             cut = bisect_left(stops, pos + self._target - base, first)
+            end = stops[-1] if cut >= count else stops[cut]
+            self._pieces.append(data[pos:end])
+            self._size += end - pos
             if cut >= count:
-                self._buf += data[pos : stops[-1]]
                 break
-            end = stops[cut]
-            self._buf += data[pos:end]
             self._submit()
             first, pos = cut + 1, end
         return segments
@@ -100,8 +106,8 @@ class PackWriter:
         return hex_digest, self._store.put_if_absent(self._key_for(hex_digest), data), len(data)
 
     def _submit(self) -> None:
-        data = bytes(self._buf)
-        self._buf = bytearray()
+        data = b"".join(self._pieces)
+        self._pieces, self._size = [], 0
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="caseshelf-pack")
         self._submitted.append(self._executor.submit(self._store_pack, data))
@@ -118,7 +124,7 @@ class PackWriter:
 
     def flush(self) -> None:
         """Store what is buffered and wait until every pack is stored."""
-        if self._buf:
+        if self._pieces:
             self._submit()
         try:
             self._collect(len(self._submitted))
