@@ -170,7 +170,11 @@ class Manifest:
     On disk (format 2), every column is one JSON string so that parsing 100,000 cases costs a
     handful of large strings instead of hundreds of thousands of small JSON values: ids joined by
     newlines (a case id never holds a control character), digests concatenated (64 hex each),
-    integer columns as base64 of little-endian arrays, per-case tags as CSR arrays.
+    integer columns as base64 of little-endian arrays, per-case tags as CSR arrays. An optional
+    `superseded` section (same shapes: digests, pack index, offset, length) locates copies of
+    the base version's records this version no longer holds; absent when there are none, so a
+    manifest without copies is written exactly as before the section existed. Read back, the
+    digest and integer columns stay as stored until first used (`DigestColumn`, `IntColumn`).
     """
 
     content_digest: str
