@@ -99,8 +99,9 @@ def latency_probe(settings: Any, store: Any, index: Any) -> dict[str, Any]:
     reads one at a time, narrow reads in flight together, and wide spans (once each)."""
     from caseshelf.bootstrap import build
     from caseshelf.domain.identity import Identity
-    from caseshelf.services.diff import LOCAL_MAX_GAP_BYTES, REMOTE_MAX_GAP_BYTES, DiffService
-    from caseshelf.services.storage import REMOTE_READ_WORKERS
+    from caseshelf.services.diff import DiffService
+    from caseshelf.services.storage import LOCAL_MAX_GAP_BYTES, REMOTE_READ_WORKERS
+    from caseshelf.services.storage import MAX_GAP_BYTES as REMOTE_MAX_GAP_BYTES
 
     me = Identity("bench", "bench")
     slow = SlowStore(store, PROBE_LATENCY_S)
@@ -202,8 +203,9 @@ def measure(settings: Any, store: Any, index: Any, n: int, runs: int) -> dict[st
     # each): the configured plan, the other number of reads in flight, and the other backend's
     # gap (narrow: few bytes, a request per changed case; wide: a few span requests, many more
     # bytes).
-    from caseshelf.services.diff import LOCAL_MAX_GAP_BYTES, REMOTE_MAX_GAP_BYTES, DiffService
-    from caseshelf.services.storage import REMOTE_READ_WORKERS
+    from caseshelf.services.diff import DiffService
+    from caseshelf.services.storage import LOCAL_MAX_GAP_BYTES, REMOTE_READ_WORKERS
+    from caseshelf.services.storage import MAX_GAP_BYTES as REMOTE_MAX_GAP_BYTES
 
     gap, workers = services.diff.max_gap_bytes, services.diff.read_workers
     other_gap = LOCAL_MAX_GAP_BYTES if gap == REMOTE_MAX_GAP_BYTES else REMOTE_MAX_GAP_BYTES

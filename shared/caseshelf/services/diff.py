@@ -27,7 +27,7 @@ from caseshelf.domain.manifest import Location, Manifest
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.ports import BlobStore
 from caseshelf.services.registry import RegistryService
-from caseshelf.services.storage import LOCAL_MAX_GAP_BYTES, MAX_GAP_BYTES, read_records
+from caseshelf.services.storage import LOCAL_MAX_GAP_BYTES, read_records
 
 
 @dataclass(frozen=True)
@@ -95,15 +95,6 @@ class _CountingReads:
 
     def get(self, key: str) -> bytes:
         return self._count(self._inner.get(key))
-
-
-# The most unwanted bytes read between two wanted cases to save a request. On local files a
-# request costs microseconds: read little more than the changed cases themselves. Against S3 a
-# request costs tens of milliseconds of waiting plus about a millisecond of client CPU (which no
-# number of threads overlaps), while bytes in the region cost nothing: read spans, several at
-# once (`read_workers`). 1% of cases changed, scattered, is then a few concurrent span reads
-# instead of a thousand requests (docs/benchmarks.md has the measured trade).
-REMOTE_MAX_GAP_BYTES = MAX_GAP_BYTES
 
 
 class DiffService:

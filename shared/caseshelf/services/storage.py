@@ -20,10 +20,12 @@ from caseshelf.ports import BlobStore
 
 PACK_TARGET_BYTES = 8 * 1024 * 1024
 SMALL_BLOB_BYTES = 256 * 1024
-# Read one span covering several records when the gaps cost less than another request.
+# The most unwanted bytes read between two wanted records to save a request. Against S3 a
+# request costs tens of milliseconds of waiting plus about a millisecond of client CPU (which no
+# number of threads overlaps), while bytes in the region cost nothing: read spans, several at
+# once (`REMOTE_READ_WORKERS`). On local files a request costs microseconds: read little more
+# than the records wanted (`LOCAL_MAX_GAP_BYTES`). docs/benchmarks.md has the measured trade.
 MAX_GAP_BYTES = 256 * 1024
-# The same against local files, where a request costs microseconds: read little more than the
-# records wanted.
 LOCAL_MAX_GAP_BYTES = 16 * 1024
 # Ranged GETs in flight at once against a remote store (S3): a request there mostly waits on the
 # network. The embedded store reads sequentially (`workers=1`): a local read is a few
