@@ -94,7 +94,7 @@ class IntColumn(Sequence[int]):
             return self.array == other.array
         if not isinstance(other, Sequence):
             return NotImplemented
-        return len(self) == len(other) and all(map(int.__eq__, self.array, other))
+        return len(self) == len(other) and list(self.array) == list(other)
 
     __hash__ = None  # type: ignore[assignment]
 
