@@ -13,7 +13,7 @@ hex digits of its case digest read as an unsigned integer, `A` the first 8 bytes
 restored. Case digests are uniformly random, and `D -> A * D + B` is a bijection modulo 2**64, so
 every seed draws a uniform sample; seeds draw unrelated samples because `A` and `B` come from a
 cryptographic hash of the seed. Ranking needs only integer arithmetic, which runs over the
-whole digest column at once (`_column_ranks`). Only the manifest is read: ids, digests and tags
+whole digest column at once (`_column_lanes`). Only the manifest is read: ids, digests and tags
 are all there.
 """
 
