@@ -1,4 +1,5 @@
-"""The registry Lambda: register, validate, list, read, page cases, download, tag, tombstone.
+"""The registry Lambda: register, validate, list, read, page and search cases, download, one
+file, a version's numbers, tag, tombstone, and who the caller is.
 
 Each route parses its input (the resolver validates it against the models), calls one method of
 the registry service and returns a wire model. Status codes for errors come from
@@ -7,6 +8,7 @@ the registry service and returns a wire model. Status codes for errors come from
 
 from __future__ import annotations
 
+import base64
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
@@ -14,21 +16,26 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from caseshelf import bootstrap
-from caseshelf.api import dto
+from caseshelf.api import browse_dto, dto
 from caseshelf.api.app import count, current_identity, instrumented, make_resolver, problems
 from caseshelf.api.routes import (
     Cursor,
     DatasetIdPath,
+    DigestPath,
     IncludeDeleted,
     LabelPath,
     Limit,
     RefPath,
+    SearchField,
+    SearchText,
     Shared,
     created_response,
     created_responses,
     page_out,
 )
+from caseshelf.domain.canonical import hex_of
 from caseshelf.domain.models import DatasetVersionInput
+from caseshelf.services.browse import BrowseService
 from caseshelf.services.registry import RegistryService
 
 app = make_resolver(
@@ -43,6 +50,10 @@ NEXT_CURSOR_HEADER = "X-Next-Cursor"
 
 def registry() -> RegistryService:
     return bootstrap.services().registry
+
+
+def browse() -> BrowseService:
+    return bootstrap.services().browse
 
 
 @app.post(
@@ -136,13 +147,23 @@ def get_version(
 
 @app.get(
     "/datasets/<id>/versions/<ref>/cases",
-    summary="A version's cases, one page at a time",
-    description="Cases in dataset order, in their canonical form (defaults omitted).",
+    summary="A version's cases, one page at a time; or a search of them",
+    description="Cases in dataset order, in their canonical form (defaults omitted). With "
+    "`q`, the cases matching it (`by`: `id` holds it, a `tag` equals it, a string of the "
+    "case's `text` holds it, or `any` of these; case-insensitive), in dataset order: each page "
+    "searches on from its cursor until it holds `limit` matches or its scan budget is spent, "
+    "so a page may hold fewer (even none) and still have a `next_cursor`; `scanned_to` says "
+    "how far it got.",
     tags=TAGS,
     responses={
         200: {
-            "description": "Success",
-            "content": {"application/json": {"model": dto.PageOut[dict[str, Any]]}},
+            "description": "A page of cases (`PageOut`), or with `q` a page of matches "
+            "(`CaseSearchPageOut`).",
+            "content": {
+                "application/json": {
+                    "model": dto.PageOut[dict[str, Any]] | browse_dto.CaseSearchPageOut
+                }
+            },
         },
         **problems(400, 403, 404, ok=None),
     },
@@ -153,7 +174,26 @@ def list_cases(
     cursor: Cursor = None,
     limit: Limit = 100,
     include_deleted: IncludeDeleted = False,
+    q: SearchText = None,
+    by: SearchField = "any",
 ) -> Response[Any]:
+    if q is not None:
+        found = browse().search_cases(
+            current_identity(app),
+            id,
+            ref,
+            q,
+            by=by,
+            cursor=cursor,
+            limit=limit,
+            include_deleted=include_deleted,
+        )
+        return Response(
+            status_code=200,
+            content_type="application/json",
+            body=browse_dto.search_page_out(found),
+            headers={NEXT_CURSOR_HEADER: found.next_cursor} if found.next_cursor else None,
+        )
     # The stored records are the cases' canonical JSON: the page is spliced from them, never
     # parsed and dumped again (`RegistryService.case_page_json`).
     page, next_cursor = registry().case_page_json(
@@ -245,6 +285,79 @@ def delete_version(id: DatasetIdPath, ref: LabelPath) -> dto.VersionOut:
 )
 def revive_version(id: DatasetIdPath, ref: LabelPath) -> dto.VersionOut:
     return dto.version_out(registry().revive_version(current_identity(app), id, ref))
+
+
+@app.get(
+    "/datasets/<id>/versions/<ref>/files/<digest>",
+    summary="One file of a version: a case's companion file or a shared file",
+    description="The body as it is stored, by its digest (as a case's `files` and the "
+    "version's `shared_files` name it): `text/plain; charset=utf-8` when it is UTF-8 text, "
+    "else `application/octet-stream` (ask with `Accept: application/octet-stream` to have "
+    "API Gateway send the bytes rather than base64). 413 over the one-file limit: the "
+    "version's `download` has every body.",
+    tags=TAGS,
+    responses={
+        200: {
+            "description": "The file's bytes.",
+            "content": {
+                "text/plain": {"schema": {"type": "string"}},
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+            },
+        },
+        **problems(400, 403, 404, 413, ok=None),
+    },
+)
+def get_file(
+    id: DatasetIdPath,
+    ref: RefPath,
+    digest: DigestPath,
+    include_deleted: IncludeDeleted = False,
+) -> Response[str]:
+    got = browse().file(current_identity(app), id, ref, digest, include_deleted=include_deleted)
+    text = got.content_type.startswith("text/")
+    disposition = "inline" if text else "attachment"
+    answer = Response(
+        status_code=200,
+        content_type=got.content_type,
+        # Bytes travel base64-encoded in a proxy answer (API Gateway decodes them).
+        body=got.body.decode("utf-8") if text else base64.b64encode(got.body).decode("ascii"),
+        headers={
+            "Content-Disposition": f'{disposition}; filename="{hex_of(digest)}"',
+            "X-Content-Type-Options": "nosniff",
+            # Opened on its own, the body is still never a page that runs anything.
+            "Content-Security-Policy": "default-src 'none'; sandbox",
+            "Cache-Control": "private, max-age=3600",
+        },
+    )
+    answer.base64_encoded = not text
+    return answer
+
+
+@app.get(
+    "/datasets/<id>/versions/<ref>/stats",
+    summary="A version's numbers: cases per tag, input lengths, file sizes",
+    description="Over every case of the version. Computed on first use and kept by content "
+    "digest (every version with the same content has the same numbers).",
+    tags=TAGS,
+    responses=problems(400, 403, 404),
+)
+def get_stats(
+    id: DatasetIdPath, ref: RefPath, include_deleted: IncludeDeleted = False
+) -> browse_dto.VersionStatsOut:
+    rec, stats = browse().stats(current_identity(app), id, ref, include_deleted=include_deleted)
+    return browse_dto.stats_out(rec, stats)
+
+
+@app.get(
+    "/me",
+    summary="Who the caller is",
+    description="The tenant, principal and roles the authorizer gave this request, and what "
+    "they allow: a version is deleted or revived by its creator or an admin.",
+    tags=["caller"],
+    responses=problems(403),
+)
+def me() -> browse_dto.MeOut:
+    return browse_dto.me_out(current_identity(app))
 
 
 @instrumented

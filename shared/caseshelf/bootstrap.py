@@ -13,15 +13,17 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
+from caseshelf.api.cors import CORS_ORIGIN_PATTERN
 from caseshelf.domain.errors import BadRequest
 from caseshelf.ports import BlobStore, Index
 
 if TYPE_CHECKING:
     # Services are imported where they are built, so importing a handler stays cheap (cold start).
+    from caseshelf.services.browse import BrowseService
     from caseshelf.services.diff import DiffService
     from caseshelf.services.exports import ExportService
     from caseshelf.services.imports import ImportService
@@ -71,6 +73,9 @@ class Settings(BaseModel):
     source_buckets: tuple[str, ...] = ()
     source_connect_timeout: float = Field(default=10.0, gt=0, le=300)
     source_read_timeout: float = Field(default=60.0, gt=0, le=900)
+    # Web origins (`https://host[:port]`) whose pages may read the API's answers (CORS); none
+    # by default: the UI deployed with the stack is on the API's own origin.
+    cors_origins: tuple[Annotated[str, Field(pattern=CORS_ORIGIN_PATTERN)], ...] = ()
 
     @property
     def sources_fenced(self) -> bool:
@@ -103,8 +108,9 @@ _ENV = {
     "source_buckets": "CASESHELF_SOURCE_BUCKETS",
     "source_connect_timeout": "CASESHELF_SOURCE_CONNECT_TIMEOUT",
     "source_read_timeout": "CASESHELF_SOURCE_READ_TIMEOUT",
+    "cors_origins": "CASESHELF_CORS_ORIGINS",
 }
-_LISTS = frozenset({"roles", "source_hosts", "source_buckets"})
+_LISTS = frozenset({"roles", "source_hosts", "source_buckets", "cors_origins"})
 
 
 def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -154,6 +160,12 @@ class Services:
 
         # An answer carrying cases stays well inside the 6 MB a Lambda response may be.
         return SelectionService(self.registry, max_case_bytes=self.settings.max_body_bytes * 4 // 5)
+
+    @cached_property
+    def browse(self) -> BrowseService:
+        from caseshelf.services.browse import BrowseService
+
+        return BrowseService(self.registry)
 
     @cached_property
     def diff(self) -> DiffService:

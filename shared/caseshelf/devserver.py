@@ -12,7 +12,8 @@ list). The deployed API never reads them: there the authorizer alone says who is
 
 `/openapi.json` is the merged document of every function, and `/swagger` shows it (Swagger UI
 from the package, no network needed). `/` and the pages a browser opens are the web UI, served
-by `caseshelf.ui`.
+by `caseshelf.ui`. CORS preflights are answered here, as API Gateway answers them
+(`caseshelf.api.cors`).
 
 Uploads (dev only, in no template and no OpenAPI document): the embedded store's upload URLs
 are `PUT /_uploads/<token>` on this server (`LocalBlobStore.presign_put`). The store checks the
@@ -44,6 +45,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from caseshelf import bootstrap, ui
+from caseshelf.api.cors import preflight_headers
 from caseshelf.bootstrap import Settings
 from caseshelf.gateway import (
     LOCAL_BUCKET,
@@ -467,6 +469,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if method in {"GET", "HEAD"} and raw_path.startswith(DOWNLOADS_PATH):
             self._download(raw_path[len(DOWNLOADS_PATH) :])
             return
+        if method == "OPTIONS" and self.headers.get("Access-Control-Request-Method"):
+            self._preflight(raw_path)
+            return
         route: Route | None
         params: dict[str, str] = {}
         if method in {"GET", "HEAD"} and path == SWAGGER_PATH:
@@ -494,6 +499,17 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if body is None:
             return
         self._invoke(route, method, path, params, split.query, body)
+
+    def _preflight(self, raw_path: str) -> None:
+        """A CORS preflight, answered as API Gateway answers it (the template's `Cors`): no
+        function runs and no identity is needed; 204 with the allowed methods and headers for
+        an origin the settings name (`cors_origins`), without them for any other."""
+        _, _, allowed = match(self.server.routes, "OPTIONS", raw_path)
+        if not allowed:
+            self._problem(404, f"no route at {unquote(raw_path)}", problem_type="no-route")
+            return
+        headers = preflight_headers(self.headers.get("Origin"), self.server.settings.cors_origins)
+        self._send(204, b"", list(headers.items()))
 
     # Every method goes the same way; the routes say which are allowed where.
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _dispatch

@@ -94,10 +94,21 @@ def test_every_route_goes_through_the_authorizer(transformed: dict[str, Any]) ->
         (path, method, op)
         for path, methods in rest_api["Properties"]["Body"]["paths"].items()
         for method, op in methods.items()
+        if method != "options"
     ]
     assert len(operations) == len(events)
     for path, method, op in operations:
         assert op.get("security") == [{default: []}], f"{method.upper()} {path} is anonymous"
+    # The API's CORS preflights (the Api's `Cors`) run no function: mock answers, headers only
+    preflights = [
+        op
+        for methods in rest_api["Properties"]["Body"]["paths"].values()
+        for method, op in methods.items()
+        if method == "options"
+    ]
+    assert len(preflights) == len({props["Path"] for _f, _e, props in events})
+    for op in preflights:
+        assert op["x-amazon-apigateway-integration"]["type"] == "mock"
 
 
 def test_path_parameters_have_one_name_per_level() -> None:

@@ -29,6 +29,7 @@ from aws_lambda_powertools.shared.functions import resolve_truthy_env_var_choice
 from aws_lambda_powertools.tracing.base import BaseProvider, BaseSegment
 
 from caseshelf.api.auth import identity_from_event
+from caseshelf.api.cors import cors_headers, request_origin, with_cors
 from caseshelf.api.dto import Problem
 from caseshelf.api.errors import PROBLEM_JSON, dumps, problem, register_error_handlers
 from caseshelf.domain.identity import Identity
@@ -171,6 +172,13 @@ def max_body_bytes() -> int:
     return bootstrap.services().settings.max_body_bytes
 
 
+def allowed_origins() -> tuple[str, ...]:
+    """The web origins whose pages may read answers (`caseshelf.api.cors`)."""
+    from caseshelf import bootstrap
+
+    return bootstrap.services().settings.cors_origins
+
+
 def not_utf8(event: Mapping[str, Any]) -> dict[str, Any] | None:
     """The 400 for a body that is not UTF-8 (JSON text is UTF-8), before any parsing; None for
     one that is. API Gateway hands such a body over base64-encoded."""
@@ -297,6 +305,13 @@ class CaseshelfResolver(APIGatewayRestResolver):
         self._request.processed_stack_frames = value
 
     def resolve(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        result = self._resolve_checked(event, context)
+        origin = request_origin(event)
+        if origin is None:
+            return result
+        return with_cors(result, cors_headers(origin, allowed_origins()))
+
+    def _resolve_checked(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         size = body_size(event)
         if size:
             limit = max_body_bytes()

@@ -95,6 +95,7 @@ class DatasetOut(Wire):
     version_count: int
     case_count: int | None
     description: str
+    tags: list[str] = Field(default_factory=list, description="The latest version's tags.")
     created_at: str
     updated_at: str
 
@@ -193,6 +194,7 @@ def dataset_out(s: DatasetSummary) -> DatasetOut:
         version_count=s.version_count,
         case_count=latest.case_count if latest else None,
         description=latest.description if latest else "",
+        tags=list(latest.tags) if latest else [],
         created_at=s.created_at,
         updated_at=s.updated_at,
     )

@@ -17,7 +17,8 @@ from pydantic import BaseModel
 
 from caseshelf.api.app import problems
 from caseshelf.api.dto import CURSOR_PATTERN, JOB_ID_PATTERN, REF_PATTERN, PageOut
-from caseshelf.domain.models import DATASET_ID_PATTERN, LABEL_PATTERN
+from caseshelf.domain.browse import SearchBy
+from caseshelf.domain.models import DATASET_ID_PATTERN, DIGEST_PATTERN, LABEL_PATTERN
 from caseshelf.ports import Page
 
 M = TypeVar("M", bound=BaseModel)
@@ -39,6 +40,21 @@ RefPath = Annotated[
 LabelPath = Annotated[str, Path(pattern=LABEL_PATTERN, description="A version label.")]
 JobIdPath = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="An import job's id.")]
 IncludeDeleted = Annotated[bool, Query(description="Also show tombstoned versions.")]
+DigestPath = Annotated[
+    str, Path(pattern=DIGEST_PATTERN, description="A file's digest, `sha256:<hex>`.")
+]
+SearchText = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=256,
+        description="Search the cases for this text instead of listing them all (see `by`).",
+    ),
+]
+SearchField = Annotated[
+    SearchBy,
+    Query(description="What `q` is looked for in: the id, the tags, the text, or any."),
+]
 Limit = Annotated[int, Query(ge=1, le=1000)]
 Shared = Annotated[bool, Query(description="List the `_shared` tenant.")]
 

@@ -8,6 +8,9 @@ in process and over HTTP.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -16,11 +19,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from caseshelf.client.refs import parse_ref, parse_version
 from caseshelf.client.transport import Http, InProcess, Request, Transport
-from caseshelf.domain.errors import BadRequest, Upstream
+from caseshelf.domain.errors import BadRequest, Corrupt, Upstream
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from caseshelf.api.browse_dto import CaseSearchPageOut, MeOut, VersionStatsOut
     from caseshelf.api.dto import (
         DatasetOut,
         DiffOut,
@@ -420,6 +424,92 @@ class Client:
         return datasets.Dataset.from_dict(
             columns_of(self.cases(ref, include_deleted=include_deleted))
         )
+
+    def search_cases(
+        self,
+        ref: str,
+        q: str,
+        *,
+        by: str = "any",
+        cursor: str | None = None,
+        limit: int = 100,
+        include_deleted: bool = False,
+    ) -> CaseSearchPageOut:
+        """One page of a version's cases matching `q` (`by`: `id`, `tag`, `text` or `any`).
+        A page searches on from `cursor` within a budget: it may hold fewer than `limit`
+        matches and still have a `next_cursor`; `scanned_to` says how far it got."""
+        from caseshelf.api.browse_dto import CaseSearchPageOut
+
+        name, r = parse_ref(ref)
+        query = {
+            "q": q,
+            "by": by,
+            "cursor": cursor,
+            "limit": limit,
+            "include_deleted": include_deleted,
+        }
+        data = self.call("GET", "datasets", name, "versions", r, "cases", query=query)
+        return self._as(CaseSearchPageOut, data)
+
+    def search(
+        self, ref: str, q: str, *, by: str = "any", include_deleted: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """Every case of a version matching `q`, in dataset order, read lazily page by page."""
+        name, _ = parse_ref(ref)
+        pinned = f"{name}@{self.get(ref, include_deleted=include_deleted).content_digest}"
+        cursor: str | None = None
+        while True:
+            page = self.search_cases(
+                pinned,
+                q,
+                by=by,
+                cursor=cursor,
+                limit=self.page_size,
+                include_deleted=include_deleted,
+            )
+            yield from page.items
+            cursor = page.next_cursor
+            if not cursor:
+                return
+
+    def file(self, ref: str, digest: str, *, include_deleted: bool = False) -> bytes:
+        """The body of one file of a version (a case's companion file or a shared file) by its
+        digest, checked against that digest."""
+        name, r = parse_ref(ref)
+        answer = self.transport.send(
+            Request(
+                "GET",
+                ("datasets", name, "versions", r, "files", digest),
+                {"include_deleted": include_deleted},
+            )
+        )
+        want = digest.removeprefix("sha256:")
+        body = answer.body
+        if hashlib.sha256(body).hexdigest() == want:
+            return body
+        # A binary body through API Gateway to a client that did not ask for bytes: base64.
+        try:
+            decoded = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            decoded = b""
+        if hashlib.sha256(decoded).hexdigest() == want:
+            return decoded
+        raise Corrupt(f"the file answered for {digest} has another digest", digest=digest)
+
+    def stats(self, ref: str, *, include_deleted: bool = False) -> VersionStatsOut:
+        """A version's numbers over every case: cases per tag, input lengths, file sizes."""
+        from caseshelf.api.browse_dto import VersionStatsOut
+
+        name, r = parse_ref(ref)
+        query = {"include_deleted": include_deleted}
+        data = self.call("GET", "datasets", name, "versions", r, "stats", query=query)
+        return self._as(VersionStatsOut, data)
+
+    def me(self) -> MeOut:
+        """Who the API takes you for: tenant, principal, roles, and what they allow."""
+        from caseshelf.api.browse_dto import MeOut
+
+        return self._as(MeOut, self.call("GET", "me"))
 
     def download(
         self,

@@ -1,0 +1,245 @@
+"""Browsing a version, as the web UI and any client do: search its cases a page at a time, read
+one file body, and its numbers (cases per tag, input lengths, file sizes).
+
+Everything here goes through the registry's public reading API (`RegistryService.get_version`,
+`manifest`, `case_records`, `file_body`): the caller's tenant decides what can be read, as on
+every other read route.
+
+Search is a scan with a bound: a page reads cases forward from its cursor until it holds
+`limit` matches or the scan budget is spent (`TEXT_SCAN_CASES` cases or `TEXT_SCAN_BYTES` of
+records for a text search, `ID_SCAN_CASES` ids of the manifest for a search by id or tag), then
+answers what it found and a cursor to go on from where it stopped. A page may therefore hold
+fewer matches than asked, even none, and still have a next cursor: the version is not
+exhausted until `next_cursor` is null.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from caseshelf.domain import layout
+from caseshelf.domain.browse import (
+    SearchBy,
+    SharedFileInfo,
+    StatsBuilder,
+    VersionStats,
+    case_matches,
+    id_matches,
+    needle_of,
+    sniff_text,
+    tag_matches,
+)
+from caseshelf.domain.canonical import hex_of
+from caseshelf.domain.errors import BadRequest, NotFound, TooLarge
+from caseshelf.domain.identity import Identity
+from caseshelf.domain.paging import check_limit, decode_position, encode_position
+from caseshelf.domain.versions import VersionRecord
+from caseshelf.services.registry import RegistryService
+
+# A text search reads at most this much of a version per page.
+TEXT_SCAN_CASES = 5_000
+TEXT_SCAN_BYTES = 16 * 1024 * 1024
+# A search by id or tag reads only the manifest's columns: cheap, so the budget is larger.
+ID_SCAN_CASES = 200_000
+# Records read at once during a scan or the stats' pass.
+READ_BATCH = 1_000
+MAX_QUERY = 256
+# One file body in one answer: a Lambda answer is at most 6 MB and a binary body is sent
+# base64-encoded (4/3 of its size).
+MAX_FILE_BYTES = 4 * 1024 * 1024
+TEXT_TYPE = "text/plain; charset=utf-8"
+BINARY_TYPE = "application/octet-stream"
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    items: list[dict[str, Any]]
+    next_cursor: str | None
+    scanned_from: int  # the scan of this page covered cases [scanned_from, scanned_to)
+    scanned_to: int
+    case_count: int
+
+
+@dataclass(frozen=True)
+class FileBody:
+    digest: str
+    size: int
+    content_type: str
+    body: bytes
+
+
+def stats_key(tenant: str, content_digest: str) -> str:
+    """Where a version's numbers are kept: under the caller's tenant, beside the downloads in
+    the transient `exports/` area (expired by the bucket's lifecycle rule; recomputed when
+    missing)."""
+    hex_digest = content_digest.removeprefix("sha256:")
+    return f"{layout.root(tenant)}exports/stats/{hex_digest}.json"
+
+
+class BrowseService:
+    def __init__(
+        self,
+        registry: RegistryService,
+        *,
+        max_file_bytes: int = MAX_FILE_BYTES,
+        text_scan_cases: int = TEXT_SCAN_CASES,
+        text_scan_bytes: int = TEXT_SCAN_BYTES,
+        id_scan_cases: int = ID_SCAN_CASES,
+    ) -> None:
+        self.registry = registry
+        self.max_file_bytes = max_file_bytes
+        self.text_scan_cases = text_scan_cases
+        self.text_scan_bytes = text_scan_bytes
+        self.id_scan_cases = id_scan_cases
+
+    # -- search ----------------------------------------------------------------------------
+
+    def search_cases(
+        self,
+        identity: Identity,
+        name: str,
+        ref: str,
+        q: str,
+        *,
+        by: SearchBy = "any",
+        cursor: str | None = None,
+        limit: int = 100,
+        include_deleted: bool = False,
+    ) -> SearchPage:
+        """One page of the cases matching `q` (module docstring: the bound on each page)."""
+        needle = needle_of(q)
+        if not needle:
+            raise BadRequest("q is empty: give the text to search for", field="q")
+        if len(q) > MAX_QUERY:
+            raise BadRequest(f"q is longer than {MAX_QUERY} characters", field="q")
+        limit = check_limit(limit)
+        rec = self.registry.get_version(identity, name, ref, include_deleted=include_deleted)
+        total = len(self.registry.manifest(rec))
+        start = decode_position(cursor)
+        if by in ("id", "tag"):
+            found, stop = self._scan_manifest(rec, needle, by, start, limit)
+            items = [case for _, case in self.registry.case_records(rec, found)]
+        else:
+            items, stop = self._scan_records(rec, needle, by, start, limit)
+        return SearchPage(
+            items=items,
+            next_cursor=encode_position(stop) if stop < total else None,
+            scanned_from=min(start, total),
+            scanned_to=stop,
+            case_count=total,
+        )
+
+    def _scan_manifest(
+        self, rec: VersionRecord, needle: str, by: SearchBy, start: int, limit: int
+    ) -> tuple[list[int], int]:
+        manifest = self.registry.manifest(rec)
+        total = len(manifest)
+        end = min(total, start + self.id_scan_cases)
+        found: list[int] = []
+        i = start
+        while i < end and len(found) < limit:
+            hit = (
+                id_matches(manifest.ids[i], needle)
+                if by == "id"
+                else tag_matches(manifest.tags_of(i), needle)
+            )
+            if hit:
+                found.append(i)
+            i += 1
+        return found, i
+
+    def _scan_records(
+        self, rec: VersionRecord, needle: str, by: SearchBy, start: int, limit: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        manifest = self.registry.manifest(rec)
+        total = len(manifest)
+        items: list[dict[str, Any]] = []
+        i = start
+        scanned = read = 0
+        while i < total and len(items) < limit:
+            if scanned >= self.text_scan_cases or read >= self.text_scan_bytes:
+                break
+            batch_end = min(total, i + READ_BATCH, i + self.text_scan_cases - scanned)
+            for index, case in self.registry.case_records(rec, list(range(i, batch_end))):
+                scanned += 1
+                read += manifest.location(index).length
+                i = index + 1
+                if case_matches(case, needle, by):
+                    items.append(case)
+                    if len(items) >= limit:
+                        break
+                if read >= self.text_scan_bytes:
+                    break
+        return items, i
+
+    # -- one file --------------------------------------------------------------------------
+
+    def file(
+        self,
+        identity: Identity,
+        name: str,
+        ref: str,
+        digest: str,
+        *,
+        include_deleted: bool = False,
+    ) -> FileBody:
+        """The body of one file of a version (a case's companion file or a shared file), by
+        its digest; 413 over `max_file_bytes` (the version's download has every body)."""
+        rec = self.registry.get_version(identity, name, ref, include_deleted=include_deleted)
+        loc = self.registry.manifest(rec).blob_locations().get(hex_of(digest))
+        if loc is None:
+            raise NotFound(
+                f"no file {digest} in {rec.name}@{rec.version}", digests=[digest], id=rec.name
+            )
+        if loc.length > self.max_file_bytes:
+            raise TooLarge(
+                f"the file {digest} is {loc.length} bytes; one file is answered up to "
+                f"{self.max_file_bytes}. GET /datasets/{rec.name}/versions/{rec.version}/download "
+                "has every file of the version.",
+                digest=digest,
+                size=loc.length,
+                limit=self.max_file_bytes,
+            )
+        body = self.registry.file_body(rec, digest)
+        ctype = TEXT_TYPE if sniff_text(body) else BINARY_TYPE
+        return FileBody(digest=digest, size=len(body), content_type=ctype, body=body)
+
+    # -- numbers ---------------------------------------------------------------------------
+
+    def stats(
+        self, identity: Identity, name: str, ref: str, *, include_deleted: bool = False
+    ) -> tuple[VersionRecord, VersionStats]:
+        """A version's numbers over every case, kept by content digest after the first time
+        (they read every record: `bench/bench_ui.py` measures the first and a kept one)."""
+        rec = self.registry.get_version(identity, name, ref, include_deleted=include_deleted)
+        store = self.registry.store
+        key = stats_key(identity.tenant, rec.content_digest)
+        try:
+            kept = VersionStats.from_json(store.get(key))
+            if kept.content_digest == rec.content_digest:
+                return rec, kept
+        except (NotFound, ValueError, KeyError, TypeError):
+            pass  # not kept yet, or kept in another format: computed again below
+        stats = self.compute_stats(rec)
+        store.put(key, stats.to_json(), content_type="application/json")
+        return rec, stats
+
+    def compute_stats(self, rec: VersionRecord) -> VersionStats:
+        manifest = self.registry.manifest(rec)
+        total = len(manifest)
+        builder = StatsBuilder()
+        for start in range(0, total, READ_BATCH):
+            indices = list(range(start, min(total, start + READ_BATCH)))
+            for _, case in self.registry.case_records(rec, indices):
+                builder.add(case)
+        locations = manifest.blob_locations()
+        shared = [
+            SharedFileInfo(
+                dest=s["dest"],
+                digest=s["digest"],
+                size=loc.length if (loc := locations.get(hex_of(s["digest"]))) else 0,
+            )
+            for s in manifest.shared_files
+        ]
+        return builder.build(rec.content_digest, shared)
