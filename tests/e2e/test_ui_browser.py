@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,8 @@ def test_walk_list_dataset_version_case_and_diff_shows_the_apis_counts(
     page.goto("/")
     cells = row_cells(page, "Datasets", 'data-dataset="walk"')
     assert cells == {"cases": str(summary["case_count"]), "versions": str(summary["version_count"])}
+    tags = page.tab.locator('tr[data-dataset="walk"] td[data-col="tags"] .badge')
+    assert tags.all_inner_texts() == summary["tags"] == ["math"]
     page.shot("1-list")
     # The dataset page lists every version with its case count
     page.click_and_wait(page.tab.get_by_role("link", name="walk", exact=True))
@@ -293,6 +296,115 @@ def test_tag_delete_and_revive_from_the_dataset_page(page: Page, server: str) ->
     page.tab.get_by_text("revived: acts@1.0.0").wait_for()
     assert api(server + "/datasets/acts/versions/1.0.0")[1]["deleted_at"] is None
     assert row.locator("td.state").inner_text() == "live"
+
+
+def test_search_pictures_and_files_show_what_the_api_answers(page: Page, server: str) -> None:
+    # Given 130 cases: every 7th holds "needle" in its text, every 3rd is tagged odd, one has a
+    # companion PNG and the version a shared file
+    cases: list[dict[str, Any]] = [
+        {
+            "id": f"s{i:03d}",
+            "inputs": {"user": "w" * (i % 40 + 1) + (" needle" if i % 7 == 0 else "")},
+            "tags": ["odd"] if i % 3 == 0 else [],
+        }
+        for i in range(130)
+    ]
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(200))
+    cases[4]["files"] = {"pic.png": {"base64": base64.b64encode(png).decode()}}
+    register(
+        server,
+        {
+            "id": "look",
+            "version": "1.0.0",
+            "tags": ["demo"],
+            "shared_files": [{"dest": "LICENSE", "text": "MIT\n"}],
+            "cases": cases,
+        },
+    )
+    _, stats = api(server + "/datasets/look/versions/1.0.0/stats")
+    page.goto("/datasets/look/versions/1.0.0")
+    # The pictures are over every case, with the API's numbers
+    tags = page.tab.locator('[data-picture="tags"]')
+    tags.locator("svg[role=img]").wait_for()
+    assert "over all 130 cases" in tags.inner_text()
+    tags.locator("summary").click()
+    rows = [r.split("\t") for r in tags.locator("tbody tr").all_inner_texts()]
+    assert rows == [["odd", str(stats["tags"][0]["cases"])], ["(no tag)", str(stats["untagged"])]]
+    lengths = page.tab.locator('[data-picture="input-length"]')
+    lengths.locator("summary").click()
+    shown = [int(r.split("\t")[1]) for r in lengths.locator("tbody tr").all_inner_texts()]
+    assert shown == [b["count"] for b in stats["input_length"]["buckets"]] and sum(shown) == 130
+    sizes = page.tab.locator('[data-picture="file-sizes"]')
+    assert "1 files" in sizes.inner_text()
+    # A text search pages the matches the API finds, in dataset order
+    _, found = api(server + "/datasets/look/versions/1.0.0/cases?q=needle&by=text&limit=1000")
+    page.tab.get_by_label("Search by").select_option("text")
+    page.tab.get_by_role("searchbox", name="Search cases").fill("needle")
+    page.tab.get_by_role("button", name="Search", exact=True).click()
+    page.tab.get_by_text("every case searched").wait_for()
+    ids = page.tab.locator("table[aria-label=Cases] tbody tr").evaluate_all(
+        "rows => rows.map(r => r.dataset.case)"
+    )
+    assert ids == [c["id"] for c in found["items"]] and len(ids) == 19
+    status = page.text("#cases-h ~ p[role=status]")
+    assert status.startswith("19 cases matching “needle” (text)")
+    assert "q=needle" in page.tab.url and "by=text" in page.tab.url
+    # By tag: a whole tag, any case
+    page.tab.get_by_label("Search by").select_option("tag")
+    page.tab.get_by_role("searchbox", name="Search cases").fill("ODD")
+    page.tab.get_by_role("button", name="Search", exact=True).click()
+    page.tab.get_by_text("44 cases matching “ODD” (tag); every case searched").wait_for()
+    # More matches than a page: the next page goes on from the API's cursor, and back
+    page.tab.get_by_label("Search by").select_option("any")
+    page.tab.get_by_role("searchbox", name="Search cases").fill("w")
+    page.tab.get_by_role("button", name="Search", exact=True).click()
+    page.tab.get_by_role("button", name="Next page").wait_for()
+    first_row = page.tab.locator("table[aria-label=Cases] tbody tr").first
+    assert first_row.get_attribute("data-case") == "s000"
+    page.tab.get_by_role("button", name="Next page").click()
+    page.tab.locator('tr[data-case="s050"]').wait_for()
+    assert page.tab.locator("table[aria-label=Cases] tbody tr").count() == 50
+    page.tab.get_by_role("button", name="Previous page").click()
+    page.tab.locator('tr[data-case="s000"]').wait_for()
+    page.shot("search")
+    # The shared file's body comes from the file route
+    page.tab.get_by_role("button", name="Show LICENSE").click()
+    assert page.tab.locator('[data-file="LICENSE"] pre').inner_text().strip() == "MIT"
+    # A case's binary file: its size and a download of its bytes
+    page.goto("/datasets/look/versions/1.0.0/cases/s004")
+    page.tab.get_by_role("button", name="Show pic.png").click()
+    pic = page.tab.locator('[data-file="pic.png"]')
+    pic.get_by_role("button", name="Download pic.png").wait_for()
+    assert f"Binary file, {len(png)} B" in pic.inner_text()
+    with page.tab.expect_download() as got:
+        pic.get_by_role("button", name="Download pic.png").click()
+    assert Path(got.value.path()).read_bytes() == png
+
+
+def test_delete_and_revive_are_offered_where_the_api_would_allow_them(
+    page: Page, server: str
+) -> None:
+    # Given a version registered by the server's own principal and one by someone else
+    two_versions(server, "mine")
+    doc = {"id": "mine", "version": "2.0.0", "cases": [{"id": "x", "inputs": {"user": "hi"}}]}
+    req = urllib.request.Request(
+        server + "/datasets",
+        data=json.dumps(doc).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "X-Caseshelf-Principal": "bob"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.status == 201
+    _, me = api(server + "/me")
+    page.goto("/datasets/mine")
+    # Then delete is offered on the caller's own versions only (GET /me says who that is)
+    assert me["principal"] != "bob" and not me["admin"]
+    assert page.tab.get_by_role("button", name="Delete 1.0.0").count() == 1
+    assert page.tab.get_by_role("button", name="Delete 2.0.0").count() == 0
+    assert (
+        page.tab.locator('tr[data-version="2.0.0"]').get_by_role("button", name="Save tags").count()
+        == 1
+    )
 
 
 def test_import_wizard_on_a_local_file_lands_on_the_new_version(
@@ -472,6 +584,7 @@ def test_case_content_is_shown_as_text_and_never_runs(page: Page, server: str) -
             "version": "1.0.0",
             "description": XSS,
             "tags": [XSS],
+            "shared_files": [{"dest": "docs/notes.md", "text": MD_ATTACK}],
             "cases": [
                 {
                     "id": "evil",
@@ -507,6 +620,18 @@ def test_case_content_is_shown_as_text_and_never_runs(page: Page, server: str) -
         assert page.tab.evaluate(no_markup) == clean, path
     assert XSS in page.tab.locator("table[aria-label=Cases]").inner_text()
     page.tab.wait_for_selector("figure svg[role=img]")
+    # A shared file is read from the file route and rendered as inert as a case's
+    page.tab.get_by_role("button", name="Show docs/notes.md").click()
+    shared = page.tab.locator('[data-file="docs/notes.md"] .markdown')
+    shared.wait_for()
+    assert shared.get_by_role("link").all_inner_texts() == ["ok"]
+    assert page.tab.evaluate(no_markup) == clean
+    # A search for the markup finds the case and shows it as text
+    page.tab.get_by_role("searchbox", name="Search cases").fill("onerror")
+    page.tab.get_by_role("button", name="Search", exact=True).click()
+    page.tab.get_by_text("every case searched").wait_for()
+    assert page.tab.locator("table[aria-label=Cases] tbody tr").count() == 1
+    assert page.tab.evaluate(no_markup) == clean
     page.goto("/datasets/xss/versions/1.0.0/cases/evil")
     page.tab.get_by_role("button", name="Show notes.md").click()
     page.tab.get_by_role("button", name="Show page.html").click()
@@ -713,6 +838,17 @@ def test_sign_in_by_code_and_pkce_sends_the_id_token_to_the_api(page: Page, serv
         route.fulfill(status=200, content_type="text/html", body=back_to(q["logout_uri"][0]))
 
     page.tab.route(server + "/config.json", lambda route: route.fulfill(json=config))
+    # The deployed API answers /me from the token's claims (the local server acts as its own
+    # principal whatever the token): its answer for this token
+    me = {
+        "tenant": "local",
+        "principal": "alice-sub",
+        "roles": [],
+        "admin": False,
+        "reads": ["local", "_shared"],
+        "writes_shared": False,
+    }
+    page.tab.route(server + "/me", lambda route: route.fulfill(json=me))
     page.tab.route(domain + "/oauth2/authorize?*", authorize)
     page.tab.route(domain + "/oauth2/token", token_endpoint)
     page.tab.route(domain + "/logout?*", logout)

@@ -42,7 +42,12 @@ def test_api_paths_are_pages_only_for_a_browser_and_never_documents_or_downloads
     assert not ui.is_ui_request("GET", path, "application/json")
     assert not ui.is_ui_request("GET", path, "*/*")
     # The API's own documents, uploads and downloads are never pages
-    for other in ("/openapi.json", "/_downloads/tok", "/datasets/a/versions/1/download"):
+    for other in (
+        "/openapi.json",
+        "/_downloads/tok",
+        "/datasets/a/versions/1/download",
+        "/datasets/a/versions/1/files/sha256:" + "0" * 64,
+    ):
         assert not ui.is_ui_request("GET", other, BROWSER), other
 
 

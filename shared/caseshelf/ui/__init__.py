@@ -8,7 +8,7 @@ means "not the UI's": the request goes on to the API routes.
 Which GETs are the UI's:
 - `/`, `/static/<file>`, `/config.json` and `/swagger` always;
 - any other path a browser navigates to (the request's `Accept` names `text/html` before any
-  JSON type), except the API's own documents and downloads. The UI's pages live at the paths
+  JSON type), except the API's own documents, downloads and a version's files. The UI's pages live at the paths
   of what they show (`/datasets/gsm8k/diff?base=1.1.0&candidate=1.2.0`), so a page pasted into
   a review opens the page, while `fetch()` from the page (which asks for JSON) and every API
   client (`*/*` or JSON) reach the API at the same path.
@@ -22,6 +22,7 @@ so no path can leave it (CWE-22).
 from __future__ import annotations
 
 import mimetypes
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -59,6 +60,8 @@ HARDENING = (
     ("Cross-Origin-Opener-Policy", "same-origin"),
 )
 _NOT_PAGES = ("/openapi.json", "/_uploads/", "/_downloads/")
+# A version's file (`…/files/sha256:<hex>`) opened in a tab is the file, never a page.
+_FILE_PATH = re.compile(r"/versions/[^/]+/files/[^/]+$")
 _TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -156,7 +159,7 @@ def is_ui_request(method: str, path: str, accept: str | None) -> bool:
         return False
     if path in {"/", CONFIG_PATH, SWAGGER_PATH} or path.startswith(STATIC_PREFIX):
         return True
-    if path.startswith(_NOT_PAGES) or path.endswith("/download"):
+    if path.startswith(_NOT_PAGES) or path.endswith("/download") or _FILE_PATH.search(path):
         return False
     return wants_page(accept)
 

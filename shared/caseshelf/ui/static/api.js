@@ -67,6 +67,37 @@ export async function request(method, path, { query, body, signal } = {}) {
   return { status: resp.status, data };
 }
 
+// A body that is not JSON (a file of a case): its bytes and content type. `Accept` names
+// octet-stream so that API Gateway sends a binary body as bytes, not base64.
+export async function getBytes(path, query) {
+  const headers = { Accept: "application/octet-stream, text/plain;q=0.9, */*;q=0.1" };
+  const token = currentToken();
+  if (token) headers.Authorization = token;
+  const resp = await fetch(config.api + withQuery(path, query), { headers, credentials: "omit", cache: "no-store" });
+  if (!resp.ok) {
+    let problem = null;
+    try {
+      problem = await resp.json();
+    } catch {
+      problem = null;
+    }
+    throw new ApiError(resp.status, problem);
+  }
+  return { contentType: resp.headers.get("Content-Type") || "", bytes: new Uint8Array(await resp.arrayBuffer()) };
+}
+
+// Who the API takes the caller for (GET /me: tenant, principal, roles), asked once per load.
+let me = null;
+export function caller() {
+  if (!me) {
+    me = get("/me").catch((err) => {
+      me = null;
+      throw err;
+    });
+  }
+  return me;
+}
+
 export const get = (path, query, opts) => request("GET", path, { ...opts, query }).then((r) => r.data);
 export const post = (path, body, query) => request("POST", path, { body, query });
 export const put = (path, body) => request("PUT", path, { body });
@@ -101,6 +132,8 @@ export async function upload(url, file, onProgress) {
 export const paths = {
   dataset: (id) => `/datasets/${enc(id)}`,
   version: (id, ref) => `/datasets/${enc(id)}/versions/${enc(ref)}`,
+  file: (id, ref, digest) => `/datasets/${enc(id)}/versions/${enc(ref)}/files/${enc(digest)}`,
+  stats: (id, ref) => `/datasets/${enc(id)}/versions/${enc(ref)}/stats`,
   kase: (id, ref, caseId) => `/datasets/${enc(id)}/versions/${enc(ref)}/cases/${enc(caseId)}`,
   diff: (id, base, candidate) =>
     `/datasets/${enc(id)}/diff?base=${enc(base)}&candidate=${enc(candidate)}`,

@@ -2,18 +2,14 @@
 // highlighted, Markdown rendered into DOM nodes, binary files as size + digest + download).
 //
 // The case comes from the subset route (`ids: [id]`, `cases=true`), which reads that one case.
-// A registered case names its companion files by digest and size; their bodies are in the
-// version's download document, which the page reads (once, on demand) for versions up to
-// BODY_LIMIT bytes.
+// A registered case names its companion files by digest and size; a file's body is read on
+// demand from the version's file route (`GET …/files/{digest}`).
 
-import { get, paths, post } from "../api.js";
+import { get, getBytes, paths, post } from "../api.js";
 import { codeBlock, jsonBlock, languageOf } from "../highlight.js";
 import { renderMarkdown } from "../markdown.js";
 import { fmtBytes, fmtInt, h, replace } from "../dom.js";
 import { errorBox } from "../app.js";
-
-const BODY_LIMIT = 16 * 1024 * 1024;
-const documents = new Map(); // "id@digest" -> Promise of the download document
 
 function section(title, ...body) {
   const id = `s-${title.toLowerCase().replace(/[^a-z0-9]+/g, "-")}`;
@@ -50,13 +46,6 @@ export function fileBody(path, text) {
   return codeBlock(text, languageOf(path));
 }
 
-function base64Bytes(b64) {
-  const bin = atob(b64);
-  const bytes = new Uint8Array(bin.length);
-  for (let i = 0; i < bin.length; i += 1) bytes[i] = bin.charCodeAt(i);
-  return bytes;
-}
-
 function utf8OrNull(bytes) {
   try {
     const text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
@@ -77,65 +66,36 @@ function downloadButton(path, bytes) {
   } }, `Download ${path.split("/").pop()}`);
 }
 
-async function versionDocument(id, v, includeDeleted) {
-  const key = `${id}@${v.content_digest}`;
-  if (!documents.has(key)) {
-    const load = (async () => {
-      const got = await get(`${paths.version(id, v.version)}/download`, { include_deleted: includeDeleted || undefined });
-      if (got && Array.isArray(got.cases)) return got;
-      if (got && got.url) {
-        if (new URL(got.url, location.href).origin !== location.origin) {
-          // A presigned URL of the data bucket: the page may fetch from its own origin only.
-          const err = new Error("the version's document is served from the data bucket, which this page does not read; download the version to see its files");
-          err.url = got.url;
-          throw err;
-        }
-        const resp = await fetch(got.url, { credentials: "omit" });
-        if (!resp.ok) throw new Error(`the download answered ${resp.status}`);
-        return resp.json();
-      }
-      throw new Error("the download answer has neither cases nor a url");
-    })();
-    documents.set(key, load);
-    load.catch(() => documents.delete(key));
-  }
-  return documents.get(key);
+// One file of a version (a case's companion file or a shared file): its size and digest, and
+// on demand its body from `GET …/files/{digest}`: text highlighted or rendered, anything else
+// as its size and a download. Over the one-file limit the API answers 413, shown as it is.
+export function fileViewer(id, v, path, f, includeDeleted) {
+  const body = h("div", { class: "file-body" });
+  const show = h("button", { type: "button", class: "secondary" }, `Show ${path}`);
+  show.addEventListener("click", async () => {
+    show.disabled = true;
+    replace(body, h("p", { class: "muted", role: "status" }, "Reading…"));
+    try {
+      const got = await getBytes(paths.file(id, v.version, f.digest), { include_deleted: includeDeleted || undefined });
+      show.hidden = true;
+      const text = got.contentType.startsWith("text/") ? utf8OrNull(got.bytes) : null;
+      replace(body, text !== null ? fileBody(path, text) : h("p", null, `Binary file, ${fmtBytes(got.bytes.length)}. `, downloadButton(path, got.bytes)));
+    } catch (err) {
+      replace(body, errorBox(err));
+      show.disabled = false;
+    }
+  });
+  return h("div", { class: "panel", "data-file": path },
+    h("h3", null, h("code", null, path)),
+    h("p", { class: "muted" }, `${fmtBytes(f.size)} · `, h("span", { class: "mono" }, f.digest || ""), " "),
+    show,
+    body);
 }
 
 function filesSection(id, v, c, includeDeleted) {
   const entries = Object.entries(c.files || {});
   if (!entries.length) return null;
-  const canRead = v.bytes <= BODY_LIMIT;
-  const rows = entries.map(([path, f]) => {
-    const body = h("div", { class: "file-body" });
-    const show = h("button", { type: "button", class: "secondary", disabled: !canRead }, `Show ${path}`);
-    show.addEventListener("click", async () => {
-      show.disabled = true;
-      replace(body, h("p", { class: "muted", role: "status" }, "Reading…"));
-      try {
-        const doc = await versionDocument(id, v, includeDeleted);
-        const found = (doc.cases || []).find((x) => x.id === c.id);
-        const entry = found && found.files ? found.files[path] : null;
-        if (!entry) throw new Error(`file ${path} is not in the version's document`);
-        show.hidden = true;
-        if (typeof entry.text === "string") replace(body, fileBody(path, entry.text));
-        else if (typeof entry.base64 === "string") {
-          const bytes = base64Bytes(entry.base64);
-          const text = utf8OrNull(bytes);
-          replace(body, text !== null ? fileBody(path, text) : h("p", null, `Binary file, ${fmtBytes(bytes.length)}. `, downloadButton(path, bytes)));
-        } else throw new Error(`file ${path} has no body in the document`);
-      } catch (err) {
-        replace(body, errorBox(err), err.url ? h("p", null, h("a", { href: err.url, rel: "noopener noreferrer" }, "Download the version")) : null);
-        show.disabled = Boolean(err.url);
-      }
-    });
-    return h("div", { class: "panel", "data-file": path },
-      h("h3", null, h("code", null, path)),
-      h("p", { class: "muted" }, `${fmtBytes(f.size)} · `, h("span", { class: "mono" }, f.digest || ""), " "),
-      canRead ? show : h("p", { class: "muted" }, `The file bodies of versions over ${fmtBytes(BODY_LIMIT)} are not read here; download the version to see them.`),
-      body);
-  });
-  return section(`Files (${fmtInt(entries.length)})`, rows);
+  return section(`Files (${fmtInt(entries.length)})`, entries.map(([path, f]) => fileViewer(id, v, path, f, includeDeleted)));
 }
 
 const MARKDOWN_HINTS = /```|^#{1,6} |\*\*[^*]+\*\*|\]\([^)]+\)|^\s*[-*] /m;

@@ -15,7 +15,6 @@ export async function datasetsRoute(ctx) {
   if (!ctx.alive()) return;
   const rows = [...own.items, ...shared.items.filter((d) => !own.items.some((o) => o.id === d.id && o.owner === d.owner))];
   const cursors = { own: own.next_cursor, shared: shared.next_cursor };
-  const tags = new Map(); // "owner/id" -> [tags] of the latest version, filled in after
   const tbody = h("tbody");
   const countLine = h("p", { class: "muted", role: "status", "aria-live": "polite" });
   const searchId = uid("q");
@@ -25,7 +24,7 @@ export async function datasetsRoute(ctx) {
   function matches(d) {
     const q = search.value.trim().toLowerCase();
     if (!q) return true;
-    const t = tags.get(`${d.owner}/${d.id}`) || [];
+    const t = d.tags || [];
     return d.id.toLowerCase().includes(q) || (d.description || "").toLowerCase().includes(q) || t.some((x) => x.toLowerCase().includes(q));
   }
 
@@ -42,7 +41,7 @@ export async function datasetsRoute(ctx) {
           h("td", null, d.latest ? h("a", { href: paths.version(d.id, d.latest) }, d.latest) : "—"),
           h("td", { class: "num", "data-col": "cases" }, fmtInt(d.case_count)),
           h("td", { class: "num", "data-col": "versions" }, fmtInt(d.version_count)),
-          h("td", { "data-col": "tags" }, (tags.get(`${d.owner}/${d.id}`) || []).map((t) => h("span", { class: "badge" }, t))),
+          h("td", { "data-col": "tags" }, (d.tags || []).map((t) => h("span", { class: "badge" }, t))),
           h("td", null, fmtTime(d.updated_at)),
         ),
       ),
@@ -69,7 +68,6 @@ export async function datasetsRoute(ctx) {
     }
     more.disabled = false;
     draw();
-    fillTags();
   });
 
   replace(
@@ -87,24 +85,4 @@ export async function datasetsRoute(ctx) {
   );
   draw();
   ctx.ready();
-
-  // Tags are a version's: read each listed dataset's latest version once the list is usable.
-  async function fillTags() {
-    for (const d of rows) {
-      const key = `${d.owner}/${d.id}`;
-      if (tags.has(key) || !d.latest) continue;
-      tags.set(key, []);
-      try {
-        const v = await get(paths.version(d.id, d.latest));
-        if (!ctx.alive()) return;
-        tags.set(key, v.tags || []);
-        const cell = tbody.querySelector(`tr[data-dataset="${CSS.escape(d.id)}"] td[data-col="tags"]`);
-        if (cell) replace(cell, (v.tags || []).map((t) => h("span", { class: "badge" }, t)));
-      } catch {
-        /* a version that cannot be read keeps an empty tag cell */
-      }
-    }
-    if (search.value.trim()) draw();
-  }
-  fillTags();
 }

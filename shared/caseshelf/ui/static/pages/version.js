@@ -2,19 +2,20 @@
 // pictures of it (cases per tag, input lengths, file sizes).
 //
 // The page asks for the version and one page of cases first and is usable then; the pictures
-// come after. Searching by id or tag asks the subset route (which reads only the manifest) for
-// the matching ids and then reads one page of those cases; a text search reads pages of cases
-// in order until a page of matches is found, showing how far it got.
+// come after, from the version's numbers over every case (`GET …/stats`). A search is the
+// cases route's `q`: each answer is one bounded scan of the version from its cursor, so the
+// page asks again (a few times per click) until it has a page of matches, and says how far
+// the search got.
 
-import { get, paths, post } from "../api.js";
-import { barChart, dataTable, histogram, log2Buckets } from "../charts.js";
+import { get, paths } from "../api.js";
+import { barChart, dataTable, histogram } from "../charts.js";
 import { field, fmtBytes, fmtInt, fmtTime, h, replace, shortDigest, uid } from "../dom.js";
 import { errorBox } from "../app.js";
 import { provenance } from "./dataset.js";
+import { fileViewer } from "./case.js";
 
 const PAGE = 50;
-const SCAN_PAGE = 500;
-const SAMPLE = 1000;
+const SCANS_PER_CLICK = 4; // answers asked for per "Search" or "Search further"
 
 export function userText(inputs) {
   const u = inputs && inputs.user;
@@ -62,8 +63,6 @@ export async function versionRoute(ctx) {
   ]);
   if (!ctx.alive()) return;
   const base = paths.version(id, v.version);
-  const subsetUrl = `${base}/subset`;
-  const subsetQuery = { include_deleted: includeDeleted || undefined };
 
   const tbody = h("tbody");
   const status = h("p", { class: "muted", role: "status", "aria-live": "polite" });
@@ -103,48 +102,32 @@ export async function versionRoute(ctx) {
       button("Next page", () => run(() => browse(page.next_cursor, index + 1)), !page.next_cursor));
   }
 
-  // Searching by id or tag: matching ids from the manifest, then one page of their cases.
-  let allIds = null;
-  async function idPages(matching, label, index = 0) {
-    const slice = matching.slice(index * PAGE, (index + 1) * PAGE);
-    const got = slice.length ? (await post(subsetUrl, { ids: slice }, { ...subsetQuery, cases: true })).data : { cases: [] };
-    caseRows(got.cases || []);
-    status.textContent = `${fmtInt(matching.length)} cases ${label}` + (matching.length > PAGE ? ` (showing ${fmtInt(index * PAGE + 1)}–${fmtInt(index * PAGE + slice.length)})` : "");
-    replace(pager,
-      button("Previous page", () => run(() => idPages(matching, label, index - 1)), index === 0),
-      button("Next page", () => run(() => idPages(matching, label, index + 1)), (index + 1) * PAGE >= matching.length));
-  }
-
-  async function searchIds(text) {
-    if (!allIds) allIds = (await post(subsetUrl, {}, subsetQuery)).data.case_ids;
-    const needle = text.toLowerCase();
-    const exact = allIds.filter((x) => x === text);
-    const rest = allIds.filter((x) => x !== text && x.toLowerCase().includes(needle));
-    await idPages([...exact, ...rest], `with an id containing “${text}”`);
-  }
-
-  async function searchTag(text) {
-    const tags = text.split(",").map((t) => t.trim()).filter(Boolean);
-    const got = (await post(subsetUrl, { tags }, subsetQuery)).data;
-    await idPages(got.case_ids, `tagged ${tags.join(" or ")}`);
-  }
-
-  async function searchText(text, cursor = null, scanned = 0) {
-    const needle = text.toLowerCase();
+  // Searching: the API scans from a cursor within a budget and says where it stopped; pages of
+  // matches are kept by the cursor they started from, for "Previous page".
+  const starts = [];
+  async function search(text, kind, cursor, index) {
     const found = [];
     let next = cursor;
-    let seen = scanned;
+    let scannedTo = 0;
+    let asked = 0;
     do {
-      const page = await get(`${base}/cases`, { ...q, limit: SCAN_PAGE, cursor: next });
+      const page = await get(`${base}/cases`, { ...q, q: text, by: kind, limit: PAGE - found.length, cursor: next });
       if (!ctx.alive()) return;
-      seen += page.items.length;
-      for (const c of page.items) if (JSON.stringify(c).toLowerCase().includes(needle)) found.push(c);
+      found.push(...page.items);
       next = page.next_cursor;
-      status.textContent = `Searching… ${fmtInt(seen)} of ${fmtInt(v.case_count)} cases read, ${fmtInt(found.length)} found`;
-    } while (next && found.length < PAGE);
+      scannedTo = page.scanned_to;
+      asked += 1;
+      status.textContent = `Searching… ${fmtInt(scannedTo)} of ${fmtInt(v.case_count)} cases searched, ${fmtInt(found.length)} found`;
+    } while (next && found.length < PAGE && asked < SCANS_PER_CLICK);
+    starts[index] = cursor;
     caseRows(found);
-    status.textContent = `${fmtInt(found.length)} cases containing “${text}” in cases ${fmtInt(scanned + 1)}–${fmtInt(seen)} of ${fmtInt(v.case_count)}`;
-    replace(pager, next ? button("Search further", () => run(() => searchText(text, next, seen))) : h("span", { class: "muted" }, "searched every case"));
+    const where = kind === "any" ? "" : kind === "tag" ? " (tag)" : kind === "id" ? " (id)" : " (text)";
+    status.textContent = next
+      ? `${fmtInt(found.length)} cases matching “${text}”${where} in the first ${fmtInt(scannedTo)} of ${fmtInt(v.case_count)} cases`
+      : `${fmtInt(found.length)} cases matching “${text}”${where}${index || cursor ? " on this page" : ""}; every case searched`;
+    replace(pager,
+      button("Previous page", () => run(() => search(text, kind, starts[index - 1], index - 1)), index === 0),
+      next ? button(found.length < PAGE ? "Search further" : "Next page", () => run(() => search(text, kind, next, index + 1))) : h("span", { class: "muted" }, "searched every case"));
   }
 
   async function run(fn) {
@@ -157,7 +140,7 @@ export async function versionRoute(ctx) {
   }
 
   const byId = uid("by");
-  const by = h("select", { id: byId }, h("option", { value: "id" }, "id"), h("option", { value: "tag" }, "tag"), h("option", { value: "text" }, "text"));
+  const by = h("select", { id: byId }, h("option", { value: "any" }, "id, tag or text"), h("option", { value: "id" }, "id"), h("option", { value: "tag" }, "tag"), h("option", { value: "text" }, "text"));
   const input = h("input", { type: "search", placeholder: "search cases", autocomplete: "off" });
   const searchForm = h(
     "form",
@@ -174,9 +157,7 @@ export async function versionRoute(ctx) {
       }
       history.replaceState(null, "", url.pathname + url.search);
       if (!text) run(() => browse(null, 0));
-      else if (by.value === "id") run(() => searchIds(text));
-      else if (by.value === "tag") run(() => searchTag(text));
-      else run(() => searchText(text));
+      else run(() => search(text, by.value, null, 0));
     } },
     field("Search by", by),
     field("Search cases", input),
@@ -185,6 +166,7 @@ export async function versionRoute(ctx) {
   );
 
   const charts = h("div", { class: "charts" }, h("p", { class: "muted" }, "Drawing…"));
+  const shared = h("section", { "aria-labelledby": "shared-h", hidden: true });
   const previous = h("span");
   replace(
     ctx.main,
@@ -208,6 +190,7 @@ export async function versionRoute(ctx) {
         tbody)),
       pager),
     h("section", { "aria-labelledby": "pictures-h" }, h("h2", { id: "pictures-h" }, "Pictures"), charts),
+    shared,
   );
   await browse(null, 0);
   ctx.ready();
@@ -215,10 +198,10 @@ export async function versionRoute(ctx) {
   const initial = ctx.query.get("q");
   if (initial) {
     input.value = initial;
-    by.value = ["id", "tag", "text"].includes(ctx.query.get("by")) ? ctx.query.get("by") : "id";
+    by.value = ["any", "id", "tag", "text"].includes(ctx.query.get("by")) ? ctx.query.get("by") : "any";
     searchForm.requestSubmit();
   }
-  drawPictures(ctx, v, subsetUrl, subsetQuery, charts);
+  drawPictures(ctx, id, v, includeDeleted, charts, shared);
   linkPrevious(ctx, id, v, previous);
 }
 
@@ -234,46 +217,47 @@ async function linkPrevious(ctx, id, v, el) {
   }
 }
 
-async function drawPictures(ctx, v, subsetUrl, subsetQuery, el) {
-  let cases;
-  let note;
+function bucketRows(d, fmt = fmtInt) {
+  return d.buckets.map((b) => ({ label: b.low === 0 && b.high === 1 ? "0" : b.high - b.low === 1 ? fmt(b.low) : `${fmt(b.low)}+`, value: b.count }));
+}
+
+function summaryLine(d, fmt = fmtInt) {
+  return `median ${fmt(d.p50)}, 90th percentile ${fmt(d.p90)}, largest ${fmt(d.max)}`;
+}
+
+// The pictures, from the version's numbers over every case; then its shared files, if any.
+async function drawPictures(ctx, id, v, includeDeleted, el, sharedEl) {
+  let stats;
   try {
-    if (v.case_count <= SAMPLE) {
-      cases = (await post(subsetUrl, {}, { ...subsetQuery, cases: true })).data.cases || [];
-      note = `all ${fmtInt(v.case_count)} cases`;
-    } else {
-      cases = (await post(subsetUrl, { sample: SAMPLE, seed: 0 }, { ...subsetQuery, cases: true })).data.cases || [];
-      note = `a seeded sample of ${fmtInt(cases.length)} of ${fmtInt(v.case_count)} cases (seed 0)`;
-    }
+    stats = await get(paths.stats(id, v.version), { include_deleted: includeDeleted || undefined });
   } catch (err) {
     if (ctx.alive()) replace(el, errorBox(err));
     return;
   }
   if (!ctx.alive()) return;
-  const tagCounts = new Map();
-  let untagged = 0;
-  const lengths = [];
-  const sizes = [];
-  for (const c of cases) {
-    if (!c.tags || !c.tags.length) untagged += 1;
-    for (const t of c.tags || []) tagCounts.set(t, (tagCounts.get(t) || 0) + 1);
-    const text = userText(c.inputs);
-    if (text && !(c.inputs.user && c.inputs.user.ref)) lengths.push(text.length);
-    for (const f of Object.values(c.files || {})) if (f && typeof f.size === "number") sizes.push(f.size);
-  }
-  const tagRows = [...tagCounts.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).map(([label, value]) => ({ label, value }));
-  if (untagged) tagRows.push({ label: "(no tag)", value: untagged });
-  const lenBuckets = log2Buckets(lengths);
-  const sizeBuckets = log2Buckets(sizes, fmtBytes);
-  const figure = (title, picture, table) => h("figure", { class: "panel" }, h("figcaption", null, h("strong", null, title), h("div", { class: "muted" }, `from ${note}`)), picture, table);
+  const note = `over all ${fmtInt(stats.case_count)} cases`;
+  const tagRows = stats.tags.map((t) => ({ label: t.tag, value: t.cases }));
+  if (stats.untagged) tagRows.push({ label: "(no tag)", value: stats.untagged });
+  const lengths = stats.input_length;
+  const sizes = stats.file_sizes;
+  const lenRows = bucketRows(lengths);
+  const sizeRows = bucketRows(sizes, fmtBytes);
+  const figure = (name, title, detail, picture, table) => h("figure", { class: "panel", "data-picture": name }, h("figcaption", null, h("strong", null, title), h("div", { class: "muted" }, detail)), picture, table);
   replace(
     el,
-    figure("Cases per tag", barChart("Cases per tag", tagRows), dataTable("Cases per tag", ["tag", "cases"], tagRows.map((r) => [r.label, fmtInt(r.value)]))),
-    lengths.length
-      ? figure("Input length (characters of inputs.user)", histogram("Input length distribution", lenBuckets), dataTable("Input lengths", ["characters from", "cases"], lenBuckets.map((b) => [b.label, fmtInt(b.value)])))
-      : figure("Input length", h("p", { class: "muted" }, "No case has a text inputs.user."), null),
-    sizes.length
-      ? figure(`File sizes (${fmtInt(sizes.length)} files, ${fmtBytes(sizes.reduce((a, b) => a + b, 0))})`, histogram("File size distribution", sizeBuckets, { unit: "files" }), dataTable("File sizes", ["bytes from", "files"], sizeBuckets.map((b) => [b.label, fmtInt(b.value)])))
-      : figure("File sizes", h("p", { class: "muted" }, "No companion files."), null),
+    figure("tags", "Cases per tag", note, barChart("Cases per tag", tagRows), dataTable("Cases per tag", ["tag", "cases"], tagRows.map((r) => [r.label, fmtInt(r.value)]))),
+    lengths.count
+      ? figure("input-length", "Input length (characters of inputs.user)", `${note}: ${summaryLine(lengths)}`, histogram("Input length distribution", lenRows), dataTable("Input lengths", ["characters from", "cases"], lenRows.map((b) => [b.label, fmtInt(b.value)])))
+      : figure("input-length", "Input length", note, h("p", { class: "muted" }, "No case has a text inputs.user."), null),
+    sizes.count
+      ? figure("file-sizes", `File sizes (${fmtInt(sizes.count)} files, ${fmtBytes(sizes.total)})`, `${note}: ${summaryLine(sizes, fmtBytes)}`, histogram("File size distribution", sizeRows, { unit: "files" }), dataTable("File sizes", ["bytes from", "files"], sizeRows.map((b) => [b.label, fmtInt(b.value)])))
+      : figure("file-sizes", "File sizes", note, h("p", { class: "muted" }, "No companion files."), null),
   );
+  if (stats.shared_files.length) {
+    replace(sharedEl,
+      h("h2", { id: "shared-h" }, `Shared files (${fmtInt(stats.shared_files.length)})`),
+      h("p", { class: "muted" }, "Put into every case at export."),
+      stats.shared_files.map((f) => fileViewer(id, v, f.dest, f, includeDeleted)));
+    sharedEl.hidden = false;
+  }
 }
