@@ -10,8 +10,8 @@ Which GETs are the UI's:
 - any other path a browser navigates to (the request's `Accept` names `text/html` before any
   JSON type), except the API's own documents, downloads and a version's files. The UI's pages
   live at the paths of what they show (`/datasets/gsm8k/diff?base=1.1.0&candidate=1.2.0`), so a
-  page pasted into a review opens the page, while `fetch()` from the page (which asks for JSON) and every API
-  client (`*/*` or JSON) reach the API at the same path.
+  page pasted into a review opens the page, while `fetch()` from the page (which asks for JSON)
+  and every API client (`*/*` or JSON) reach the API at the same path.
 
 Every UI answer carries a strict Content-Security-Policy (scripts and styles from this origin
 only: no inline script, no eval) and the usual hardening headers. Static files are looked up in
