@@ -7,7 +7,9 @@ controls work, and the figure is that mark's time since the navigation started (
 performance API's clock: the HTML, the modules, config.json and the page's API calls). The pages
 are usable that soon because they ask the API for one page of cases, or for the diff's summary
 (`summary=true`), first; the rest (the version's pictures, the diff's case lists) follows, and
-is timed too (`complete_ms`) but is not the target.
+is timed too (`complete_ms`) but is not the target. Before the pages, the routes the version
+page calls later are timed over HTTP: its numbers (`/stats`) the first time and once kept, and
+one page of a text search and of an id search (`/cases?q=`), each a scan to its budget.
 
 `caseshelf serve` runs as a subprocess over an embedded store made for the run. Each page is
 opened once to warm the server's function modules (as on a server that has been up a while;
@@ -34,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import emit, gsm8k_cases, median, ratio
 
-from tests.browser import chromium, missing_browser, serve
+from tests.browser import api, chromium, missing_browser, serve
 
 NAME = "ui"
 TARGET_MS = 1000.0
@@ -78,6 +80,38 @@ def visit(tab: Any, url: str, complete: str) -> tuple[float, float]:
     return ready, done
 
 
+def timed_get(url: str) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    status, body = api(url)
+    if status != 200:
+        raise SystemExit(f"GET {url} answered {status}: {body}")
+    return (time.perf_counter() - t0) * 1000, body
+
+
+def api_figures(base: str) -> dict[str, Any]:
+    """The routes the version page calls after it is usable, over HTTP: the version's numbers
+    the first time (every case read) and once kept, and one page of a search by text (a scan
+    of at most its budget) and by id (the manifest's ids only), each for a text no case holds,
+    so the scan runs to its budget."""
+    version = f"{base}/datasets/{DATASET}/versions/1.1.0"
+    first_ms, stats = timed_get(f"{version}/stats")
+    kept_ms, again = timed_get(f"{version}/stats")
+    assert again == stats
+    text_ms, text = timed_get(f"{version}/cases?q=no-case-holds-this&by=text&limit=50")
+    id_ms, ids = timed_get(f"{version}/cases?q=no-case-holds-this&by=id&limit=50")
+    out: dict[str, Any] = {}
+    for name, ms, extra in (
+        ("stats_first", first_ms, {"cases": stats["case_count"]}),
+        ("stats_kept", kept_ms, {}),
+        ("search_text_page", text_ms, {"scanned": text["scanned_to"]}),
+        ("search_id_page", id_ms, {"scanned": ids["scanned_to"]}),
+    ):
+        line = {"bench": NAME, "route": name, "ms": round(ms, 1), "ratio": ratio(ms, TARGET_MS)}
+        emit({**line, **extra})
+        out[name] = {"ratio": line["ratio"], "ready_ms": line["ms"]}
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cases", type=int, default=100_000)
@@ -108,6 +142,7 @@ def main() -> int:
             serve(root / "home", log=root / "serve.log") as base,
             chromium(root / "profile") as ctx,
         ):
+            results.update(api_figures(base))
             tab = ctx.new_page()
             for name, path, complete in pages:
                 cold, _ = visit(tab, base + path, complete)
@@ -133,7 +168,8 @@ def main() -> int:
         **{f"{k}_ratio": v["ratio"] for k, v in results.items()},
         **{f"{k}_ready_ms": v["ready_ms"] for k, v in results.items()},
         "target_ms": TARGET_MS,
-        "pass": all(v["ratio"] <= 1.0 for v in results.values()),
+        # The target is the three pages'; the routes' figures are reported beside them.
+        "pass": all(results[p]["ratio"] <= 1.0 for p, _, _ in pages),
     }
     emit(verdict)
     return 0
