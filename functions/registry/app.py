@@ -18,6 +18,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from caseshelf import bootstrap
 from caseshelf.api import browse_dto, dto
 from caseshelf.api.app import count, current_identity, instrumented, make_resolver, problems
+from caseshelf.api.errors import PROBLEM_JSON
 from caseshelf.api.routes import (
     Cursor,
     DatasetIdPath,
@@ -304,7 +305,12 @@ def revive_version(id: DatasetIdPath, ref: LabelPath) -> dto.VersionOut:
                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
             },
         },
-        **problems(400, 403, 404, 413, ok=None),
+        **problems(400, 403, 404, ok=None),
+        413: {
+            "description": "The file is over the one-file limit; the version's `download` has "
+            "every body (`size`, `limit`, `digest`).",
+            "content": {PROBLEM_JSON: {"model": dto.Problem}},
+        },
     },
 )
 def get_file(

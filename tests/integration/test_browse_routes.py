@@ -8,6 +8,7 @@ import base64
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -209,3 +210,26 @@ def test_cors_only_for_the_configured_origin(tmp_path: Path) -> None:
     assert "Access-Control-Allow-Credentials" not in answer.headers
     assert refused.status == 200 and "Access-Control-Allow-Origin" not in refused.headers
     assert "Access-Control-Allow-Origin" not in plain.headers
+
+
+def test_on_every_backend_the_numbers_are_kept_and_files_read(installed_services: Any) -> None:
+    # Given the embedded store, then moto (S3 + DynamoDB), behind the in-process client
+    from caseshelf.client import InProcess
+    from caseshelf.services.browse import stats_key
+
+    services = installed_services
+    with Client(InProcess(services.settings, services=services)) as cs:
+        register(cs)
+        stats = cs.stats("browse@1.0.0")
+        # Then the numbers are kept under the caller's tenant, in the transient exports area
+        kept = services.store.get(stats_key(services.settings.tenant, stats.content_digest))
+        assert b'"case_count":40' in kept
+        assert cs.stats("browse@1.0.0") == stats
+        png = next(c for c in cs.cases("browse") if c["id"] == "q005")["files"]["img/pic.png"]
+        assert cs.file("browse@1.0.0", png["digest"]) == PNG
+        assert [c["id"] for c in cs.search("browse", "needle", by="text")] == [
+            "q003",
+            "q013",
+            "q023",
+            "q033",
+        ]
