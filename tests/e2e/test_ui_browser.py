@@ -335,7 +335,7 @@ def test_search_pictures_and_files_show_what_the_api_answers(page: Page, server:
     shown = [int(r.split("\t")[1]) for r in lengths.locator("tbody tr").all_inner_texts()]
     assert shown == [b["count"] for b in stats["input_length"]["buckets"]] and sum(shown) == 130
     sizes = page.tab.locator('[data-picture="file-sizes"]')
-    assert "1 files" in sizes.inner_text()
+    assert f"File sizes (1 file, {len(png)} B)" in sizes.inner_text()
     # A text search pages the matches the API finds, in dataset order
     _, found = api(server + "/datasets/look/versions/1.0.0/cases?q=needle&by=text&limit=1000")
     page.tab.get_by_label("Search by").select_option("text")

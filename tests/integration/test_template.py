@@ -377,3 +377,30 @@ def test_the_subset_function_writes_only_a_derived_version_and_deletes_nothing(
     assert not [a for a, _ in written if "Delete" in a]
     s3 = {r for a, r in written if a.startswith("s3:")}
     assert s3 == {f"${{DataBucket.Arn}}/t/*/{area}/*" for area in ("manifests", "packs", "blobs")}
+
+
+def test_a_ui_on_another_origin_is_one_parameter_for_preflights_and_answers() -> None:
+    # Given the template's UiOrigin parameter (empty by default: no other origin)
+    doc = load_template()
+    param = doc["Parameters"]["UiOrigin"]
+    assert param["Default"] == ""
+    pattern = re.compile(param["AllowedPattern"])
+    assert pattern.fullmatch("https://ui.example.org") and pattern.fullmatch("")
+    assert not pattern.fullmatch("*") and not pattern.fullmatch("https://x.org/path")
+    # Preflights answer that origin (API Gateway's mock), without the authorizer
+    api = doc["Resources"]["Api"]["Properties"]
+    assert api["Cors"]["AllowOrigin"] == {"Fn::Sub": "'${UiOrigin}'"}
+    assert api["Auth"]["AddDefaultAuthorizerToCorsPreflight"] is False
+    assert "Authorization" in api["Cors"]["AllowHeaders"]
+    # And every function reads the same origin for its answers' headers
+    env = doc["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["CASESHELF_CORS_ORIGINS"] == {"Ref": "UiOrigin"}
+    # A binary file body is sent as bytes to a client that accepts them
+    assert api["BinaryMediaTypes"] == ["application~1octet-stream"]
+
+
+def test_the_kept_stats_lie_in_an_area_the_lifecycle_expires() -> None:
+    from caseshelf.services.browse import stats_key
+
+    key = stats_key("acme", "sha256:" + "0" * 64)
+    assert key.startswith(layout.root("acme")) and area_of(key) == "exports"

@@ -62,25 +62,6 @@ export function histogram(title, buckets, { unit = "cases" } = {}) {
   return frame(title, desc, height, [axis, ...bars]);
 }
 
-// Values bucketed by powers of two: "<1", "1", "2–3", "4–7", ... up to the largest.
-export function log2Buckets(values, fmt = fmtInt) {
-  if (!values.length) return [];
-  const counts = new Map();
-  let top = 0;
-  for (const v of values) {
-    const k = v < 1 ? -1 : Math.floor(Math.log2(v));
-    counts.set(k, (counts.get(k) || 0) + 1);
-    top = Math.max(top, k);
-  }
-  const low = Math.min(...counts.keys());
-  const out = [];
-  for (let k = low; k <= top; k += 1) {
-    const label = k < 0 ? "0" : k === 0 ? fmt(1) : `${fmt(2 ** k)}+`;
-    out.push({ label, value: counts.get(k) || 0 });
-  }
-  return out;
-}
-
 export function dataTable(caption, headers, rows) {
   return h(
     "details",

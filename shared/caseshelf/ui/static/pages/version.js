@@ -250,7 +250,7 @@ async function drawPictures(ctx, id, v, includeDeleted, el, sharedEl) {
       ? figure("input-length", "Input length (characters of inputs.user)", `${note}: ${summaryLine(lengths)}`, histogram("Input length distribution", lenRows), dataTable("Input lengths", ["characters from", "cases"], lenRows.map((b) => [b.label, fmtInt(b.value)])))
       : figure("input-length", "Input length", note, h("p", { class: "muted" }, "No case has a text inputs.user."), null),
     sizes.count
-      ? figure("file-sizes", `File sizes (${fmtInt(sizes.count)} files, ${fmtBytes(sizes.total)})`, `${note}: ${summaryLine(sizes, fmtBytes)}`, histogram("File size distribution", sizeRows, { unit: "files" }), dataTable("File sizes", ["bytes from", "files"], sizeRows.map((b) => [b.label, fmtInt(b.value)])))
+      ? figure("file-sizes", `File sizes (${fmtInt(sizes.count)} ${sizes.count === 1 ? "file" : "files"}, ${fmtBytes(sizes.total)})`, `${note}: ${summaryLine(sizes, fmtBytes)}`, histogram("File size distribution", sizeRows, { unit: "files" }), dataTable("File sizes", ["bytes from", "files"], sizeRows.map((b) => [b.label, fmtInt(b.value)])))
       : figure("file-sizes", "File sizes", note, h("p", { class: "muted" }, "No companion files."), null),
   );
   if (stats.shared_files.length) {
