@@ -23,6 +23,7 @@ CASE = {
     "expectations": {"ground_truth": "5"},
     "metadata": {"source": "Ünïcode Book"},
     "tags": ["Math", "easy"],
+    "files": {"data/Table.csv": {"digest": "sha256:" + "ab" * 32, "size": 3}},
 }
 
 
@@ -40,6 +41,8 @@ CASE = {
         ("easy", "text", False),  # nor are the tags
         ("easy", "any", True),
         ("nothing here", "any", False),
+        ("table.csv", "text", True),  # a file's path
+        ("sha256", "text", False),  # not its digest
     ],
 )
 def test_a_search_matches_by_id_tag_or_text(q: str, by: str, hit: bool) -> None:
@@ -72,7 +75,7 @@ def test_stats_count_every_case_and_round_trip_as_json() -> None:
     assert stats.tags == [("Math", 2), ("easy", 1)] and stats.untagged == 2
     assert stats.input_kinds == {"text": 1, "turns": 1, "file": 1, "none": 1}
     assert stats.input_length.count == 2 and stats.input_length.max == len("Solve for X: 2x = 10")
-    assert stats.file_sizes.total == 9
+    assert (stats.file_sizes.count, stats.file_sizes.total) == (2, 12)
     assert VersionStats.from_json(stats.to_json()) == stats
 
 

@@ -50,9 +50,14 @@ def tag_matches(tags: Iterable[str], needle: str) -> bool:
 
 def text_matches(case: Mapping[str, Any], needle: str) -> bool:
     """Any string of the case other than its id and tags holds the search (case-insensitive):
-    inputs, expectations, graders, environment, metadata, file paths' entries."""
+    inputs, expectations, graders, environment, metadata, and the paths of its files (not
+    their digests, which every stored file has)."""
     for key, value in case.items():
         if key in _NOT_TEXT:
+            continue
+        if key == "files" and isinstance(value, Mapping):
+            if any(needle in path.casefold() for path in value):
+                return True
             continue
         if any(needle in s.casefold() for s in _strings(value)):
             return True
