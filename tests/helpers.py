@@ -1,6 +1,6 @@
 """Helpers the integration and end-to-end tests share: sample events, Lambda contexts and handler
-calls; the local dev server and HTTP calls to it; the `caseshelf` command as a subprocess; and
-small archives."""
+calls; the local dev server and HTTP calls to it; the `caseshelf` command (in process, or as a
+subprocess); and small archives."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import chdir, contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -156,21 +156,98 @@ def run_cli(
     cwd: Path = REPO_ROOT,
     env: dict[str, str] | None = None,
     timeout: float = 180,
+    process: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m caseshelf.cli ARGS` with its own CASESHELF_HOME and no CASESHELF_* or
-    AWS_ENDPOINT_URL of the caller's environment (`env` adds to it)."""
+    """The `caseshelf` command with ARGS, its own CASESHELF_HOME and no CASESHELF_* or
+    AWS_ENDPOINT_URL of the caller's environment (`env` adds to it).
+
+    In this process by default (`caseshelf.cli.run`, the function the console script calls,
+    with the environment, working directory and standard streams swapped for the call): the
+    command's parsing, output and exit code are the same, without a new interpreter's second
+    of start-up per call. `process=True` runs `python -m caseshelf.cli` as a subprocess, for
+    tests where the process itself matters (signals, its own memory, the console script)."""
     base = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith("CASESHELF_") and k != "AWS_ENDPOINT_URL"
     }
     base["CASESHELF_HOME"] = str(home)
+    environ = {**base, **(env or {})}
+    argv = [str(a) for a in args]
+    if not process:
+        return _run_cli_here(argv, cwd=cwd, environ=environ)
     return subprocess.run(
-        [sys.executable, "-m", "caseshelf.cli", *map(str, args)],
+        [sys.executable, "-m", "caseshelf.cli", *argv],
         capture_output=True,
         text=True,
         cwd=cwd,
-        env={**base, **(env or {})},
+        env=environ,
         timeout=timeout,
         check=False,
     )
+
+
+_cli_lock = threading.Lock()
+
+
+def _run_cli_here(
+    argv: list[str], *, cwd: Path, environ: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """`caseshelf.cli.run(argv)` with `environ` as the whole environment, `cwd` as the working
+    directory, an empty stdin and captured stdout/stderr; all restored afterwards."""
+    from caseshelf.cli import run
+
+    out, err = _text_stream(), _text_stream()
+    saved_env = dict(os.environ)
+    saved_streams = sys.stdin, sys.stdout, sys.stderr
+    with _cli_lock:
+        os.environ.clear()
+        os.environ.update(environ)
+        here = threading.get_ident()
+        sys.stdin = io.StringIO()
+        sys.stdout = _ThreadStream(here, out, saved_streams[1])
+        sys.stderr = _ThreadStream(here, err, saved_streams[2])
+        try:
+            with chdir(cwd):
+                try:
+                    code = run(argv)
+                except SystemExit as exc:
+                    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            sys.stdin, sys.stdout, sys.stderr = saved_streams
+            os.environ.clear()
+            os.environ.update(saved_env)
+    return subprocess.CompletedProcess(["caseshelf", *argv], code, _text(out), _text(err))
+
+
+class _ThreadStream:
+    """A standard stream for the length of an in-process command: the command's thread writes
+    into its capture, every other thread (a dev server serving it from this process) where it
+    wrote before."""
+
+    def __init__(self, thread: int, mine: Any, others: Any) -> None:
+        self._thread, self._mine, self._others = thread, mine, others
+
+    def _target(self) -> Any:
+        return self._mine if threading.get_ident() == self._thread else self._others
+
+    def write(self, text: str) -> int:
+        return int(self._target().write(text))
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target(), name)
+
+
+def _text_stream() -> io.TextIOWrapper:
+    """A text stream over bytes, like a process's stdout: it has `.buffer` for binary output."""
+    return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="", write_through=True)
+
+
+def _text(stream: io.TextIOWrapper) -> str:
+    stream.flush()
+    raw = stream.buffer
+    assert isinstance(raw, io.BytesIO)
+    return raw.getvalue().decode("utf-8", errors="replace")

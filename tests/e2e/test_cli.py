@@ -1,5 +1,6 @@
-"""The `caseshelf` command as a subprocess, on a fresh embedded store, and against the local API
-with `--api URL`.
+"""The `caseshelf` command on a fresh embedded store, and against the local API with `--api URL`:
+in this process (`tests.helpers.run_cli`), and as a subprocess where the process is what a test
+checks (its exit code and streams).
 
 Exit codes: 0 on success, 1 on a failed command (`error: <detail>` on stderr), 2 on a usage
 error. `--json` output is parsed, never matched as text.
@@ -38,14 +39,17 @@ class Run:
 
 
 class Cli:
-    """`python -m caseshelf.cli` with its own CASESHELF_HOME and working directory."""
+    """The `caseshelf` command with its own CASESHELF_HOME and working directory (`process`:
+    as a subprocess)."""
 
     def __init__(self, home: Path, cwd: Path) -> None:
         self.home = home
         self.cwd = cwd
 
-    def __call__(self, *args: str | Path, env: dict[str, str] | None = None) -> Run:
-        proc = run_cli(self.home, *args, cwd=self.cwd, env=env)
+    def __call__(
+        self, *args: str | Path, env: dict[str, str] | None = None, process: bool = False
+    ) -> Run:
+        proc = run_cli(self.home, *args, cwd=self.cwd, env=env, process=process)
         return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -226,7 +230,7 @@ def test_failed_commands_exit_1_with_a_clear_error(cli: Cli) -> None:
         "shared needs admin": (["register", DEMO_JSON, "--tenant", "_shared"], "admin"),
     }
     for what, (args, needle) in cases.items():
-        run = cli(*map(str, args))
+        run = cli(*map(str, args), process=True)  # the exit code and streams of the process
         assert run.code == 1, f"{what}: exit {run.code}: {run.err}"
         assert run.err.startswith("error: ") and needle in run.err, f"{what}: {run.err}"
         assert run.out == "", what

@@ -63,7 +63,7 @@ def test_serve_on_a_taken_port_names_it(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         # When the server is asked to listen there
-        got = run_cli(tmp_path / "h", "serve", "--port", str(port), timeout=120)
+        got = run_cli(tmp_path / "h", "serve", "--port", str(port), timeout=120, process=True)
     # Then it fails with one line naming the port, no traceback
     assert got.returncode == 1
     assert f"error: port {port} on 127.0.0.1 is already in use" in got.stderr
