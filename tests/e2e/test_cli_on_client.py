@@ -68,3 +68,54 @@ def test_serve_on_a_taken_port_names_it(tmp_path: Path) -> None:
     assert got.returncode == 1
     assert f"error: port {port} on 127.0.0.1 is already in use" in got.stderr
     assert "Traceback" not in got.stderr
+
+
+def test_register_api_over_the_body_limit_uploads_and_download_streams(tmp_path: Path) -> None:
+    # Given the local server with a small request limit, and a dataset file larger than it
+    big = [{"id": f"u{i}", "inputs": {"user": "z" * 300}} for i in range(30)]
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(c) + b"\n" for c in big))
+    direct = run_cli(
+        tmp_path / "direct", "register", str(path), "--dataset", "big", "--bump", "minor", "--json"
+    )
+    assert direct.returncode == 0, direct.stderr
+    with dev_server(tmp_path / "srv", max_body_bytes=4000) as srv:
+        # When it is registered with --api
+        got = run_cli(
+            tmp_path / "cli",
+            "register",
+            str(path),
+            "--dataset",
+            "big",
+            "--bump",
+            "minor",
+            "--api",
+            srv.url,
+            "--json",
+        )
+        # Then it went through an upload (said on stderr) and registered the same content
+        assert got.returncode == 0, got.stderr
+        assert "over the API's request limit: uploading" in got.stderr
+        out, expected = json.loads(got.stdout), json.loads(direct.stdout)
+        assert (out["version"], out["created"]) == ("1.0.0", True)
+        assert out["content_digest"] == expected["content_digest"]
+        # And a bad case in such a file fails naming the case and field, registering nothing
+        bad = [*big[:10], {**big[10], "tags": "oops"}, *big[11:]]
+        path.write_bytes(b"".join(orjson.dumps(c) + b"\n" for c in bad))
+        failed = run_cli(
+            tmp_path / "cli",
+            "register",
+            str(path),
+            "--dataset",
+            "bad",
+            "--version",
+            "1.0.0",
+            "--api",
+            srv.url,
+        )
+        assert failed.returncode == 1
+        assert "error: case 'u10': tags:" in failed.stderr
+    # And downloading from the embedded store, to stdout, streams the same document
+    doc = run_cli(tmp_path / "direct", "download", "big@1.0.0", "-o", "-")
+    assert doc.returncode == 0, doc.stderr
+    assert [c["id"] for c in orjson.loads(doc.stdout)["cases"]] == [c["id"] for c in big]

@@ -367,12 +367,17 @@ class Progress:
 
     _advance: Callable[[float], None] = lambda _n: None
     _total: Callable[[float | None], None] = lambda _t: None
+    _restart: Callable[[str, float | None], None] = lambda _d, _t: None
 
     def advance(self, n: float = 1) -> None:
         self._advance(n)
 
     def total(self, total: float | None) -> None:
         self._total(total)
+
+    def restart(self, description: str, total: float | None = None) -> None:
+        """The same bar, counting something else from zero (e.g. bytes uploaded)."""
+        self._restart(description, total)
 
 
 @contextmanager
@@ -404,6 +409,7 @@ def progress(description: str, total: float | None = None) -> Iterator[Progress]
         yield Progress(
             lambda n: bar.advance(task, n),
             lambda t: bar.update(task, total=t),
+            lambda d, t: bar.reset(task, total=t, description=d),
         )
 
 

@@ -236,8 +236,16 @@ def register_commands(app: typer.Typer) -> None:
         body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
         n = _case_count(body)
         with progress(f"registering {body['id']}", total=n) as bar:
-            out = wire(client().register(body))
-            bar.advance(out["case_count"])
+
+            def uploading(size: int) -> None:
+                # Over the API's request limit: the client sends it through an upload.
+                note(f"{body['id']}: {size} bytes, over the API's request limit: uploading")
+                bar.restart(f"uploading {body['id']}", size)
+
+            out = wire(client().register(body, progress=bar.advance, total=uploading))
+            if n is not None:
+                bar.restart(f"registered {body['id']}", n)
+                bar.advance(out["case_count"])
 
         def render(o: dict[str, Any]) -> None:
             verb = "registered" if o["created"] else "unchanged, already registered"
@@ -441,13 +449,12 @@ def register_commands(app: typer.Typer) -> None:
         with progress(f"downloading {ref}") as bar:
             got = client().download(
                 ref,
-                to=None if to_stdout else (output if output is not None else Path()),
+                to=sys.stdout.buffer if to_stdout else (output if output is not None else Path()),
                 include_deleted=deleted,
                 progress=bar.advance,
                 total=bar.total,
             )
         if to_stdout:
-            sys.stdout.buffer.write(got.body or b"")
             sys.stdout.flush()
             return
         emit(
