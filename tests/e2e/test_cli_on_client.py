@@ -119,3 +119,36 @@ def test_register_api_over_the_body_limit_uploads_and_download_streams(tmp_path:
     doc = run_cli(tmp_path / "direct", "download", "big@1.0.0", "-o", "-")
     assert doc.returncode == 0, doc.stderr
     assert [c["id"] for c in orjson.loads(doc.stdout)["cases"]] == [c["id"] for c in big]
+
+
+def test_ls_starts_without_typer_rich_or_boto3_and_answers_as_the_typer_command(
+    home: Path, tmp_path: Path
+) -> None:
+    # When `ls` runs on an empty embedded store, its imports traced
+    empty = run_cli(tmp_path / "empty", "ls", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    # Then it says so, having imported none of typer, click, rich or boto3
+    assert empty.returncode == 0, empty.stderr
+    assert "no datasets" in empty.stderr
+    imported = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in empty.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert not imported & {"typer", "click", "rich", "boto3"}, imported & {"typer", "rich"}
+    # And with options, before or after the command, it answers what the API lists
+    listed = run_cli(home, "--json", "ls", "--limit=5", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert [d["id"] for d in json.loads(listed.stdout)["items"]] == ["many"]
+    # And a table when asked without --json (rich, once there is something to draw)
+    table = run_cli(home, "ls", cwd=tmp_path)
+    assert table.returncode == 0 and "many" in table.stdout and "1.0.0" in table.stdout
+    # And help and usage errors are the typer command's
+    assert "--shared" in run_cli(home, "ls", "--help").stdout
+    bad = run_cli(home, "ls", "--limit", "0")
+    assert bad.returncode == 2 and "--limit" in bad.stderr
+    assert run_cli(home, "ls", "--bogus").returncode == 2
+    # And CASESHELF_API, as typer reads it, sends it to the API
+    with dev_server(home, tenant="local", principal="local") as srv:
+        remote = run_cli(tmp_path / "other", "ls", "--json", env={"CASESHELF_API": srv.url})
+        assert remote.returncode == 0, remote.stderr
+        assert [d["id"] for d in json.loads(remote.stdout)["items"]] == ["many"]
