@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
@@ -163,7 +164,6 @@ class Client:
         same answer and the same errors, after the server's job has registered it (`wait`
         seconds at most). `total(n)` is told its size in bytes and `progress(n)` each piece as
         it is sent. In process nothing caps the size."""
-        from caseshelf.api.dto import RegisterOut
 
         doc = self.dataset_document(
             dataset,
@@ -175,6 +175,14 @@ class Client:
             tags=tags,
             shared_files=shared_files,
         )
+        with _rows_named(cases):
+            return self._register(doc, progress, total, wait)
+
+    def _register(
+        self, doc: dict[str, Any], progress: Progress | None, total: Progress | None, wait: float
+    ) -> RegisterOut:
+        from caseshelf.api.dto import RegisterOut
+
         http = self.transport if isinstance(self.transport, Http) else None
         if http is not None:
             import orjson
@@ -245,7 +253,8 @@ class Client:
             tags=tags,
             shared_files=shared_files,
         )
-        return self._as(ValidateOut, self.call("POST", "datasets", "validate", body=doc))
+        with _rows_named(cases):
+            return self._as(ValidateOut, self.call("POST", "datasets", "validate", body=doc))
 
     def dataset_document(
         self,
@@ -1037,6 +1046,29 @@ def _take(
         for piece in counted():
             target.write(piece)
     return b""
+
+
+@contextmanager
+def _rows_named(cases: Any) -> Iterator[None]:
+    """The API names a bad case by its id, index and field; for `cases=` given as a table or a
+    list, that index is the row (`row`), and for a table the field's column is named too
+    (`column`: `inputs.user` for the field `inputs.user.str`)."""
+    from caseshelf.client.frames import FLAT, is_frame
+
+    try:
+        yield
+    except BadRequest as exc:
+        index = exc.fields.get("index")
+        if cases is None or isinstance(cases, str | Path) or not isinstance(index, int):
+            raise
+        if "row" in exc.fields:
+            raise
+        if not is_frame(cases):
+            raise BadRequest(exc.detail, **{**exc.fields, "row": index}) from None
+        path = str(exc.fields.get("field") or "").split(".")
+        column = ".".join(path[:2]) if path[0] in FLAT and len(path) > 1 else path[0]
+        named = {**exc.fields, "row": index, "column": column}
+        raise BadRequest(f"row {index}, column {column!r}: {exc.detail}", **named) from None
 
 
 def _target(to: str | Path | None, filename: str) -> Path | None:
