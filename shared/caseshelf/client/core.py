@@ -189,19 +189,18 @@ class Client:
 
             data = orjson.dumps(doc)
             if len(data) > http.max_body_bytes:
-                return self._register_uploaded(doc["id"], data, progress, total, wait)
+                return self._register_uploaded(data, progress, total, wait)
             try:
                 return self._as(RegisterOut, self.call("POST", "datasets", body=doc))
             except TooLarge as exc:  # the server's limit is lower than ours: learn it, upload
                 limit = exc.fields.get("limit")
                 if isinstance(limit, int) and 0 < limit < http.max_body_bytes:
                     http.max_body_bytes = limit
-                return self._register_uploaded(doc["id"], data, progress, total, wait)
+                return self._register_uploaded(data, progress, total, wait)
         return self._as(RegisterOut, self.call("POST", "datasets", body=doc))
 
     def _register_uploaded(
         self,
-        name: str,
         data: bytes,
         progress: Progress | None,
         total: Progress | None,
@@ -213,7 +212,8 @@ class Client:
         from caseshelf.api.dto import RegisterOut
         from caseshelf.client.transport import job_error, put_url
 
-        up = self.create_upload({"kind": "dataset", "filename": f"{name}.json"})
+        # A fixed name: the id is checked by the job, with the error POST /datasets gives.
+        up = self.create_upload({"kind": "dataset", "filename": "dataset.json"})
         if not up.upload_url:
             raise TooLarge(
                 f"the dataset document is {len(data)} bytes, over this API's request limit, "
