@@ -248,6 +248,13 @@ def test_a_registration_over_the_body_limit_goes_through_an_upload(tmp_path: Pat
         assert remote.transport.max_body_bytes == 4000  # type: ignore[attr-defined]
         # And again: the same answer as POST /datasets gives (unchanged, 200)
         assert remote.register("big", cases=big, version="1.0.0").created is False
+        # And validate checks such a document through a dry-run upload, storing nothing
+        checked = remote.validate("fresh", cases=big, version="1.0.0")
+        assert (checked.valid, checked.would_conflict) == (True, False)
+        assert checked.content_digest == expected.content_digest
+        with pytest.raises(caseshelf.NotFound):
+            remote.get("fresh@1.0.0")
+        assert remote.validate("big", cases=big[:35], version="1.0.0").would_conflict is True
         # And its errors are the route's typed errors, with the same fields
         with pytest.raises(caseshelf.Conflict) as conflict:
             remote.register("big", cases=big[:30], version="1.0.0")

@@ -297,6 +297,24 @@ def test_a_dataset_document_upload_registers_as_post_datasets_would(backend: Any
     assert backend.services.registry.get_version(ME, "big", "1.0.0").description == "uploaded"
 
 
+def test_a_dry_run_dataset_upload_answers_as_validate_and_stores_nothing(backend: Any) -> None:
+    # Given a dataset document
+    doc = {"id": "dry", "version": "1.0.0", "cases": DOC_CASES}
+    # When it is uploaded with dry_run
+    up = upload(
+        backend,
+        {"kind": "dataset", "filename": "dry.json", "dry_run": True},
+        json.dumps(doc).encode(),
+    )
+    _, job = api("GET", f"/jobs/{up['job_id']}")
+    # Then the job answers what POST /datasets/validate answers, and nothing was registered
+    assert job["state"] == "succeeded", job
+    assert job["result"]["valid"] is True and job["result"]["would_conflict"] is False
+    assert (job["result"]["version"], job["result"]["case_count"]) == ("1.0.0", 5)
+    with pytest.raises(NotFound):
+        backend.services.registry.get_version(ME, "dry", "1.0.0")
+
+
 def test_a_jsonl_of_cases_takes_its_id_and_version_from_the_upload(backend: Any) -> None:
     # Given a bare list of cases, one per line
     rows = "".join(json.dumps(c) + "\n" for c in DOC_CASES).encode()

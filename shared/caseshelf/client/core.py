@@ -193,9 +193,7 @@ class Client:
             try:
                 return self._as(RegisterOut, self.call("POST", "datasets", body=doc))
             except TooLarge as exc:  # the server's limit is lower than ours: learn it, upload
-                limit = exc.fields.get("limit")
-                if isinstance(limit, int) and 0 < limit < http.max_body_bytes:
-                    http.max_body_bytes = limit
+                _learn_limit(http, exc)
                 return self._register_uploaded(data, progress, total, wait)
         return self._as(RegisterOut, self.call("POST", "datasets", body=doc))
 
@@ -210,10 +208,28 @@ class Client:
         upload URL and the server's job registers it as `POST /datasets` would; a failed job
         raises the error the route would have answered."""
         from caseshelf.api.dto import RegisterOut
+
+        job = self._upload_document(data, progress, total, wait)
+        return self._as(RegisterOut, job.result)
+
+    def _upload_document(
+        self,
+        data: bytes,
+        progress: Progress | None,
+        total: Progress | None,
+        wait: float,
+        *,
+        dry_run: bool = False,
+    ) -> JobOut:
+        """A dataset document through `POST /uploads` (kind `dataset`) and the job it starts,
+        once succeeded; a failed job raises the error the route would have answered."""
         from caseshelf.client.transport import job_error, put_url
 
         # A fixed name: the id is checked by the job, with the error POST /datasets gives.
-        up = self.create_upload({"kind": "dataset", "filename": "dataset.json"})
+        request: dict[str, Any] = {"kind": "dataset", "filename": "dataset.json"}
+        if dry_run:
+            request["dry_run"] = True
+        up = self.create_upload(request)
         if not up.upload_url:
             raise TooLarge(
                 f"the dataset document is {len(data)} bytes, over this API's request limit, "
@@ -226,7 +242,7 @@ class Client:
         job = self.wait_for_job(up.job_id, wait=wait)
         if job.state == "failed":
             raise job_error(up.job_id, job.error)
-        return self._as(RegisterOut, job.result)
+        return job
 
     def validate(
         self,
@@ -240,7 +256,8 @@ class Client:
         tags: list[str] | None = None,
         shared_files: list[Any] | None = None,
     ) -> ValidateOut:
-        """What `register` would do with the same arguments, storing nothing."""
+        """What `register` would do with the same arguments, storing nothing (over HTTP, a
+        document above the body limit is checked through a `dataset` upload with `dry_run`)."""
         from caseshelf.api.dto import ValidateOut
 
         doc = self.dataset_document(
@@ -254,7 +271,21 @@ class Client:
             shared_files=shared_files,
         )
         with _rows_named(cases):
-            return self._as(ValidateOut, self.call("POST", "datasets", "validate", body=doc))
+            http = self.transport if isinstance(self.transport, Http) else None
+            if http is None:
+                return self._as(ValidateOut, self.call("POST", "datasets", "validate", body=doc))
+            import orjson
+
+            data = orjson.dumps(doc)
+            if len(data) <= http.max_body_bytes:
+                try:
+                    return self._as(
+                        ValidateOut, self.call("POST", "datasets", "validate", body=doc)
+                    )
+                except TooLarge as exc:
+                    _learn_limit(http, exc)
+            job = self._upload_document(data, None, None, 900.0, dry_run=True)
+            return self._as(ValidateOut, job.result)
 
     def dataset_document(
         self,
@@ -1019,6 +1050,13 @@ def _cases_part(cases: Any) -> dict[str, Any]:
             )
         out.append(dict(item))
     return {"cases": out}
+
+
+def _learn_limit(http: Http, exc: TooLarge) -> None:
+    """A 413 names the server's body limit: below the client's own, it becomes the client's."""
+    limit = exc.fields.get("limit")
+    if isinstance(limit, int) and 0 < limit < http.max_body_bytes:
+        http.max_body_bytes = limit
 
 
 def _is_stream(to: object) -> bool:

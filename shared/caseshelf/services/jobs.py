@@ -172,6 +172,11 @@ class DatasetUpload(Strict):
     version: Label | None = None
     bump: BumpKind | None = None
     base: str | None = Field(default=None, min_length=1, max_length=300)
+    dry_run: bool = Field(
+        default=False,
+        description="Validate only, as `POST /datasets/validate` does: the job's result is that "
+        "route's answer and nothing is stored.",
+    )
 
     @model_validator(mode="after")
     def _target(self) -> DatasetUpload:
@@ -595,7 +600,8 @@ class JobService:
         """The uploaded document registered as `POST /datasets` registers its body: read by the
         dataset file rules (`caseshelf.services.loaders`), validated by the same model (errors
         name the case id, row and field), registered by the same service. The result is the
-        route's answer (`RegisterOut`)."""
+        route's answer (`RegisterOut`); with `dry_run`, `POST /datasets/validate`'s
+        (`ValidateOut`), and nothing is stored."""
         from caseshelf.services.loaders import dataset_from_document, parse_document
         from caseshelf.services.registry import parse_dataset
 
@@ -612,7 +618,17 @@ class JobService:
             raw.pop("version", None)
         if spec.base is not None:
             raw["base"] = spec.base
-        res = self.registry.register(identity, parse_dataset(raw))
+        body = parse_dataset(raw)
+        if spec.dry_run:
+            checked = self.registry.validate(identity, body)
+            return {
+                "valid": True,
+                "would_conflict": checked.would_conflict,
+                "content_digest": checked.content_digest,
+                "case_count": checked.case_count,
+                "version": checked.version,
+            }
+        res = self.registry.register(identity, body)
         rec = res.record
         return {
             "id": rec.name,
