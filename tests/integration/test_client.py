@@ -175,7 +175,7 @@ def test_bad_tables_name_the_row_and_column_and_register_nothing(local: Client) 
     # A cell the case model refuses (a number where the user input is text): the server's
     # error, with the row and the column it came from
     wrong = pd.DataFrame({"id": ["a", "b"], "inputs.user": ["x", 5]})
-    with pytest.raises(caseshelf.BadRequest, match="row 1, column 'inputs.user'") as cell:
+    with pytest.raises(caseshelf.BadRequest, match=r"row 1, column 'inputs\.user'") as cell:
         local.register("bad", cases=wrong, version="1.0.0")
     assert (cell.value.fields["row"], cell.value.fields["column"]) == (1, "inputs.user")
     assert cell.value.fields["case_id"] == "b"
