@@ -47,7 +47,7 @@ BASELINE = [sys.executable, "-c", "import sqlite3, json"]
 FLOOR = [
     sys.executable,
     "-c",
-    "import sqlite3, json, pydantic, aws_lambda_powertools.event_handler",
+    "import sqlite3, json, aws_lambda_powertools.event_handler; from pydantic import BaseModel",
 ]
 
 

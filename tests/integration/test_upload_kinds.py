@@ -330,6 +330,26 @@ def test_a_jsonl_of_cases_takes_its_id_and_version_from_the_upload(backend: Any)
     assert (job["result"]["id"], job["result"]["version"]) == ("lines", "1.0.0")
 
 
+def test_a_jsonl_of_cases_dropped_with_a_dataset_sidecar_registers_once(backend: Any) -> None:
+    # Given cases dropped as JSON Lines next to a `kind: dataset` sidecar, as a pipeline does
+    bucket = backend.settings.bucket
+    sidecar = {"kind": "dataset", "dataset": "nightly", "bump": "minor"}
+    backend.s3.put_object(
+        Bucket=bucket, Key="t/acme/imports/nightly/import.json", Body=json.dumps(sidecar).encode()
+    )
+    key = "t/acme/imports/nightly/cases.jsonl"
+    rows = "".join(json.dumps(c) + "\n" for c in DOC_CASES).encode()
+    backend.s3.put_object(Bucket=bucket, Key=key, Body=rows)
+    # When the data file's event arrives (twice: S3 delivers at least once)
+    _, handled = call(s3_event(key))
+    _, again = call(s3_event(key))
+    # Then the cases are registered once, as the dataset the sidecar names
+    assert handled["objects"][0]["status"] == "succeeded", handled
+    assert again["objects"][0]["status"] == "duplicate"
+    rec = backend.services.registry.get_version(ME, "nightly", "latest")
+    assert (rec.version, rec.case_count) == ("1.0.0", 5)
+
+
 def test_a_bad_dataset_upload_fails_naming_the_case_and_field_and_registers_nothing(
     backend: Any,
 ) -> None:
