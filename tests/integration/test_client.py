@@ -273,6 +273,15 @@ def test_a_registration_over_the_body_limit_goes_through_an_upload(tmp_path: Pat
         assert uploaded.value.fields["field"] == in_process.value.fields["field"] == "tags"
         with pytest.raises(caseshelf.NotFound):
             remote.get("bad@1.0.0")
+    # And a case over the case limit is the route's 413 as it is: no upload makes it fit
+    with dev_server(tmp_path / "srv2", max_case_bytes=1000) as srv:
+        remote = caseshelf.connect(srv.url)
+        with pytest.raises(caseshelf.TooLarge) as one_case:
+            remote.register(
+                "huge", cases=[{"id": "h", "inputs": {"user": "y" * 2000}}], version="1"
+            )
+        assert one_case.value.fields.get("case_id") == "h"
+        assert remote.transport.max_body_bytes == 6 * 1024 * 1024  # type: ignore[attr-defined]
 
 
 def test_download_and_export_to_a_directory(cs: Client, tmp_path: Path) -> None:

@@ -193,6 +193,8 @@ class Client:
             try:
                 return self._as(RegisterOut, self.call("POST", "datasets", body=doc))
             except TooLarge as exc:  # the server's limit is lower than ours: learn it, upload
+                if not _body_limit(exc):
+                    raise  # a case over the case limit: no upload makes it fit
                 _learn_limit(http, exc)
                 return self._register_uploaded(data, progress, total, wait)
         return self._as(RegisterOut, self.call("POST", "datasets", body=doc))
@@ -283,6 +285,8 @@ class Client:
                         ValidateOut, self.call("POST", "datasets", "validate", body=doc)
                     )
                 except TooLarge as exc:
+                    if not _body_limit(exc):
+                        raise
                     _learn_limit(http, exc)
             job = self._upload_document(data, None, None, 900.0, dry_run=True)
             return self._as(ValidateOut, job.result)
@@ -1050,6 +1054,12 @@ def _cases_part(cases: Any) -> dict[str, Any]:
             )
         out.append(dict(item))
     return {"cases": out}
+
+
+def _body_limit(exc: TooLarge) -> bool:
+    """Whether a 413 is the request body's limit (it names the upload route to use instead), not
+    the limit of one case, which an upload would meet just the same."""
+    return bool(exc.fields.get("upload_route"))
 
 
 def _learn_limit(http: Http, exc: TooLarge) -> None:
