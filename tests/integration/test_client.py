@@ -281,7 +281,7 @@ def test_a_registration_over_the_body_limit_goes_through_an_upload(tmp_path: Pat
                 "huge", cases=[{"id": "h", "inputs": {"user": "y" * 2000}}], version="1"
             )
         assert one_case.value.fields.get("case_id") == "h"
-        assert remote.transport.max_body_bytes == 6 * 1024 * 1024  # type: ignore[attr-defined]
+        assert remote.transport.max_body_bytes == 5 * 1024 * 1024  # type: ignore[attr-defined]
 
 
 def test_download_and_export_to_a_directory(cs: Client, tmp_path: Path) -> None:

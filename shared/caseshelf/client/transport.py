@@ -31,9 +31,10 @@ if TYPE_CHECKING:
     from caseshelf.domain.identity import Identity
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
-# The largest request body sent as it is over HTTP: a Lambda's synchronous payload limit (and
-# the server's default `max_body_bytes`). A larger registration goes through `POST /uploads`.
-HTTP_BODY_LIMIT = 6 * 1024 * 1024
+# The largest request body sent as it is over HTTP: a Lambda's synchronous payload limit is 6 MB
+# for the whole event (the body, base64 or not, and its headers and context around it), so a
+# MiB is left for the envelope. A larger registration goes through `POST /uploads`.
+HTTP_BODY_LIMIT = 5 * 1024 * 1024
 _PROBLEM_KEYS = {"type", "title", "status", "detail"}
 # No body cap in process: the cap is the size an HTTP request or a Lambda answer may be.
 UNCAPPED = 1 << 62
