@@ -314,9 +314,11 @@ def revive_recipe_version(id: RecipeIdPath, ref: LabelPath) -> out.RecipeVersion
     "/uploads",
     summary="Start an import from a large file",
     description="Creates a pending import job and answers a presigned PUT for the file. `kind` "
-    "says what the file is: `benchmark` (the default; rows imported through a recipe) or "
-    "`tasks` (a Terminal-Bench, Harbor or case-directory archive). Once the file lands, the "
-    "import runs by itself; follow it with `GET /jobs/{id}`.",
+    "says what the file is: `benchmark` (the default; rows imported through a recipe), "
+    "`tasks` (a Terminal-Bench, Harbor or case-directory archive) or `dataset` (a dataset "
+    "document too large for `POST /datasets`, registered as that route registers it, with the "
+    "same result and errors). Once the file lands, the import runs by itself; follow it with "
+    "`GET /jobs/{id}`.",
     tags=JOBS,
     status_code=201,
     responses=problems(400, 403, 404, ok=201, description="The job and its upload URL."),

@@ -59,6 +59,10 @@ class Settings(BaseModel):
     # The local server's own URL (`caseshelf serve` sets it): the embedded store then answers
     # upload URLs on it (`PUT /_uploads/<token>`), as S3 answers presigned PUTs.
     public_url: str | None = Field(default=None, pattern=r"^https?://[^/\s]+(/\S*)?$")
+    # The embedded store answers a version's download as a presigned URL of its own, as S3 does
+    # (the in-process client sets it, and streams the stored document from that URL); otherwise
+    # the download route answers the document itself there (DESIGN §7).
+    presign_local_downloads: bool = False
     max_upload_bytes: int = Field(default=1024 * 1024 * 1024, ge=1)
     # The Kubernetes Secret EvalHub pods read S3 credentials from: the exports' default
     # `secret_ref` (an RFC 1123 label).
@@ -306,7 +310,7 @@ def build(
         max_case_bytes=settings.max_case_bytes,
         presign_expiry=settings.presign_expiry,
         # DESIGN §7: a presigned URL on AWS, the document itself from the embedded store.
-        presign_downloads=not isinstance(store, LocalBlobStore),
+        presign_downloads=settings.presign_local_downloads or not isinstance(store, LocalBlobStore),
         # A local read costs microseconds: read little more than the records wanted, one span
         # at a time. An S3 request waits tens of milliseconds: read wider spans, several at once.
         read_gap=LOCAL_MAX_GAP_BYTES if local else MAX_GAP_BYTES,

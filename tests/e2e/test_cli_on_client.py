@@ -68,3 +68,87 @@ def test_serve_on_a_taken_port_names_it(tmp_path: Path) -> None:
     assert got.returncode == 1
     assert f"error: port {port} on 127.0.0.1 is already in use" in got.stderr
     assert "Traceback" not in got.stderr
+
+
+def test_register_api_over_the_body_limit_uploads_and_download_streams(tmp_path: Path) -> None:
+    # Given the local server with a small request limit, and a dataset file larger than it
+    big = [{"id": f"u{i}", "inputs": {"user": "z" * 300}} for i in range(30)]
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(c) + b"\n" for c in big))
+    direct = run_cli(
+        tmp_path / "direct", "register", str(path), "--dataset", "big", "--bump", "minor", "--json"
+    )
+    assert direct.returncode == 0, direct.stderr
+    with dev_server(tmp_path / "srv", max_body_bytes=4000) as srv:
+        # When it is registered with --api
+        got = run_cli(
+            tmp_path / "cli",
+            "register",
+            str(path),
+            "--dataset",
+            "big",
+            "--bump",
+            "minor",
+            "--api",
+            srv.url,
+            "--json",
+        )
+        # Then it went through an upload (said on stderr) and registered the same content
+        assert got.returncode == 0, got.stderr
+        assert "over the API's request limit: uploading" in got.stderr
+        out, expected = json.loads(got.stdout), json.loads(direct.stdout)
+        assert (out["version"], out["created"]) == ("1.0.0", True)
+        assert out["content_digest"] == expected["content_digest"]
+        # And a bad case in such a file fails naming the case and field, registering nothing
+        bad = [*big[:10], {**big[10], "tags": "oops"}, *big[11:]]
+        path.write_bytes(b"".join(orjson.dumps(c) + b"\n" for c in bad))
+        failed = run_cli(
+            tmp_path / "cli",
+            "register",
+            str(path),
+            "--dataset",
+            "bad",
+            "--version",
+            "1.0.0",
+            "--api",
+            srv.url,
+        )
+        assert failed.returncode == 1
+        assert "error: case 'u10': tags:" in failed.stderr
+    # And downloading from the embedded store, to stdout, streams the same document
+    doc = run_cli(tmp_path / "direct", "download", "big@1.0.0", "-o", "-")
+    assert doc.returncode == 0, doc.stderr
+    assert [c["id"] for c in orjson.loads(doc.stdout)["cases"]] == [c["id"] for c in big]
+
+
+def test_ls_starts_without_typer_rich_or_boto3_and_answers_as_the_typer_command(
+    home: Path, tmp_path: Path
+) -> None:
+    # When `ls` runs on an empty embedded store, its imports traced
+    empty = run_cli(tmp_path / "empty", "ls", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    # Then it says so, having imported none of typer, click, rich or boto3
+    assert empty.returncode == 0, empty.stderr
+    assert "no datasets" in empty.stderr
+    imported = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in empty.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert not imported & {"typer", "click", "rich", "boto3"}, imported & {"typer", "rich"}
+    # And with options, before or after the command, it answers what the API lists
+    listed = run_cli(home, "--json", "ls", "--limit=5", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert [d["id"] for d in json.loads(listed.stdout)["items"]] == ["many"]
+    # And a table when asked without --json (rich, once there is something to draw)
+    table = run_cli(home, "ls", cwd=tmp_path)
+    assert table.returncode == 0 and "many" in table.stdout and "1.0.0" in table.stdout
+    # And help and usage errors are the typer command's
+    assert "--shared" in run_cli(home, "ls", "--help").stdout
+    bad = run_cli(home, "ls", "--limit", "0")
+    assert bad.returncode == 2 and "--limit" in bad.stderr
+    assert run_cli(home, "ls", "--bogus").returncode == 2
+    # And CASESHELF_API, as typer reads it, sends it to the API
+    with dev_server(home, tenant="local", principal="local") as srv:
+        remote = run_cli(tmp_path / "other", "ls", "--json", env={"CASESHELF_API": srv.url})
+        assert remote.returncode == 0, remote.stderr
+        assert [d["id"] for d in json.loads(remote.stdout)["items"]] == ["many"]

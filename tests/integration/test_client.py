@@ -3,6 +3,7 @@ to the local server, the same answers and the same typed errors from both."""
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -171,6 +172,13 @@ def test_bad_tables_name_the_row_and_column_and_register_nothing(local: Client) 
         local.register("bad", cases=inf, version="1.0.0")
     assert bad_inf.value.fields["column"] == "metadata"
     assert bad_inf.value.fields["case_id"] == "b"
+    # A cell the case model refuses (a number where the user input is text): the server's
+    # error, with the row and the column it came from
+    wrong = pd.DataFrame({"id": ["a", "b"], "inputs.user": ["x", 5]})
+    with pytest.raises(caseshelf.BadRequest, match=r"row 1, column 'inputs\.user'") as cell:
+        local.register("bad", cases=wrong, version="1.0.0")
+    assert (cell.value.fields["row"], cell.value.fields["column"]) == (1, "inputs.user")
+    assert cell.value.fields["case_id"] == "b"
     # A non-tabular object
     with pytest.raises(caseshelf.BadRequest, match="cases must be") as odd:
         local.register("bad", cases=42, version="1.0.0")
@@ -220,6 +228,62 @@ def test_no_body_cap_in_process_but_over_http(tmp_path: Path) -> None:
         assert len(remote.subset("big").case_ids) == 40
 
 
+def test_a_registration_over_the_body_limit_goes_through_an_upload(tmp_path: Path) -> None:
+    # Given the local server with a small request limit, and a version larger than it
+    big = [{"id": f"b{i}", "inputs": {"user": "x" * 200}} for i in range(40)]
+    with caseshelf.connect(home=tmp_path / "direct") as direct:
+        expected = direct.register("big", cases=big, version="1.0.0")
+    with dev_server(tmp_path / "srv", max_body_bytes=4000) as srv:
+        remote = caseshelf.connect(srv.url)
+        # When registered over HTTP (the client does not know the limit: the 413 names it)
+        sizes: list[int] = []
+        sent: list[int] = []
+        out = remote.register(
+            "big", cases=big, version="1.0.0", total=sizes.append, progress=sent.append
+        )
+        # Then it went through POST /uploads, with byte progress, and registered the same content
+        assert (out.created, out.case_count) == (True, 40)
+        assert out.content_digest == expected.content_digest
+        assert len(sizes) == 1 and sum(sent) == sizes[0] > 4000
+        assert remote.transport.max_body_bytes == 4000  # type: ignore[attr-defined]
+        # And again: the same answer as POST /datasets gives (unchanged, 200)
+        assert remote.register("big", cases=big, version="1.0.0").created is False
+        # And validate checks such a document through a dry-run upload, storing nothing
+        checked = remote.validate("fresh", cases=big, version="1.0.0")
+        assert (checked.valid, checked.would_conflict) == (True, False)
+        assert checked.content_digest == expected.content_digest
+        with pytest.raises(caseshelf.NotFound):
+            remote.get("fresh@1.0.0")
+        assert remote.validate("big", cases=big[:35], version="1.0.0").would_conflict is True
+        # And its errors are the route's typed errors, with the same fields
+        with pytest.raises(caseshelf.Conflict) as conflict:
+            remote.register("big", cases=big[:30], version="1.0.0")
+        assert conflict.value.fields["digests"][0] == expected.content_digest
+        bad = [dict(c) for c in big]
+        bad[7] = {**bad[7], "tags": "oops"}
+        with (
+            caseshelf.connect(home=tmp_path / "direct") as direct,
+            pytest.raises(caseshelf.BadRequest) as in_process,
+        ):
+            direct.register("bad", cases=bad, version="1.0.0")
+        with pytest.raises(caseshelf.BadRequest) as uploaded:
+            remote.register("bad", cases=bad, version="1.0.0")
+        assert uploaded.value.detail == in_process.value.detail
+        assert uploaded.value.fields["case_id"] == in_process.value.fields["case_id"] == "b7"
+        assert uploaded.value.fields["field"] == in_process.value.fields["field"] == "tags"
+        with pytest.raises(caseshelf.NotFound):
+            remote.get("bad@1.0.0")
+    # And a case over the case limit is the route's 413 as it is: no upload makes it fit
+    with dev_server(tmp_path / "srv2", max_case_bytes=1000) as srv:
+        remote = caseshelf.connect(srv.url)
+        with pytest.raises(caseshelf.TooLarge) as one_case:
+            remote.register(
+                "huge", cases=[{"id": "h", "inputs": {"user": "y" * 2000}}], version="1"
+            )
+        assert one_case.value.fields.get("case_id") == "h"
+        assert remote.transport.max_body_bytes == 5 * 1024 * 1024  # type: ignore[attr-defined]
+
+
 def test_download_and_export_to_a_directory(cs: Client, tmp_path: Path) -> None:
     cs.register("dl", cases=CASES, version="1.0.0")
     totals: list[int] = []
@@ -234,6 +298,40 @@ def test_download_and_export_to_a_directory(cs: Client, tmp_path: Path) -> None:
     out = cs.export("dl@1.0.0", to=tmp_path / "out", subset={"tags": ["even"]})
     assert out.case_count == 3
     assert (tmp_path / "out" / "manifest.json").is_file()
+
+
+def test_an_embedded_download_streams_from_the_stored_document(
+    local: Client, tmp_path: Path
+) -> None:
+    # Given a version of a few MiB on the embedded store
+    big = [{"id": f"s{i}", "inputs": {"user": f"{i} " + "y" * 3000}} for i in range(1200)]
+    local.register("stream", cases=big, version="1.0.0")
+    # When it is downloaded to a file, and to a stream
+    pieces: list[int] = []
+    totals: list[int] = []
+    got = local.download("stream@1.0.0", to=tmp_path, progress=pieces.append, total=totals.append)
+    # Then the route answered a URL of the store's own, and the file came a piece at a time
+    assert got.path == tmp_path / "stream-1.0.0.json" and got.body is None
+    assert totals == [got.size] and sum(pieces) == got.size > 3 * (1 << 20)
+    assert len(pieces) > 3 and max(pieces) <= 1 << 20
+    sink = io.BytesIO()
+    streamed = local.download("stream@1.0.0", to=sink)
+    assert streamed.size == got.size and sink.getvalue() == got.path.read_bytes()
+    # And without a target the body is the same document, which registers as it is
+    whole = local.download("stream@1.0.0")
+    assert whole.body == got.path.read_bytes()
+    assert local.register(orjson.loads(whole.body)).created is False
+
+
+def test_an_upload_works_in_process_too(local: Client, tmp_path: Path) -> None:
+    # Given a dataset document on disk
+    path = tmp_path / "doc.json"
+    path.write_bytes(orjson.dumps({"id": "up", "version": "1.0.0", "cases": CASES}))
+    # When it goes through POST /uploads on the embedded store
+    job = local.upload(path, {"kind": "dataset"})
+    # Then the store took the PUT and the importer's worker registered it, in this process
+    assert job.state == "succeeded" and job.result is not None
+    assert local.get("up@1.0.0").content_digest == job.result["content_digest"]
 
 
 def test_export_passes_every_body_field_through(local: Client) -> None:

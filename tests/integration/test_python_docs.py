@@ -83,6 +83,8 @@ def test_every_snippet_runs(
     assert "add What is 2 + 2?" in out
     assert "no version 9.9.9" in out or "9.9.9" in out
     assert "1 id" in out  # the DataFrame's row and column
+    assert "1 inputs.user b" in out  # a case the API refused, named by row and column
+    assert "succeeded uploaded sha256:" in out  # a dataset upload on the embedded store
     assert namespace["d"].summary.added == 1
     assert namespace["same"].content_digest == namespace["v"].content_digest
     assert (tmp_path / "exported" / "manifest.json").is_file()

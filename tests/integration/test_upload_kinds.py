@@ -270,3 +270,137 @@ def test_publishing_the_catalog_needs_an_admin_of_shared_and_is_idempotent(backe
     assert status == 200 and (got["owner"], got["created_by"]) == ("_shared", "alice")
     listed = api("GET", "/recipes", query={"shared": "true"})[1]
     assert len(listed["items"]) == 5
+
+
+# -- dataset documents -----------------------------------------------------------------------
+
+DOC_CASES = [{"id": f"d{i}", "inputs": {"user": f"question {i}"}} for i in range(5)]
+
+
+def test_a_dataset_document_upload_registers_as_post_datasets_would(backend: Any) -> None:
+    # Given a whole dataset document, as POST /datasets takes it
+    doc = {"id": "big", "version": "1.0.0", "description": "uploaded", "cases": DOC_CASES}
+    # When it is uploaded as a dataset and its object lands
+    up = upload(backend, {"kind": "dataset", "filename": "big.json"}, json.dumps(doc).encode())
+    # Then the job registered it, answering what the route answers
+    _, job = api("GET", f"/jobs/{up['job_id']}")
+    assert job["state"] == "succeeded", job
+    assert set(job["result"]) == {"id", "version", "content_digest", "case_count", "created"}
+    assert (job["result"]["id"], job["result"]["version"]) == ("big", "1.0.0")
+    assert job["result"]["case_count"] == 5 and job["result"]["created"] is True
+    # And the same document registered directly is that version, unchanged
+    from caseshelf.services.registry import parse_dataset
+
+    again = backend.services.registry.register(ME, parse_dataset(doc))
+    assert again.created is False
+    assert again.record.content_digest == job["result"]["content_digest"]
+    assert backend.services.registry.get_version(ME, "big", "1.0.0").description == "uploaded"
+
+
+def test_a_dry_run_dataset_upload_answers_as_validate_and_stores_nothing(backend: Any) -> None:
+    # Given a dataset document
+    doc = {"id": "dry", "version": "1.0.0", "cases": DOC_CASES}
+    # When it is uploaded with dry_run
+    up = upload(
+        backend,
+        {"kind": "dataset", "filename": "dry.json", "dry_run": True},
+        json.dumps(doc).encode(),
+    )
+    _, job = api("GET", f"/jobs/{up['job_id']}")
+    # Then the job answers what POST /datasets/validate answers, and nothing was registered
+    assert job["state"] == "succeeded", job
+    assert job["result"]["valid"] is True and job["result"]["would_conflict"] is False
+    assert (job["result"]["version"], job["result"]["case_count"]) == ("1.0.0", 5)
+    with pytest.raises(NotFound):
+        backend.services.registry.get_version(ME, "dry", "1.0.0")
+
+
+def test_a_jsonl_of_cases_takes_its_id_and_version_from_the_upload(backend: Any) -> None:
+    # Given a bare list of cases, one per line
+    rows = "".join(json.dumps(c) + "\n" for c in DOC_CASES).encode()
+    # When uploaded with the dataset id and a bump, as the CLI's options give them
+    up = upload(
+        backend,
+        {"kind": "dataset", "filename": "cases.jsonl", "dataset": "lines", "bump": "minor"},
+        rows,
+    )
+    _, job = api("GET", f"/jobs/{up['job_id']}")
+    # Then it is registered under that id, with the next label
+    assert job["state"] == "succeeded", job
+    assert (job["result"]["id"], job["result"]["version"]) == ("lines", "1.0.0")
+
+
+def test_a_jsonl_of_cases_dropped_with_a_dataset_sidecar_registers_once(backend: Any) -> None:
+    # Given cases dropped as JSON Lines next to a `kind: dataset` sidecar, as a pipeline does
+    bucket = backend.settings.bucket
+    sidecar = {"kind": "dataset", "dataset": "nightly", "bump": "minor"}
+    backend.s3.put_object(
+        Bucket=bucket, Key="t/acme/imports/nightly/import.json", Body=json.dumps(sidecar).encode()
+    )
+    key = "t/acme/imports/nightly/cases.jsonl"
+    rows = "".join(json.dumps(c) + "\n" for c in DOC_CASES).encode()
+    backend.s3.put_object(Bucket=bucket, Key=key, Body=rows)
+    # When the data file's event arrives (twice: S3 delivers at least once)
+    _, handled = call(s3_event(key))
+    _, again = call(s3_event(key))
+    # Then the cases are registered once, as the dataset the sidecar names
+    assert handled["objects"][0]["status"] == "succeeded", handled
+    assert again["objects"][0]["status"] == "duplicate"
+    rec = backend.services.registry.get_version(ME, "nightly", "latest")
+    assert (rec.version, rec.case_count) == ("1.0.0", 5)
+
+
+def test_a_bad_dataset_upload_fails_naming_the_case_and_field_and_registers_nothing(
+    backend: Any,
+) -> None:
+    # Given a document whose third case has a wrong field type
+    cases = [dict(c) for c in DOC_CASES]
+    cases[2]["tags"] = "not-a-list"
+    doc = {"id": "bad", "version": "1.0.0", "cases": cases}
+    # When it is uploaded
+    up = upload(backend, {"kind": "dataset", "filename": "bad.json"}, json.dumps(doc).encode())
+    _, job = api("GET", f"/jobs/{up['job_id']}")
+    # Then the job failed with the error POST /datasets answers for it
+    from caseshelf.domain.errors import BadRequest
+    from caseshelf.services.registry import parse_dataset
+
+    with pytest.raises(BadRequest) as direct:
+        parse_dataset(doc)
+    assert job["state"] == "failed"
+    assert job["error"]["code"] == "BadRequest"
+    assert job["error"]["detail"] == direct.value.detail
+    assert (job["error"]["case_id"], job["error"]["field"]) == ("d2", "tags")
+    # And nothing was registered
+    with pytest.raises(NotFound):
+        backend.services.registry.get_version(ME, "bad", "1.0.0")
+
+
+def test_a_dataset_upload_over_other_content_fails_as_a_conflict_with_both_digests(
+    backend: Any,
+) -> None:
+    # Given a registered version, and a document of other content under its label
+    first = {"id": "c", "version": "1.0.0", "cases": DOC_CASES}
+    upload(backend, {"kind": "dataset", "filename": "c.json"}, json.dumps(first).encode())
+    other = {**first, "cases": DOC_CASES[:2]}
+    # When that document is uploaded
+    up = upload(backend, {"kind": "dataset", "filename": "c.json"}, json.dumps(other).encode())
+    _, job = api("GET", f"/jobs/{up['job_id']}")
+    # Then the job failed as POST /datasets would: a conflict naming both digests
+    assert job["state"] == "failed" and job["error"]["code"] == "Conflict", job
+    stored = backend.services.registry.get_version(ME, "c", "1.0.0").content_digest
+    assert job["error"]["digests"][0] == stored and len(set(job["error"]["digests"])) == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({"kind": "dataset", "filename": "doc.csv"}, ".jsonl"),
+        ({"kind": "dataset", "filename": "d.json", "version": "1.0.0", "bump": "minor"}, "either"),
+        ({"kind": "dataset", "filename": "d.json", "recipe": "gsm8k"}, "recipe"),
+    ],
+)
+def test_a_dataset_upload_request_that_does_not_fit_is_400(
+    backend: Any, body: dict[str, Any], named: str
+) -> None:
+    status, problem = api("POST", "/uploads", body)
+    assert status == 400 and named in problem["detail"], problem

@@ -42,7 +42,8 @@ JOB_ID_PATTERN = r"^[0-9a-f]{32}$"
 
 
 class Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Built on first use (a command or a function uses a few of these models, not all of them).
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class PageOut(Wire, Generic[T]):

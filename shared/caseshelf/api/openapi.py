@@ -9,7 +9,6 @@ modules are loaded from their file path under a unique module name, once per pro
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import sys
 import threading
@@ -96,6 +95,8 @@ def merged_schema(modules: list[str] | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="python -m caseshelf.api.openapi", description=__doc__)
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--write", metavar="PATH", help="write the document to PATH")

@@ -1,4 +1,5 @@
-"""The `caseshelf` command: a typer app whose commands live in capability modules.
+"""The `caseshelf` command: a typer app (`caseshelf.cli.root`) whose commands live in capability
+modules, and the light part every command shares, which imports neither typer nor rich.
 
 Each module named in `COMMAND_MODULES` (under `caseshelf.cli`) has a function
 `register_commands(app)`; it declares its commands with `command(app, "name")`, which adds the
@@ -7,8 +8,12 @@ work before or after the command name. `COMMANDS` names the module of each comma
 declares only the commands of the module it needs. Commands get their client with `client()`
 and print with `emit(...)`: JSON on stdout with `--json`, rich tables and plain lines otherwise.
 
-Option and argument types (`Annotated[...]` aliases) must be defined at module level: commands'
-annotations are resolved against their module's globals.
+Start-up: this module holds what a command needs at run time (the options' state, the client,
+output), with rich imported on the first line drawn; the typer app, its option types and
+`command` are imported from `caseshelf.cli.root` when first named (`from caseshelf.cli import
+command` works as before). `main` first offers the command line to `caseshelf.cli.fast`, which
+runs the read-only commands that need no typer (`ls`) through the same client and the same
+rendering; anything else, help included, goes to the typer app.
 
 Errors: a domain error (from the embedded store, or an HTTP problem+json body turned back into one)
 prints `error: <detail>` on stderr and exits 1; a usage error exits 2.
@@ -16,35 +21,51 @@ prints `error: <detail>` on stderr and exits 1; a usage error exits 2.
 
 from __future__ import annotations
 
-import functools
-import importlib
-import inspect
 import os
 import sys
-import typing
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 # The command owns its process: pydantic's plugin discovery (a scan of every installed
 # distribution's entry points, a tenth of a second of every start-up) is skipped unless asked for.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
-import orjson
-import typer
-from rich.console import Console
-from rich.markup import escape
-
 from caseshelf.domain.errors import CaseshelfError
 
-try:  # typer vendors click and names its exception base TyperException; older ones use click's
-    from typer import TyperException as CliError
-except ImportError:  # pragma: no cover
-    from click import ClickException as CliError  # type: ignore[assignment]
-
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from caseshelf.bootstrap import Settings
+    from caseshelf.cli.root import (
+        ApiOpt as ApiOpt,
+    )
+    from caseshelf.cli.root import (
+        JsonOpt as JsonOpt,
+    )
+    from caseshelf.cli.root import (
+        PrincipalOpt as PrincipalOpt,
+    )
+    from caseshelf.cli.root import (
+        RolesOpt as RolesOpt,
+    )
+    from caseshelf.cli.root import (
+        TenantOpt as TenantOpt,
+    )
+    from caseshelf.cli.root import (
+        abort as abort,
+    )
+    from caseshelf.cli.root import (
+        app as app,
+    )
+    from caseshelf.cli.root import (
+        command as command,
+    )
+    from caseshelf.cli.root import (
+        load_commands as load_commands,
+    )
     from caseshelf.client import Client
 
 # Capability modules under `caseshelf.cli`; each has `register_commands(app: typer.Typer)`.
@@ -93,74 +114,32 @@ COMMANDS: dict[str, str] = {
 }
 # The common options that take a value (the token after them is no command name).
 _VALUE_OPTIONS = frozenset({"--api", "--tenant", "--principal", "--roles"})
-
-app = typer.Typer(
-    name="caseshelf",
-    help="A registry for evaluation datasets: versioned, content-addressed, diffable.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+# What `caseshelf.cli.root` provides (typer's part), imported when first asked for.
+_FROM_APP = frozenset(
+    {
+        "ApiOpt",
+        "CliError",
+        "JsonOpt",
+        "PrincipalOpt",
+        "RolesOpt",
+        "TenantOpt",
+        "abort",
+        "app",
+        "command",
+        "load_commands",
+    }
 )
 
-# Off a terminal (pipes, files, CI logs) tables are as wide as their content needs, not 80.
-_WIDE = 240
-stdout = Console(soft_wrap=True, width=None if sys.stdout.isatty() else _WIDE)
-stderr = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else _WIDE)
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_APP:
+        import importlib
+
+        return getattr(importlib.import_module("caseshelf.cli.root"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# -- common options -------------------------------------------------------------------------
-
-JsonOpt = Annotated[
-    bool, typer.Option("--json", help="Print machine-readable JSON on stdout.", show_default=False)
-]
-ApiOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--api",
-        envvar="CASESHELF_API",
-        metavar="URL",
-        help="Talk HTTP to this API instead of the embedded store (bearer token from "
-        "CASESHELF_TOKEN).",
-        show_default=False,
-    ),
-]
-TenantOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--tenant",
-        envvar="CASESHELF_TENANT",
-        help="Act as this tenant (default: local).",
-        show_default=False,
-    ),
-]
-PrincipalOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--principal",
-        envvar="CASESHELF_PRINCIPAL",
-        help="Act as this principal (default: local).",
-        show_default=False,
-    ),
-]
-RolesOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--roles",
-        envvar="CASESHELF_ROLES",
-        metavar="LIST",
-        help="Comma list of roles, e.g. admin.",
-        show_default=False,
-    ),
-]
-
-_COMMON: dict[str, tuple[Any, Any]] = {
-    "json_out": (JsonOpt, False),
-    "api": (ApiOpt, None),
-    "tenant": (TenantOpt, None),
-    "principal": (PrincipalOpt, None),
-    "roles": (RolesOpt, None),
-}
+# -- the options' state and the client --------------------------------------------------------
 
 
 @dataclass
@@ -211,6 +190,8 @@ class State:
                         token=os.environ.get("CASESHELF_TOKEN") or None,
                     )
                 except CaseshelfError as exc:
+                    import typer
+
                     raise typer.BadParameter(exc.detail, param_hint="--api") from None
                 self._client = Client(http)
             else:
@@ -219,6 +200,14 @@ class State:
 
 
 _state = State()
+
+
+def begin(**values: Any) -> State:
+    """A fresh state for the command being run, with the common options given."""
+    global _state
+    _state = State()
+    _state.merge(**values)
+    return _state
 
 
 def state() -> State:
@@ -250,63 +239,39 @@ def api_hint() -> str:
     return f" --api {api}" if api else ""
 
 
-def command(
-    target: typer.Typer, name: str | None = None, **kwargs: Any
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """`target.command(name)` plus the common options on the command itself."""
+# -- output -----------------------------------------------------------------------------------
 
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        hints = typing.get_type_hints(fn, include_extras=True)
-        sig = inspect.signature(fn)
-        own = [
-            p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()
-        ]
-        taken = {p.name for p in own}
-        common = [
-            inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a)
-            for n, (a, d) in _COMMON.items()
-            if n not in taken
-        ]
-        common_names = {p.name for p in common}
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kw: Any) -> Any:
-            state().merge(**{n: kw.pop(n) for n in list(kw) if n in common_names})
-            return fn(*args, **kw)
-
-        params = own + common
-        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-        wrapper.__annotations__ = {p.name: p.annotation for p in params}
-        if "return" in hints:
-            wrapper.__annotations__["return"] = hints["return"]
-        target.command(name, **kwargs)(wrapper)
-        return fn
-
-    return decorate
+# Off a terminal (pipes, files, CI logs) tables are as wide as their content needs, not 80.
+_WIDE = 240
 
 
-@app.callback()
-def _root(
-    json_out: JsonOpt = False,
-    api: ApiOpt = None,
-    tenant: TenantOpt = None,
-    principal: PrincipalOpt = None,
-    roles: RolesOpt = None,
-) -> None:
-    """A registry for evaluation datasets: versioned, content-addressed, diffable.
+@cache
+def _console(to_stderr: bool) -> Console:
+    """The rich console on stdout or stderr, built on the first line drawn there."""
+    from rich.console import Console
 
-    Works on the embedded store in CASESHELF_HOME (default ./.caseshelf), or with --api URL on a
-    deployed or local API.
-    """
-    global _state
-    _state = State()
-    _state.merge(api=api, tenant=tenant, principal=principal, roles=roles, json_out=json_out)
+    stream = sys.stderr if to_stderr else sys.stdout
+    return Console(stderr=to_stderr, soft_wrap=True, width=None if stream.isatty() else _WIDE)
 
 
-# -- output ---------------------------------------------------------------------------------
+def out_console() -> Console:
+    return _console(False)
+
+
+def err_console() -> Console:
+    return _console(True)
+
+
+def escape(text: str) -> str:
+    """`text` with rich markup escaped (user text in a marked-up line)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 def dumps(value: Any) -> str:
+    import orjson
+
     return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
 
 
@@ -321,17 +286,36 @@ def emit(data: Any, render: Callable[[Any], None] | None = None) -> None:
 
 def say(message: str) -> None:
     """A human line on stdout (rich markup allowed; escape user text with `escape`)."""
-    stdout.print(message, highlight=False)
+    out_console().print(message, highlight=False)
 
 
 def note(message: str) -> None:
     """A hint on stderr, never mixed into machine output."""
-    stderr.print(message, highlight=False, style="dim")
+    if _plain_stderr(message):
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+        return
+    err_console().print(message, highlight=False, style="dim")
+
+
+def _plain_stderr(message: str) -> bool:
+    """Whether `message` comes out of rich on stderr exactly as it is: stderr is no terminal
+    (so no style is drawn), and the text has nothing rich would read as markup or an emoji
+    code. Writing it straight spares a command that prints only such a line (`ls` on an empty
+    store) the import of rich."""
+    if "[" in message or ":" in message.replace(": ", "") or "FORCE_COLOR" in os.environ:
+        return False
+    return not sys.stderr.isatty() and os.environ.get("TTY_COMPATIBLE") != "1"
 
 
 def warn(message: str) -> None:
     """`warning: <message>` on stderr."""
-    stderr.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
+    err_console().print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
+
+
+def fail(message: str) -> None:
+    """Print `error: <message>` on stderr."""
+    err_console().print(f"[bold red]error:[/] {escape(message)}", highlight=False)
 
 
 def table(
@@ -343,7 +327,7 @@ def table(
     t = Table(*columns, title=title, show_edge=False, pad_edge=False, header_style="bold")
     for row in rows:
         t.add_row(*(escape("" if v is None else str(v)) for v in row))
-    stdout.print(t)
+    out_console().print(t)
 
 
 def fields_table(pairs: Sequence[tuple[str, Any]]) -> None:
@@ -351,7 +335,9 @@ def fields_table(pairs: Sequence[tuple[str, Any]]) -> None:
     width = max((len(k) for k, _ in pairs), default=0)
     for key, value in pairs:
         text = "" if value is None else str(value)
-        stdout.print(f"[bold]{key.ljust(width)}[/]  {escape(text)}".rstrip(), highlight=False)
+        out_console().print(
+            f"[bold]{key.ljust(width)}[/]  {escape(text)}".rstrip(), highlight=False
+        )
 
 
 def short(digest: str | None, n: int = 12) -> str:
@@ -367,6 +353,7 @@ class Progress:
 
     _advance: Callable[[float], None] = lambda _n: None
     _total: Callable[[float | None], None] = lambda _t: None
+    _restart: Callable[[str, float | None], None] = lambda _d, _t: None
 
     def advance(self, n: float = 1) -> None:
         self._advance(n)
@@ -374,12 +361,16 @@ class Progress:
     def total(self, total: float | None) -> None:
         self._total(total)
 
+    def restart(self, description: str, total: float | None = None) -> None:
+        """The same bar, counting something else from zero (e.g. bytes uploaded)."""
+        self._restart(description, total)
+
 
 @contextmanager
 def progress(description: str, total: float | None = None) -> Iterator[Progress]:
     """A progress bar on stderr for long work, with its total when known: only on a terminal,
     also under `--json` (stdout carries the JSON, stderr the bar)."""
-    if not stderr.is_terminal:
+    if not err_console().is_terminal:
         yield Progress()
         return
     from rich.progress import (
@@ -397,78 +388,18 @@ def progress(description: str, total: float | None = None) -> Iterator[Progress]
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=stderr,
+        console=err_console(),
         transient=True,
     ) as bar:
         task = bar.add_task(description, total=total)
         yield Progress(
             lambda n: bar.advance(task, n),
             lambda t: bar.update(task, total=t),
+            lambda d, t: bar.reset(task, total=t, description=d),
         )
 
 
-# -- entry point ----------------------------------------------------------------------------
-
-
-def fail(message: str) -> None:
-    """Print `error: <message>` on stderr."""
-    stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
-
-
-def abort(message: str) -> NoReturn:
-    """Fail the command: `error: <message>` on stderr, exit code 1."""
-    fail(message)
-    raise typer.Exit(1)
-
-
-def _usage_error(exc: Any) -> None:
-    """A usage error as typer renders it (a panel with the usage line), or one plain line."""
-    try:
-        from typer import rich_utils
-
-        rich_utils.rich_format_error(exc)
-    except Exception:  # any other typer/click: keep the message, lose the styling
-        fail(str(exc))
-
-
-def run(argv: Sequence[str] | None = None) -> int:
-    """Run the app and answer its exit code: 0, 1 on a failed command, 2 on a usage error."""
-    load_commands(sys.argv[1:] if argv is None else argv)
-    command_ = typer.main.get_command(app)
-    try:
-        rv = command_.main(
-            args=list(argv) if argv is not None else None,
-            prog_name="caseshelf",
-            standalone_mode=False,
-        )
-    except CliError as exc:  # usage errors (exit code 2) and other CLI errors
-        _usage_error(exc)
-        return exc.exit_code or 1
-    except typer.Abort:
-        fail("aborted")
-        return 1
-    except CaseshelfError as exc:
-        fail(exc.detail)
-        return 1
-    except KeyboardInterrupt:
-        fail("interrupted")
-        return 130
-    except OSError as exc:
-        fail(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
-        return 1
-    except Exception as exc:
-        # AWS client failures that are not answers (no credentials, no endpoint) come from
-        # botocore, which is imported only when AWS is used: name them without a traceback.
-        if type(exc).__module__.startswith("botocore"):
-            fail(f"AWS: {exc}")
-            return 1
-        raise
-    return rv if isinstance(rv, int) else 0
-
-
-def main() -> None:
-    """Console-script entry point (`caseshelf`)."""
-    sys.exit(run())
+# -- entry point ------------------------------------------------------------------------------
 
 
 def command_name(argv: Sequence[str]) -> str | None:
@@ -482,17 +413,21 @@ def command_name(argv: Sequence[str]) -> str | None:
     return None
 
 
-_loaded: set[str] = set()
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the command line and answer its exit code: 0, 1 on a failed command, 2 on a usage
+    error. A command `caseshelf.cli.fast` runs without typer goes there; every other to the
+    typer app."""
+    from caseshelf.cli.fast import run_fast
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    code = run_fast(args)
+    if code is not None:
+        return code
+    from caseshelf.cli.root import run_app
+
+    return run_app(argv)
 
 
-def load_commands(argv: Sequence[str] | None = None) -> None:
-    """Declare the commands: with `argv`, only those of the module of the command it names
-    (start-up pays for one capability module, not six); otherwise, or for help and unknown
-    names, every module's."""
-    name = command_name(argv) if argv is not None else None
-    wanted = [COMMANDS[name]] if name in COMMANDS else COMMAND_MODULES
-    for module_name in wanted:
-        if module_name not in _loaded:
-            module = importlib.import_module(f"{__name__}.{module_name}")
-            module.register_commands(app)
-            _loaded.add(module_name)
+def main() -> None:
+    """Console-script entry point (`caseshelf`)."""
+    sys.exit(run())

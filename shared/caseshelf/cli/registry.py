@@ -28,6 +28,8 @@ from caseshelf.cli import (
     warn,
     wire,
 )
+from caseshelf.cli.fast import clip as _clip
+from caseshelf.cli.fast import when as _when
 from caseshelf.domain.errors import CaseshelfError
 
 PAGE_MAX = 1000
@@ -145,10 +147,6 @@ def _case_count(body: dict[str, Any]) -> int | None:
 # -- rendering ------------------------------------------------------------------------------
 
 
-def _when(ts: str | None) -> str:
-    return (ts or "").replace("T", " ").removesuffix("Z")[:19]
-
-
 def _version_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
     return [
         [
@@ -190,17 +188,6 @@ def _show_version(v: dict[str, Any]) -> None:
     )
 
 
-def _clip(value: Any, width: int = 60) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        import orjson
-
-        value = orjson.dumps(value).decode()
-    value = " ".join(value.split())
-    return value if len(value) <= width else value[: width - 1] + "…"
-
-
 def _user_text(case: dict[str, Any]) -> Any:
     user = (case.get("inputs") or {}).get("user")
     if isinstance(user, list):
@@ -236,8 +223,16 @@ def register_commands(app: typer.Typer) -> None:
         body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
         n = _case_count(body)
         with progress(f"registering {body['id']}", total=n) as bar:
-            out = wire(client().register(body))
-            bar.advance(out["case_count"])
+
+            def uploading(size: int) -> None:
+                # Over the API's request limit: the client sends it through an upload.
+                note(f"{body['id']}: {size} bytes, over the API's request limit: uploading")
+                bar.restart(f"uploading {body['id']}", size)
+
+            out = wire(client().register(body, progress=bar.advance, total=uploading))
+            if n is not None:
+                bar.restart(f"registered {body['id']}", n)
+                bar.advance(out["case_count"])
 
         def render(o: dict[str, Any]) -> None:
             verb = "registered" if o["created"] else "unchanged, already registered"
@@ -287,35 +282,9 @@ def register_commands(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """List datasets (every page, unless --limit or --cursor asks for one)."""
-        c = client()
-        if limit is not None or cursor is not None:
-            out = wire(c.list_datasets(shared=shared, cursor=cursor, limit=limit or 50))
-        else:
-            out = wire(list(c.datasets(shared=shared)))
+        from caseshelf.cli.fast import ls as list_datasets
 
-        def render(o: dict[str, Any]) -> None:
-            if not o["items"]:
-                note("no datasets" + (" in _shared" if shared else ""))
-            else:
-                table(
-                    ("id", "latest", "digest", "cases", "versions", "updated", "description"),
-                    [
-                        [
-                            d["id"],
-                            d.get("latest") or "",
-                            short(d.get("latest_digest")),
-                            d.get("case_count"),
-                            d["version_count"],
-                            _when(d["updated_at"]),
-                            _clip(d.get("description"), 40),
-                        ]
-                        for d in o["items"]
-                    ],
-                )
-            if o.get("next_cursor"):
-                note(f"more: caseshelf ls --cursor {o['next_cursor']}{api_hint()}")
-
-        emit(out, render)
+        list_datasets(shared=shared, limit=limit, cursor=cursor)
 
     @command(app, "versions")
     def versions(
@@ -441,13 +410,12 @@ def register_commands(app: typer.Typer) -> None:
         with progress(f"downloading {ref}") as bar:
             got = client().download(
                 ref,
-                to=None if to_stdout else (output if output is not None else Path()),
+                to=sys.stdout.buffer if to_stdout else (output if output is not None else Path()),
                 include_deleted=deleted,
                 progress=bar.advance,
                 total=bar.total,
             )
         if to_stdout:
-            sys.stdout.buffer.write(got.body or b"")
             sys.stdout.flush()
             return
         emit(

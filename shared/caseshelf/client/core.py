@@ -13,13 +13,14 @@ import binascii
 import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from caseshelf.client.refs import parse_ref, parse_version
 from caseshelf.client.transport import Http, InProcess, Request, Transport
-from caseshelf.domain.errors import BadRequest, Corrupt, Upstream
+from caseshelf.domain.errors import BadRequest, Corrupt, TooLarge, Upstream
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -59,6 +60,7 @@ M = TypeVar("M", bound="BaseModel")
 PAGE_MAX = 1000
 NEXT_CURSOR_HEADER = "X-Next-Cursor"  # the cases route's (functions/registry/app.py)
 JOB_POLL_SECONDS = 0.5
+DOWNLOAD_CHUNK = 1 << 20  # what a streamed download holds at a time
 
 Progress = Callable[[int], None]
 
@@ -148,6 +150,9 @@ class Client:
         description: str | None = None,
         tags: list[str] | None = None,
         shared_files: list[Any] | None = None,
+        progress: Progress | None = None,
+        total: Progress | None = None,
+        wait: float = 900.0,
     ) -> RegisterOut:
         """Register a dataset version (idempotent for the same content under the same label).
 
@@ -156,8 +161,13 @@ class Client:
         pandas DataFrame (flat columns, as `to_pandas` gives), or the path of a `.json`,
         `.jsonl` or `.yaml` file (a dataset document, or a bare list of cases). Bad input is a
         `BadRequest` naming the row (or case id) and the column (or field); nothing is
-        registered."""
-        from caseshelf.api.dto import RegisterOut
+        registered.
+
+        Over HTTP a document larger than one request body may be (`Http.max_body_bytes`, or
+        the limit a 413 names) goes through `POST /uploads` as a `dataset` upload instead: the
+        same answer and the same errors, after the server's job has registered it (`wait`
+        seconds at most). `total(n)` is told its size in bytes and `progress(n)` each piece as
+        it is sent. In process nothing caps the size."""
 
         doc = self.dataset_document(
             dataset,
@@ -169,7 +179,76 @@ class Client:
             tags=tags,
             shared_files=shared_files,
         )
+        with _rows_named(cases):
+            return self._register(doc, progress, total, wait)
+
+    def _register(
+        self, doc: dict[str, Any], progress: Progress | None, total: Progress | None, wait: float
+    ) -> RegisterOut:
+        from caseshelf.api.dto import RegisterOut
+
+        http = self.transport if isinstance(self.transport, Http) else None
+        if http is not None:
+            import orjson
+
+            data = orjson.dumps(doc)
+            if len(data) > http.max_body_bytes:
+                return self._register_uploaded(data, progress, total, wait)
+            try:
+                return self._as(RegisterOut, self.call("POST", "datasets", body=doc))
+            except TooLarge as exc:  # the server's limit is lower than ours: learn it, upload
+                if not _body_limit(exc):
+                    raise  # a case over the case limit: no upload makes it fit
+                _learn_limit(http, exc)
+                return self._register_uploaded(data, progress, total, wait)
         return self._as(RegisterOut, self.call("POST", "datasets", body=doc))
+
+    def _register_uploaded(
+        self,
+        data: bytes,
+        progress: Progress | None,
+        total: Progress | None,
+        wait: float,
+    ) -> RegisterOut:
+        """`register` through `POST /uploads` (kind `dataset`): the document is PUT to the
+        upload URL and the server's job registers it as `POST /datasets` would; a failed job
+        raises the error the route would have answered."""
+        from caseshelf.api.dto import RegisterOut
+
+        job = self._upload_document(data, progress, total, wait)
+        return self._as(RegisterOut, job.result)
+
+    def _upload_document(
+        self,
+        data: bytes,
+        progress: Progress | None,
+        total: Progress | None,
+        wait: float,
+        *,
+        dry_run: bool = False,
+    ) -> JobOut:
+        """A dataset document through `POST /uploads` (kind `dataset`) and the job it starts,
+        once succeeded; a failed job raises the error the route would have answered."""
+        from caseshelf.client.transport import job_error, put_url
+
+        # A fixed name: the id is checked by the job, with the error POST /datasets gives.
+        request: dict[str, Any] = {"kind": "dataset", "filename": "dataset.json"}
+        if dry_run:
+            request["dry_run"] = True
+        up = self.create_upload(request)
+        if not up.upload_url:
+            raise TooLarge(
+                f"the dataset document is {len(data)} bytes, over this API's request limit, "
+                "and the API gives no upload URL",
+                size=len(data),
+            )
+        if total is not None:
+            total(len(data))
+        put_url(up.upload_url, data, progress=progress)
+        job = self.wait_for_job(up.job_id, wait=wait)
+        if job.state == "failed":
+            raise job_error(up.job_id, job.error)
+        return job
 
     def validate(
         self,
@@ -183,7 +262,8 @@ class Client:
         tags: list[str] | None = None,
         shared_files: list[Any] | None = None,
     ) -> ValidateOut:
-        """What `register` would do with the same arguments, storing nothing."""
+        """What `register` would do with the same arguments, storing nothing (over HTTP, a
+        document above the body limit is checked through a `dataset` upload with `dry_run`)."""
         from caseshelf.api.dto import ValidateOut
 
         doc = self.dataset_document(
@@ -196,7 +276,24 @@ class Client:
             tags=tags,
             shared_files=shared_files,
         )
-        return self._as(ValidateOut, self.call("POST", "datasets", "validate", body=doc))
+        with _rows_named(cases):
+            http = self.transport if isinstance(self.transport, Http) else None
+            if http is None:
+                return self._as(ValidateOut, self.call("POST", "datasets", "validate", body=doc))
+            import orjson
+
+            data = orjson.dumps(doc)
+            if len(data) <= http.max_body_bytes:
+                try:
+                    return self._as(
+                        ValidateOut, self.call("POST", "datasets", "validate", body=doc)
+                    )
+                except TooLarge as exc:
+                    if not _body_limit(exc):
+                        raise
+                    _learn_limit(http, exc)
+            job = self._upload_document(data, None, None, 900.0, dry_run=True)
+            return self._as(ValidateOut, job.result)
 
     def dataset_document(
         self,
@@ -515,16 +612,18 @@ class Client:
         self,
         ref: str,
         *,
-        to: str | Path | None = None,
+        to: str | Path | BinaryIO | None = None,
         include_deleted: bool = False,
         progress: Progress | None = None,
         total: Progress | None = None,
     ) -> Downloaded:
         """The whole version as one dataset document that `register` takes as it is. With
         `to` (a file path, or a directory for the server's file name) it is written there,
-        streamed from the presigned URL when the API gives one, and `path` says where; else
-        `body` holds it. `progress(n)` is called with bytes as they arrive, `total(n)` with the
-        size once it is known."""
+        streamed from the presigned URL when the API gives one (the embedded store gives one
+        of its own), a piece at a time, and `path` says where; `to` may also be a binary
+        stream (`sys.stdout.buffer`), written as the pieces come. Else `body` holds it.
+        `progress(n)` is called with bytes as they arrive, `total(n)` with the size once it is
+        known."""
         name, r = parse_ref(ref)
         query = {"include_deleted": include_deleted}
         answer = self.transport.send(
@@ -536,7 +635,17 @@ class Client:
         doc: Any = answer.json() if disposition is None else None
         if isinstance(doc, dict) and isinstance(doc.get("url"), str) and "cases" not in doc:
             filename = safe_filename(doc.get("filename"), default)
-            target = _target(to, filename)
+            if _is_stream(to):
+                counted: list[int] = []
+
+                def seen(n: int) -> None:
+                    counted.append(n)
+                    if progress is not None:
+                        progress(n)
+
+                self._fetch(doc["url"], to, seen, total)  # type: ignore[arg-type]
+                return Downloaded(filename, size=sum(counted))
+            target = _target(to, filename)  # type: ignore[arg-type]
             if target is None:
                 body = self._fetch(doc["url"], None, progress, total)
                 return Downloaded(filename, body=body, size=len(body))
@@ -547,7 +656,10 @@ class Client:
             total(len(answer.body))
         if progress is not None:
             progress(len(answer.body))
-        target = _target(to, filename)
+        if _is_stream(to):
+            to.write(answer.body)  # type: ignore[union-attr]
+            return Downloaded(filename, size=len(answer.body))
+        target = _target(to, filename)  # type: ignore[arg-type]
         if target is None:
             return Downloaded(filename, body=answer.body, size=len(answer.body))
         _write_whole(target, [answer.body])
@@ -556,29 +668,26 @@ class Client:
     def _fetch(
         self,
         url: str,
-        target: Path | None,
+        target: Path | BinaryIO | None,
         progress: Progress | None,
         total: Progress | None = None,
     ) -> bytes:
-        http = self.transport if isinstance(self.transport, Http) else Http(url)
-        chunks: list[bytes] = []
+        """GET `url` (presigned: no credentials of ours go with it; or one of the in-process
+        store's own) a piece at a time, into `target` (a file, written whole or not at all; a
+        binary stream) or, with none, answered whole."""
+        transport = self.transport
+        if isinstance(transport, InProcess) and transport.serves(url):
+            fh, size = transport.open_url(url)
+            with fh:
+                if total is not None:
+                    total(size)
+                return _take(iter(lambda: fh.read(DOWNLOAD_CHUNK), b""), target, progress)
+        http = transport if isinstance(transport, Http) else Http(url)
         with http.stream(url) as resp:
-            size = resp.headers.get("content-length")
-            if total is not None and size is not None and size.isdigit():
-                total(int(size))
-            pieces = resp.iter_bytes(1 << 20)
-
-            def counted() -> Iterator[bytes]:
-                for piece in pieces:
-                    if progress is not None:
-                        progress(len(piece))
-                    yield piece
-
-            if target is None:
-                chunks.extend(counted())
-            else:
-                _write_whole(target, counted())
-        return b"".join(chunks)
+            length = resp.headers.get("content-length")
+            if total is not None and length is not None and length.isdigit():
+                total(int(length))
+            return _take(resp.iter_bytes(DOWNLOAD_CHUNK), target, progress)
 
     def tag(self, ref: str, tags: list[str]) -> VersionOut:
         """Replace a version's tags (`ID@VERSION`; `[]` clears them)."""
@@ -972,20 +1081,29 @@ class Client:
             on_upload(up)
         size = p.stat().st_size
         with p.open("rb") as fh:
-            put_url(up.upload_url, fh, size=size)
+            if isinstance(self.transport, InProcess) and self.transport.serves(up.upload_url):
+                self.transport.put_url(up.upload_url, fh, size)
+            else:
+                put_url(up.upload_url, fh, size=size)
+        job = self.wait_for_job(up.job_id, wait=wait)
+        if job.state == "failed":
+            detail = (job.error or {}).get("detail") if isinstance(job.error, dict) else None
+            raise Upstream(f"import job {up.job_id} failed: {detail}", job_id=up.job_id)
+        return job
+
+    def wait_for_job(self, job_id: str, *, wait: float = 900.0) -> JobOut:
+        """The job once it has ended (`succeeded` or `failed`); `Upstream` naming it when it
+        is still running after `wait` seconds."""
         deadline = time.monotonic() + wait
         while True:
-            job = self.job(up.job_id)
-            if job.state == "succeeded":
+            job = self.job(job_id)
+            if job.state in ("succeeded", "failed"):
                 return job
-            if job.state == "failed":
-                detail = (job.error or {}).get("detail") if isinstance(job.error, dict) else None
-                raise Upstream(f"import job {up.job_id} failed: {detail}", job_id=up.job_id)
             if time.monotonic() > deadline:
                 raise Upstream(
-                    f"import job {up.job_id} is still {job.state} after {wait:.0f} s; "
-                    f"follow it with GET /jobs/{up.job_id}",
-                    job_id=up.job_id,
+                    f"import job {job_id} is still {job.state} after {wait:.0f} s; "
+                    f"follow it with GET /jobs/{job_id}",
+                    job_id=job_id,
                 )
             time.sleep(JOB_POLL_SECONDS)
 
@@ -1026,6 +1144,69 @@ def _cases_part(cases: Any) -> dict[str, Any]:
             )
         out.append(dict(item))
     return {"cases": out}
+
+
+def _body_limit(exc: TooLarge) -> bool:
+    """Whether a 413 is the request body's limit (it names the upload route to use instead), not
+    the limit of one case, which an upload would meet just the same."""
+    return bool(exc.fields.get("upload_route"))
+
+
+def _learn_limit(http: Http, exc: TooLarge) -> None:
+    """A 413 names the server's body limit: below the client's own, it becomes the client's."""
+    limit = exc.fields.get("limit")
+    if isinstance(limit, int) and 0 < limit < http.max_body_bytes:
+        http.max_body_bytes = limit
+
+
+def _is_stream(to: object) -> bool:
+    return callable(getattr(to, "write", None))
+
+
+def _take(
+    pieces: Iterator[bytes], target: Path | BinaryIO | None, progress: Progress | None
+) -> bytes:
+    """`pieces` written to `target` as they come, one held at a time (a file path: through a
+    temporary file renamed into place once whole), answering b""; with no target, joined.
+    `progress(n)` is told each piece's size."""
+
+    def counted() -> Iterator[bytes]:
+        for piece in pieces:
+            if progress is not None:
+                progress(len(piece))
+            yield piece
+
+    if target is None:
+        return b"".join(counted())
+    if isinstance(target, Path):
+        _write_whole(target, counted())
+    else:
+        for piece in counted():
+            target.write(piece)
+    return b""
+
+
+@contextmanager
+def _rows_named(cases: Any) -> Iterator[None]:
+    """The API names a bad case by its id, index and field; for `cases=` given as a table or a
+    list, that index is the row (`row`), and for a table the field's column is named too
+    (`column`: `inputs.user` for the field `inputs.user.str`)."""
+    from caseshelf.client.frames import FLAT, is_frame
+
+    try:
+        yield
+    except BadRequest as exc:
+        index = exc.fields.get("index")
+        if cases is None or isinstance(cases, str | Path) or not isinstance(index, int):
+            raise
+        if "row" in exc.fields:
+            raise
+        if not is_frame(cases):
+            raise BadRequest(exc.detail, **{**exc.fields, "row": index}) from None
+        path = str(exc.fields.get("field") or "").split(".")
+        column = ".".join(path[:2]) if path[0] in FLAT and len(path) > 1 else path[0]
+        named = {**exc.fields, "row": index, "column": column}
+        raise BadRequest(f"row {index}, column {column!r}: {exc.detail}", **named) from None
 
 
 def _target(to: str | Path | None, filename: str) -> Path | None:

@@ -13,11 +13,12 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import orjson
 
@@ -30,9 +31,17 @@ if TYPE_CHECKING:
     from caseshelf.domain.identity import Identity
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+# The largest request body sent as it is over HTTP: a Lambda's synchronous payload limit is 6 MB
+# for the whole event (the body, base64 or not, and its headers and context around it), so a
+# MiB is left for the envelope. A larger registration goes through `POST /uploads`.
+HTTP_BODY_LIMIT = 5 * 1024 * 1024
 _PROBLEM_KEYS = {"type", "title", "status", "detail"}
 # No body cap in process: the cap is the size an HTTP request or a Lambda answer may be.
 UNCAPPED = 1 << 62
+# The embedded store's presigned URLs, in process: served by `InProcess` itself (as
+# `caseshelf serve` serves them over HTTP), so a download streams from the stored document and
+# an upload lands in the store without a socket. `.invalid` never resolves (RFC 6761).
+IN_PROCESS_URL = "http://in-process.caseshelf.invalid"
 
 
 @dataclass(frozen=True)
@@ -124,6 +133,20 @@ def problem_error(status: int, body: bytes, reason: str = "") -> CaseshelfError:
     return ApiError(detail, status=status, **fields)
 
 
+def job_error(job_id: str, error: Any) -> CaseshelfError:
+    """The typed error a failed job stands for: the class its `code` names (the same class the
+    route would have answered), with the job's detail and fields; else `Upstream`."""
+    from caseshelf.api.errors import STATUS
+
+    doc = error if isinstance(error, dict) else {}
+    detail = doc.get("detail") if isinstance(doc.get("detail"), str) else None
+    fields = {k: v for k, v in doc.items() if k not in {"title", "code", "detail", "status"}}
+    cls = next((c for c in STATUS if c.__name__ == doc.get("code")), None)
+    if cls is not None and detail is not None:
+        return cls(detail, job_id=job_id, **fields)
+    return Upstream(f"job {job_id} failed: {detail or 'no detail'}", job_id=job_id, **fields)
+
+
 def check_url(url: str, what: str = "api") -> str:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -158,8 +181,12 @@ class Http:
         backoff: float = 0.25,
         max_backoff: float = 8.0,
         transport: httpx.BaseTransport | None = None,
+        max_body_bytes: int = HTTP_BODY_LIMIT,
     ) -> None:
         self.base_url = check_url(base_url).rstrip("/")
+        # Bodies above this go through an upload instead (`Client.register`); lowered to the
+        # server's own limit when a 413 names it.
+        self.max_body_bytes = max_body_bytes
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -279,14 +306,27 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
-def put_url(url: str, data: bytes | Any, *, size: int | None = None, timeout: float = 600) -> None:
+def put_url(
+    url: str,
+    data: bytes | Any,
+    *,
+    size: int | None = None,
+    timeout: float = 600,
+    progress: Callable[[int], None] | None = None,
+) -> None:
     """PUT `data` (bytes, or a binary file object of `size` bytes) to a presigned URL (no
-    credentials of ours go with it)."""
+    credentials of ours go with it), sent 1 MiB at a time; `progress(n)` is told each piece's
+    size as it goes."""
     import httpx
 
     check_url(url, "upload_url")
+    if isinstance(data, bytes | bytearray):
+        size = len(data)
+        pieces: Iterator[bytes] = _slices(bytes(data))
+    else:
+        pieces = _chunks(data)
     headers = {"Content-Length": str(size)} if size is not None else None
-    content = bytes(data) if isinstance(data, bytes | bytearray) else _chunks(data)
+    content = pieces if progress is None else _counted(pieces, progress)
     try:
         resp = httpx.put(url, content=content, headers=headers, timeout=timeout)
     except httpx.TransportError as exc:
@@ -298,6 +338,18 @@ def put_url(url: str, data: bytes | Any, *, size: int | None = None, timeout: fl
 def _chunks(fh: Any, size: int = 1 << 20) -> Iterator[bytes]:
     while chunk := fh.read(size):
         yield chunk
+
+
+def _slices(data: bytes, size: int = 1 << 20) -> Iterator[bytes]:
+    view = memoryview(data)
+    for start in range(0, len(data), size):
+        yield bytes(view[start : start + size])
+
+
+def _counted(pieces: Iterator[bytes], progress: Callable[[int], None]) -> Iterator[bytes]:
+    for piece in pieces:
+        yield piece
+        progress(len(piece))
 
 
 # -- in process ---------------------------------------------------------------------------------
@@ -319,7 +371,14 @@ class InProcess:
     _lock = threading.Lock()
 
     def __init__(self, settings: Settings, *, services: Services | None = None) -> None:
-        self.settings = settings.model_copy(update={"public_url": None, "max_body_bytes": UNCAPPED})
+        local = settings.backend == "local"
+        self.settings = settings.model_copy(
+            update={
+                "public_url": IN_PROCESS_URL if local else None,
+                "presign_local_downloads": local,
+                "max_body_bytes": UNCAPPED,
+            }
+        )
         self._given = services
 
     def __repr__(self) -> str:
@@ -341,9 +400,8 @@ class InProcess:
         s = self.settings
         return Identity(s.tenant, s.principal, frozenset(s.roles))
 
-    @cached_property
-    def _routes(self) -> tuple[Any, ...]:
-        from caseshelf.gateway import default_template, routes_of
+    def _template(self) -> Path:
+        from caseshelf.gateway import default_template
 
         template = default_template()
         if not template.is_file():
@@ -352,7 +410,13 @@ class InProcess:
                 "(infra/template.yaml, functions/); install caseshelf from its checkout "
                 "(pip install -e .), or connect to an API with connect(url)"
             )
-        return routes_of(template)
+        return template
+
+    @cached_property
+    def _routes(self) -> tuple[Any, ...]:
+        from caseshelf.gateway import routes_of
+
+        return routes_of(self._template())
 
     def send(self, request: Request) -> Answer:
         from caseshelf import bootstrap
@@ -408,6 +472,54 @@ class InProcess:
         if answer.status >= 400:
             raise problem_error(answer.status, answer.body)
         return Answer(answer.status, dict(answer.headers), answer.body)
+
+    def serves(self, url: str) -> bool:
+        """Whether `url` is one of this store's own presigned URLs (`IN_PROCESS_URL`)."""
+        return url.startswith(IN_PROCESS_URL + "/")
+
+    def open_url(self, url: str) -> tuple[BinaryIO, int]:
+        """A download URL of this store, opened (the file and its size): the token is checked
+        as the local server checks it (`LocalBlobStore.open_download`). The caller closes it."""
+        from caseshelf.adapters.localfs import DOWNLOAD_PATH
+
+        token = self._token(url, DOWNLOAD_PATH)
+        _, fh, size = self.services.store.open_download(token)  # type: ignore[attr-defined]
+        return fh, size
+
+    def put_url(self, url: str, fh: BinaryIO, size: int) -> None:
+        """An upload URL of this store: the object written as the local server writes it
+        (`LocalBlobStore.receive_upload`), then its object-created event delivered to the
+        functions the template subscribes to the key, in this thread."""
+        from caseshelf import bootstrap
+        from caseshelf.adapters.localfs import UPLOAD_PATH
+        from caseshelf.gateway import (
+            FakeLambdaContext,
+            handler_for,
+            load_object_rules,
+            object_created_event,
+        )
+
+        token = self._token(url, UPLOAD_PATH)
+        key, md5 = self.services.store.receive_upload(token, fh, size)  # type: ignore[attr-defined]
+        event = object_created_event(key, md5, size)
+        for rule in load_object_rules(self._template()):
+            if not rule.matches(key):
+                continue
+            context = FakeLambdaContext(
+                function_name=rule.function,
+                memory_limit_in_mb=rule.memory_mb,
+                aws_request_id=str(uuid.uuid4()),
+                log_group_name=f"/aws/lambda/{rule.function}",
+            )
+            with self._lock, bootstrap.scoped(self.services), redirect_stdout(_DISCARD):
+                handler_for(rule)(event, context)
+
+    @staticmethod
+    def _token(url: str, path: str) -> str:
+        prefix = IN_PROCESS_URL + path
+        if not url.startswith(prefix):
+            raise BadRequest(f"not a URL of this store: {url[: len(prefix) + 8]}...", field="url")
+        return url[len(prefix) :]
 
     def close(self) -> None:
         return None

@@ -2,7 +2,10 @@
 
 An upload declares what it is (`UploadRequest`, discriminated by `kind`): `benchmark` (the
 default) is a file of rows imported through a recipe; `tasks` is a Terminal-Bench, Harbor or
-case-directory archive imported by the task on-ramps (`caseshelf.services.tasks`).
+case-directory archive imported by the task on-ramps (`caseshelf.services.tasks`); `dataset` is
+a dataset document (`.json`, `.jsonl`, `.yaml`: what `POST /datasets` takes, or a bare list of
+cases) registered through the registry service as that route registers it, with the same answer
+and the same errors: a registration too large for one request body.
 
 Two ways in, one worker:
 - `POST /uploads` (`create_upload`) writes a job item (`JOB#<id>`, state `pending`) and answers a
@@ -67,6 +70,7 @@ from caseshelf.services.imports import (
 from caseshelf.services.versioned import Clock, iso, utc_now
 
 if TYPE_CHECKING:
+    from caseshelf.services.registry import RegistryService
     from caseshelf.services.tasks import TaskImportService
 
 log = logging.getLogger("caseshelf.jobs")
@@ -153,6 +157,38 @@ class TasksUpload(Strict):
         return self
 
 
+DATASET_SUFFIXES = (".json", ".jsonl", ".ndjson", ".yaml", ".yml")
+
+
+class DatasetUpload(Strict):
+    """A dataset document (the body `POST /datasets` takes, as `.json`, `.jsonl` or `.yaml`;
+    or a bare list of cases), registered as that route registers it. `dataset`, `version`,
+    `bump` and `base` override the document's own, as the CLI's options do (a bare list of
+    cases gets its id and version from them)."""
+
+    kind: Literal["dataset"] = Field(description="What the upload is.")
+    filename: str = Field(description="The document's name (.json, .jsonl, .ndjson, .yaml, .yml).")
+    dataset: DatasetId | None = None
+    version: Label | None = None
+    bump: BumpKind | None = None
+    base: str | None = Field(default=None, min_length=1, max_length=300)
+    dry_run: bool = Field(
+        default=False,
+        description="Validate only, as `POST /datasets/validate` does: the job's result is that "
+        "route's answer and nothing is stored.",
+    )
+
+    @model_validator(mode="after")
+    def _target(self) -> DatasetUpload:
+        _one_target(self.version, self.bump)
+        if not self.filename.lower().endswith(DATASET_SUFFIXES):
+            raise ValueError(
+                f"filename {self.filename!r}: a dataset upload is a .json, .jsonl, .ndjson, "
+                ".yaml or .yml file"
+            )
+        return self
+
+
 def _upload_kind(raw: Any) -> Any:
     if isinstance(raw, dict):
         return raw.get("kind", "benchmark")
@@ -160,11 +196,13 @@ def _upload_kind(raw: Any) -> Any:
 
 
 UploadSpec = Annotated[
-    Annotated[BenchmarkUpload, Tag("benchmark")] | Annotated[TasksUpload, Tag("tasks")],
+    Annotated[BenchmarkUpload, Tag("benchmark")]
+    | Annotated[TasksUpload, Tag("tasks")]
+    | Annotated[DatasetUpload, Tag("dataset")],
     Discriminator(
         _upload_kind,
         custom_error_type="upload_kind",
-        custom_error_message="kind is 'benchmark' (the default) or 'tasks'",
+        custom_error_message="kind is 'benchmark' (the default), 'tasks' or 'dataset'",
     ),
 ]
 
@@ -221,7 +259,10 @@ class JobService:
         clock: Clock = utc_now,
         lease_seconds: float = LEASE_SECONDS,
         max_attempts: int = MAX_ATTEMPTS,
+        registry: RegistryService | None = None,
     ) -> None:
+        # Dataset uploads register through the same registry service the imports write to.
+        self.registry = registry if registry is not None else imports.registry
         self.lease_seconds = lease_seconds
         self.max_attempts = max_attempts
         self.index = index
@@ -243,7 +284,7 @@ class JobService:
         request = spec.model_dump(mode="json", exclude_none=True)
         if isinstance(spec, BenchmarkUpload):
             request["recipe"] = self._pin_recipe(identity, spec.recipe)
-        else:
+        elif isinstance(spec, TasksUpload):
             from caseshelf.services.tasks import archive_kind
 
             if archive_kind(spec.filename) is None:
@@ -499,6 +540,8 @@ class JobService:
             spec = parse_upload(job["request"]).root
             if isinstance(spec, TasksUpload):
                 result = self._import_tasks(job, identity, spec)
+            elif isinstance(spec, DatasetUpload):
+                result = self._register_dataset(job, identity, spec)
             else:
                 result = self._import_rows(job, identity, spec)
         except CaseshelfError as exc:
@@ -549,6 +592,50 @@ class JobService:
             "case_count": rec.case_count,
             "created": done.result.created,
             "rows_read": done.rows_read,
+        }
+
+    def _register_dataset(
+        self, job: dict[str, Any], identity: Identity, spec: DatasetUpload
+    ) -> dict[str, Any]:
+        """The uploaded document registered as `POST /datasets` registers its body: read by the
+        dataset file rules (`caseshelf.services.loaders`), validated by the same model (errors
+        name the case id, row and field), registered by the same service. The result is the
+        route's answer (`RegisterOut`); with `dry_run`, `POST /datasets/validate`'s
+        (`ValidateOut`), and nothing is stored."""
+        from caseshelf.services.loaders import dataset_from_document, parse_document
+        from caseshelf.services.registry import parse_dataset
+
+        raw, _codes = dataset_from_document(
+            parse_document(spec.filename, self.store.get(job["key"])), spec.filename
+        )
+        if spec.dataset is not None:
+            raw["id"] = spec.dataset
+        if spec.version is not None:
+            raw["version"] = spec.version
+            raw.pop("bump", None)
+        if spec.bump is not None:
+            raw["bump"] = spec.bump
+            raw.pop("version", None)
+        if spec.base is not None:
+            raw["base"] = spec.base
+        body = parse_dataset(raw)
+        if spec.dry_run:
+            checked = self.registry.validate(identity, body)
+            return {
+                "valid": True,
+                "would_conflict": checked.would_conflict,
+                "content_digest": checked.content_digest,
+                "case_count": checked.case_count,
+                "version": checked.version,
+            }
+        res = self.registry.register(identity, body)
+        rec = res.record
+        return {
+            "id": rec.name,
+            "version": rec.version,
+            "content_digest": rec.content_digest,
+            "case_count": rec.case_count,
+            "created": res.created,
         }
 
     def _import_tasks(

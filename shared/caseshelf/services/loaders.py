@@ -103,7 +103,13 @@ def parse_yaml(path: Path, text: str) -> Any:
 def read_document(path: str | Path) -> Any:
     """The parsed content of a JSON, JSONL or YAML file (chosen by suffix; JSON otherwise)."""
     p = Path(path)
-    data = _read_bytes(p)
+    return parse_document(p, _read_bytes(p))
+
+
+def parse_document(path: str | Path, data: bytes) -> Any:
+    """`data` parsed as the file `path` names (its suffix chooses JSON, JSONL or YAML), e.g. an
+    uploaded dataset document; errors name `path`."""
+    p = Path(path)
     suffix = p.suffix.lower()
     if suffix in JSONL_SUFFIXES:
         return parse_jsonl(p, data)
