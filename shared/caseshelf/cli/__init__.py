@@ -77,6 +77,7 @@ COMMAND_MODULES: list[str] = [
     "tasks",
     "imports",
     "verify",
+    "browse",
 ]
 # Which module declares each top-level command (a test holds this to what they declare): a run
 # loads only the module of the command it names, or every module for help or an unknown name.
@@ -111,6 +112,9 @@ COMMANDS: dict[str, str] = {
     "benchmarks": "imports",
     "recipes": "imports",
     "verify": "verify",
+    "stats": "browse",
+    "file": "browse",
+    "whoami": "browse",
 }
 # The common options that take a value (the token after them is no command name).
 _VALUE_OPTIONS = frozenset({"--api", "--tenant", "--principal", "--roles"})

@@ -3,6 +3,7 @@ serve, gc."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 from enum import StrEnum
@@ -59,6 +60,15 @@ def parse_version(value: str, *, what: str = "ID@VERSION") -> tuple[str, str]:
 
 
 # -- dataset files --------------------------------------------------------------------------
+
+
+class SearchIn(StrEnum):
+    """What `cases --search` looks in (the cases route's `by`)."""
+
+    any = "any"
+    id = "id"
+    tag = "tag"
+    text = "text"
 
 
 class BumpKind(StrEnum):
@@ -330,23 +340,63 @@ def register_commands(app: typer.Typer) -> None:
             bool, typer.Option("--jsonl", help="With --all: one case per line (JSON Lines).")
         ] = False,
         deleted: DeletedOpt = False,
+        search: Annotated[
+            str | None,
+            typer.Option(
+                "--search", "-q", help="Only the cases that hold this text (not case-sensitive)."
+            ),
+        ] = None,
+        search_in: Annotated[
+            SearchIn, typer.Option("--by", help="What --search looks in: id, tag, text or any.")
+        ] = SearchIn.any,
     ) -> None:
-        """Show the cases of a version, one page at a time (or --all)."""
+        """Show the cases of a version, one page at a time (or --all); --search finds cases by
+        id, tag or text.
+
+        A search page reads on from its cursor within a budget, so it may hold fewer cases than
+        --limit and still name a next cursor; `scanned_to` says how far it read.
+        """
         parse_ref(ref)
         c = client()
         if jsonl and not all_:
             raise typer.BadParameter("--jsonl goes with --all", param_hint="--jsonl")
+        if search is not None and not search.strip():
+            raise typer.BadParameter("give the text to look for", param_hint="--search")
         if all_:
             if cursor is not None:
                 raise typer.BadParameter("--all starts from the first case; drop --cursor")
-            _all_cases(ref, page=limit if limit != 100 else PAGE_MAX, deleted=deleted, jsonl=jsonl)
+            _all_cases(
+                ref,
+                page=limit if limit != 100 else PAGE_MAX,
+                deleted=deleted,
+                jsonl=jsonl,
+                search=(search, search_in.value) if search is not None else None,
+            )
             return
-        out = wire(c.list_cases(ref, cursor=cursor, limit=limit, include_deleted=deleted))
+        if search is None:
+            out = wire(c.list_cases(ref, cursor=cursor, limit=limit, include_deleted=deleted))
+        else:
+            out = wire(
+                c.search_cases(
+                    ref,
+                    search,
+                    by=search_in.value,
+                    cursor=cursor,
+                    limit=limit,
+                    include_deleted=deleted,
+                )
+            )
+        again = "" if search is None else f" --search {shlex.quote(search)} --by {search_in}"
 
         def render(o: dict[str, Any]) -> None:
             table(("id", "user", "ground_truth", "tags"), _case_rows(o["items"]))
+            if search is not None:
+                note(
+                    f"{len(o['items'])} match(es) in cases {o['scanned_from']}-"
+                    f"{o['scanned_to']} of {o['case_count']}"
+                )
             if o.get("next_cursor"):
-                note(f"more: caseshelf cases {ref} --cursor {o['next_cursor']}{api_hint()}")
+                note(f"more: caseshelf cases {ref}{again} --cursor {o['next_cursor']}{api_hint()}")
 
         emit(out, render)
 
@@ -511,21 +561,25 @@ def register_commands(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
 
-def _all_cases(ref: str, *, page: int, deleted: bool, jsonl: bool) -> None:
-    """Every case of a version, written as it is read (one page held at a time): a table, the
-    `{items, next_cursor}` document with --json, or one case per line with --jsonl."""
+def _all_cases(
+    ref: str, *, page: int, deleted: bool, jsonl: bool, search: tuple[str, str] | None = None
+) -> None:
+    """Every case of a version (with `search`, (text, by): every match), written as it is read
+    (one page held at a time): a table, the `{items, next_cursor}` document with --json, or one
+    case per line with --jsonl."""
     import orjson
 
     c = client()
     meta = c.get(ref, include_deleted=deleted)
+    pinned = f"{meta.id}@{meta.content_digest}"
     out = sys.stdout
     with progress(f"reading {meta.id}@{meta.version}", total=meta.case_count) as bar:
-        cases = c.cases(
-            f"{meta.id}@{meta.content_digest}",
-            include_deleted=deleted,
-            page_size=page,
-            progress=bar.advance,
-        )
+        if search is None:
+            cases = c.cases(pinned, include_deleted=deleted, page_size=page, progress=bar.advance)
+        else:
+            cases = c.search(
+                pinned, search[0], by=search[1], include_deleted=deleted, progress=bar.advance
+            )
         if jsonl:
             for case in cases:
                 out.write(orjson.dumps(case).decode() + "\n")

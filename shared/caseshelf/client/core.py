@@ -549,9 +549,16 @@ class Client:
         return self._as(CaseSearchPageOut, data)
 
     def search(
-        self, ref: str, q: str, *, by: str = "any", include_deleted: bool = False
+        self,
+        ref: str,
+        q: str,
+        *,
+        by: str = "any",
+        include_deleted: bool = False,
+        progress: Callable[[int], None] | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """Every case of a version matching `q`, in dataset order, read lazily page by page."""
+        """Every case of a version matching `q`, in dataset order, read lazily page by page;
+        `progress(n)` after each page with the number of cases it searched."""
         name, _ = parse_ref(ref)
         pinned = f"{name}@{self.get(ref, include_deleted=include_deleted).content_digest}"
         cursor: str | None = None
@@ -564,6 +571,8 @@ class Client:
                 limit=self.page_size,
                 include_deleted=include_deleted,
             )
+            if progress is not None:
+                progress(page.scanned_to - page.scanned_from)
             yield from page.items
             cursor = page.next_cursor
             if not cursor:
