@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -119,6 +120,21 @@ def load_body(
     doc, notices = load_dataset(file)
     for line in notices:  # deprecated shapes still load; say so once per file and code
         warn(line)
+    return with_overrides(file, doc, dataset=dataset, version=version, bump=bump, base=base)
+
+
+def with_overrides(
+    file: Path,
+    doc: dict[str, Any],
+    *,
+    dataset: str | None,
+    version: str | None,
+    bump: BumpKind | str | None,
+    base: str | None,
+) -> dict[str, Any]:
+    """A dataset document (or its head) with the command-line overrides applied."""
+    if version is not None and bump is not None:
+        raise typer.BadParameter("give either --version or --bump, not both")
     body = dict(doc)
     if dataset is not None:
         body["id"] = dataset
@@ -135,6 +151,51 @@ def load_body(
     if body.get("version") is None and body.get("bump") is None:
         raise typer.BadParameter(f"{file} names no version; give --version LABEL or --bump")
     return body
+
+
+def _streamed(
+    file: Path,
+    *,
+    dataset: str | None,
+    version: str | None,
+    bump: BumpKind | str | None,
+    base: str | None,
+    dry_run: bool = False,
+) -> tuple[str, dict[str, Any]]:
+    """`register` (or with `dry_run`, `validate`) of FILE on the embedded store, its cases read a
+    window at a time (`caseshelf.services.loaders.stream_dataset`): memory holds a window, not
+    the file. The same registry service and answers as `POST /datasets` (`/validate`); the
+    dataset id and the answer."""
+    from caseshelf.api import dto
+    from caseshelf.client import InProcess
+    from caseshelf.services.loaders import stream_dataset
+    from caseshelf.services.registry import parse_head
+
+    transport = client().transport
+    assert isinstance(transport, InProcess)
+    stream = stream_dataset(file)
+    raw = with_overrides(file, stream.head, dataset=dataset, version=version, bump=bump, base=base)
+    head = parse_head(raw)
+    registry = transport.services.registry
+    verb = "validating" if dry_run else "registering"
+    with progress(f"{verb} {head.name}") as bar:
+
+        def counted() -> Iterator[list[Any]]:
+            for batch in stream.batches:
+                yield batch
+                bar.advance(len(batch))
+
+        if dry_run:
+            out = wire(
+                dto.validate_out(registry.validate_stream(transport.identity, head, counted()))
+            )
+        else:
+            out = wire(
+                dto.register_out(registry.register_stream(transport.identity, head, counted()))
+            )
+    for line in stream.notices:  # deprecated shapes still load; say so once per file and code
+        warn(line)
+    return head.name, out
 
 
 def _case_count(body: dict[str, Any]) -> int | None:
@@ -233,11 +294,15 @@ def register_commands(app: typer.Typer) -> None:
         base: BaseOpt = None,
     ) -> None:
         """Register a dataset version from FILE (idempotent for the same content)."""
-        body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
-        n = _case_count(body)
-        with progress(f"registering {body['id']}", total=n) as bar:
-            out = wire(client().register(body))
-            bar.advance(out["case_count"])
+        if client().in_process:
+            # The embedded store: the file is read a window of cases at a time.
+            _, out = _streamed(file, dataset=dataset, version=version, bump=bump, base=base)
+        else:
+            body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
+            n = _case_count(body)
+            with progress(f"registering {body['id']}", total=n) as bar:
+                out = wire(client().register(body))
+                bar.advance(out["case_count"])
 
         def render(o: dict[str, Any]) -> None:
             verb = "registered" if o["created"] else "unchanged, already registered"
@@ -257,9 +322,15 @@ def register_commands(app: typer.Typer) -> None:
 
         Exits 1 when registering it would conflict with a registered version.
         """
-        body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
-        with progress(f"validating {body['id']}"):
-            out = wire(client().validate(body))
+        if client().in_process:
+            name, out = _streamed(
+                file, dataset=dataset, version=version, bump=bump, base=base, dry_run=True
+            )
+            body = {"id": name}
+        else:
+            body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
+            with progress(f"validating {body['id']}"):
+                out = wire(client().validate(body))
 
         def render(o: dict[str, Any]) -> None:
             say(
