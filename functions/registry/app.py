@@ -29,6 +29,7 @@ from caseshelf.api.routes import (
     page_out,
 )
 from caseshelf.domain.models import DatasetVersionInput
+from caseshelf.services.bulk import gc_paused
 from caseshelf.services.registry import RegistryService
 
 app = make_resolver(
@@ -249,4 +250,7 @@ def revive_version(id: DatasetIdPath, ref: LabelPath) -> dto.VersionOut:
 
 @instrumented
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return app.resolve(event, context)
+    # A registration validates a whole document into a model per case: scoped, the cyclic
+    # collector stays out of it (`caseshelf.services.bulk`: four times faster at 100,000 cases).
+    with gc_paused():
+        return app.resolve(event, context)

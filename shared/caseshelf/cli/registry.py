@@ -198,6 +198,25 @@ def _streamed(
     return head.name, out
 
 
+def _register_file(
+    file: Path,
+    *,
+    dataset: str | None,
+    version: str | None,
+    bump: BumpKind | str | None,
+    base: str | None,
+) -> dict[str, Any]:
+    """`register` of FILE: streamed on the embedded store, a whole document over HTTP."""
+    if client().in_process:
+        # The embedded store: the file is read a window of cases at a time.
+        return _streamed(file, dataset=dataset, version=version, bump=bump, base=base)[1]
+    body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
+    with progress(f"registering {body['id']}", total=_case_count(body)) as bar:
+        out: dict[str, Any] = wire(client().register(body))
+        bar.advance(out["case_count"])
+    return out
+
+
 def _case_count(body: dict[str, Any]) -> int | None:
     cases = body.get("cases")
     return len(cases) if isinstance(cases, list) else None
@@ -294,15 +313,10 @@ def register_commands(app: typer.Typer) -> None:
         base: BaseOpt = None,
     ) -> None:
         """Register a dataset version from FILE (idempotent for the same content)."""
-        if client().in_process:
-            # The embedded store: the file is read a window of cases at a time.
-            _, out = _streamed(file, dataset=dataset, version=version, bump=bump, base=base)
-        else:
-            body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
-            n = _case_count(body)
-            with progress(f"registering {body['id']}", total=n) as bar:
-                out = wire(client().register(body))
-                bar.advance(out["case_count"])
+        from caseshelf.services.bulk import gc_paused
+
+        with gc_paused():
+            out = _register_file(file, dataset=dataset, version=version, bump=bump, base=base)
 
         def render(o: dict[str, Any]) -> None:
             verb = "registered" if o["created"] else "unchanged, already registered"
@@ -322,15 +336,18 @@ def register_commands(app: typer.Typer) -> None:
 
         Exits 1 when registering it would conflict with a registered version.
         """
-        if client().in_process:
-            name, out = _streamed(
-                file, dataset=dataset, version=version, bump=bump, base=base, dry_run=True
-            )
-            body = {"id": name}
-        else:
-            body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
-            with progress(f"validating {body['id']}"):
-                out = wire(client().validate(body))
+        from caseshelf.services.bulk import gc_paused
+
+        with gc_paused():
+            if client().in_process:
+                name, out = _streamed(
+                    file, dataset=dataset, version=version, bump=bump, base=base, dry_run=True
+                )
+                body = {"id": name}
+            else:
+                body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
+                with progress(f"validating {body['id']}"):
+                    out = wire(client().validate(body))
 
         def render(o: dict[str, Any]) -> None:
             say(
