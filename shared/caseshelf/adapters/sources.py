@@ -583,10 +583,10 @@ def in_worker(items: Iterator[T]) -> Iterator[T]:
 
     The child starts on the first `next()`, runs the unstarted iterator it inherited (reading the
     file, mapping and canonicalising rows: pure work), and streams each item back over a bounded
-    queue (`Worker`). A `CaseshelfError` it raises is raised here with the same type, detail and fields, after
-    the items before it; any other failure is a `WorkerFailed`. Closing the generator early (the
-    consumer failed) kills the child. When no process can be forked, the items are produced
-    here."""
+    queue (`Worker`). A `CaseshelfError` it raises is raised here with the same type, detail
+    and fields, after the items before it; any other failure is a `WorkerFailed`. Closing the
+    generator early (the consumer failed) kills the child. When no process can be forked, the
+    items are produced here."""
     worker = Worker(items)
     try:
         yield from worker.results()

@@ -321,12 +321,7 @@ def stream_dataset(path: str | Path) -> DatasetStream:
     `.yaml` document is parsed whole (one value), then handed on a window at a time."""
     p = Path(path)
     if p.suffix.lower() not in JSONL_SUFFIXES:
-        doc, notices = load_dataset(p)
-        cases = doc.get("cases")
-        head = {k: v for k, v in doc.items() if k != "cases"}
-        if not isinstance(cases, list):
-            raise BadRequest(f"{p}: cases: Input should be a valid list", field="cases")
-        return DatasetStream(head, _windows(cases), notices)
+        return _split(*load_dataset(p), p)
     try:
         fh = p.open("rb")
     except FileNotFoundError:
@@ -335,8 +330,46 @@ def stream_dataset(path: str | Path) -> DatasetStream:
         raise BadRequest(f"{p}: is a directory, not a dataset file", field="file") from None
     except PermissionError:
         raise BadRequest(f"{p}: permission denied", field="file") from None
+    return _jsonl_stream(p, fh)
+
+
+def stream_dataset_from(fh: IO[bytes], filename: str) -> DatasetStream:
+    """`stream_dataset` of a dataset file read from `fh` (an upload, say), its format named by
+    `filename`'s suffix. Nothing is read from disk besides `fh`: a lab Dataset must hold its
+    items (`spec.items`), not name a file beside it (`spec.path`)."""
+    p = Path(Path(filename).name)
+    if p.suffix.lower() in JSONL_SUFFIXES:
+        return _jsonl_stream(p, fh)
+    data = fh.read()
+    fh.close()
+    if p.suffix.lower() in YAML_SUFFIXES:
+        doc = parse_yaml(p, _decode(p, data))
+    else:
+        doc = parse_json(p, data.removeprefix(b"\xef\xbb\xbf"))
+    spec = doc.get("spec") if isinstance(doc, dict) else None
+    if isinstance(spec, dict) and "path" in spec and "items" not in spec:
+        raise BadRequest(
+            f"{p}: spec.path names a file beside the document; send the items inline (spec.items)",
+            field="spec.path",
+        )
+    raw, codes = dataset_from_document(doc, p)
+    return _split(raw, [notice_message(code, str(p)) for code in codes], p)
+
+
+def _split(doc: dict[str, Any], notices: list[str], path: Path) -> DatasetStream:
+    """A whole document as a stream: its head, and its cases a window at a time."""
+    if "cases" not in doc:
+        raise BadRequest(f"{path}: cases: Field required", field="cases")
+    cases = doc["cases"]
+    if not isinstance(cases, list):
+        raise BadRequest(f"{path}: cases: Input should be a valid list", field="cases")
+    head = {k: v for k, v in doc.items() if k != "cases"}
+    return DatasetStream(head, _windows(cases), notices)
+
+
+def _jsonl_stream(path: Path, fh: IO[bytes]) -> DatasetStream:
     stream = DatasetStream({}, iter(()))
-    stream.batches = _jsonl_windows(p, fh, stream.notices)
+    stream.batches = _jsonl_windows(path, fh, stream.notices)
     return stream
 
 
