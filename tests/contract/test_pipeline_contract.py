@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from caseshelf.domain.errors import BadRequest, Conflict, NotFound, TooLarge
 from caseshelf.services.registry import RegistryService, parse_dataset, parse_head
 from tests.conftest import Backend
-from tests.contract.test_registry_contract import ALICE, cases
+from tests.contract.test_registry_contract import ALICE, SHARED_ADMIN, cases
 
 pytestmark = pytest.mark.contract
 
@@ -134,3 +135,41 @@ def test_the_head_of_a_stream_is_validated_like_a_document() -> None:
         parse_head({"id": "gsm", "version": "1", "cases": []})
     with pytest.raises(BadRequest, match="version"):
         parse_head({"id": "gsm"})
+
+
+def test_a_derived_version_keeps_the_bodies_of_its_parent_in_any_tenant(
+    registry: RegistryService,
+) -> None:
+    # Given a version with file bodies and a shared file, in the tenant and in _shared
+    doc = {
+        "id": "gsm",
+        "version": "1.0.0",
+        "shared_files": [{"dest": "env/setup.sh", "text": "echo hi\n"}],
+        "cases": with_files(30),
+    }
+    mine = registry.register(ALICE, parse_dataset(doc)).record
+    shared = registry.register(SHARED_ADMIN, parse_dataset(doc)).record
+    for parent in (mine, shared):
+        # When some of its cases become a version of another dataset
+        derived = registry.register_derived(
+            ALICE,
+            name=f"pick-{parent.tenant}",
+            version="1",
+            bump=None,
+            parent=parent,
+            indices=[3, 20, 29],
+            produced_by={"subset": True},
+        )
+        # Then its cases and bodies read back as the parent's
+        got = registry.list_cases(ALICE, f"pick-{parent.tenant}", "1").items
+        assert [c["id"] for c in got] == ["q00003", "q00020", "q00029"]
+        body = registry.file_body(derived.record, got[1]["files"]["big.bin"]["digest"])
+        assert len(body) == 600_000
+        rendered = orjson.loads(registry.render_version(derived.record))
+        assert rendered["shared_files"] == [{"dest": "env/setup.sh", "text": "echo hi\n"}]
+        # And the same tenant's derived version stores no case bytes of its own
+        if parent.tenant == ALICE.tenant:
+            assert derived.stats.case_bytes_written == 0
+            assert derived.stats.cases_reused == 3
+        else:
+            assert derived.stats.case_bytes_written > 0

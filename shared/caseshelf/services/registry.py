@@ -582,13 +582,21 @@ class RegistryService:
         _check_head(head)
         if parent.tenant == tenant:
             batches = [_located(src, indices)]
-            known = src.locations_by_digest()
+            known, known_blobs = src.locations_by_digest(), src.blob_locations()
         else:
             batches = [self._copied(parent, src, indices)]
-            known = {}
+            known, known_blobs = {}, {}
         with self.fence.writing(tenant) as lease:
             return self._register(
-                identity, tenant, lease, head, batches, buffered=True, known=known, dedup=False
+                identity,
+                tenant,
+                lease,
+                head,
+                batches,
+                buffered=True,
+                known=known,
+                known_blobs=known_blobs,
+                dedup=False,
             )
 
     def register_records(
@@ -634,11 +642,12 @@ class RegistryService:
         *,
         buffered: bool,
         known: dict[str, Location] | None = None,
+        known_blobs: dict[str, Location] | None = None,
         dedup: bool = True,
     ) -> RegisterResult:
-        """The pipeline from staged batches on. `known`: records stored already that the plan
-        may point at besides the base version's; `dedup=False`: no base version (a derived
-        version points at its parent's records)."""
+        """The pipeline from staged batches on. `known` / `known_blobs`: records and bodies
+        stored already that the plan may point at besides the base version's; `dedup=False`:
+        no base version (a derived version points at its parent's records)."""
         records = self.index.list_versions(tenant, KIND, head.name)
         base = self._base_manifest(head, records) if dedup else None
         ahead: frozenset[str] = frozenset()
@@ -662,7 +671,13 @@ class RegistryService:
             assert settled is not None
             return settled
         manifest, mkey, stats = self._write(
-            tenant, head, batches, base=base, known=known, inline_ahead=ahead
+            tenant,
+            head,
+            batches,
+            base=base,
+            known=known,
+            known_blobs=known_blobs,
+            inline_ahead=ahead,
         )
         return self._commit(identity, head, manifest, mkey, stats, lease)
 
@@ -853,6 +868,7 @@ class RegistryService:
         *,
         base: Manifest | None,
         known: dict[str, Location] | None,
+        known_blobs: dict[str, Location] | None = None,
         inline_ahead: frozenset[str] = frozenset(),
     ) -> tuple[Manifest, str, WriteStats]:
         """Apply each batch's plan: new records into packs (put-if-absent, named by digest),
@@ -860,7 +876,8 @@ class RegistryService:
         visible until `_commit`. `inline_ahead`: bodies a later batch sends inline (a buffered
         source's; a streamed one names a body stored, or sent earlier in the stream)."""
         reusable = {**(base.locations_by_digest() if base is not None else {}), **(known or {})}
-        blobs = BlobWriter(self.store, tenant, base.blob_locations() if base is not None else {})
+        stored = base.blob_locations() if base is not None else {}
+        blobs = BlobWriter(self.store, tenant, {**stored, **(known_blobs or {})})
         packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
         builder = ManifestBuilder(
             description=head.description, tags=list(head.tags), shared_files=list(head.shared_files)
