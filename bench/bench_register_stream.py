@@ -123,7 +123,7 @@ def main() -> int:
             "slice_10pct": small,
             "peak_rss_ratio": rss_ratio,
             "target": TARGET,
-            "met": rss_ratio <= TARGET,
+            "pass": rss_ratio <= TARGET,
         }
     )
     return 0

@@ -92,7 +92,7 @@ def test_a_streamed_v2_reuses_the_records_of_v1(registry: RegistryService) -> No
         (lambda c: c.__setitem__(30, {"inputs": {"user": "x"}}), BadRequest, "index 30"),
         (lambda c: c.__setitem__(30, {**c[2]}), BadRequest, "duplicate case ids: q00002"),
         (
-            lambda c: c.__setitem__(30, {**c[30], "inputs": {"user": "z" * 5_000_000}}),
+            lambda c: c.__setitem__(30, {**c[30], "inputs": {"user": "z" * 5_000}}),
             TooLarge,
             "'q00030'",
         ),
@@ -107,8 +107,13 @@ def test_a_streamed_v2_reuses_the_records_of_v1(registry: RegistryService) -> No
     ids=["bad-field", "no-id", "repeated-id", "too-large", "missing-ref"],
 )
 def test_a_refused_stream_names_the_case_and_registers_nothing(
-    registry: RegistryService, bad: Any, error: type[Exception], needle: str
+    registry: RegistryService,
+    bad: Any,
+    error: type[Exception],
+    needle: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(registry, "max_case_bytes", 4_000)
     items = cases(40)
     bad(items)
     with pytest.raises(error, match=needle):
