@@ -37,6 +37,7 @@ from caseshelf.api.routes import (
 from caseshelf.domain.canonical import hex_of
 from caseshelf.domain.models import DatasetVersionInput
 from caseshelf.services.browse import BrowseService
+from caseshelf.services.bulk import gc_paused
 from caseshelf.services.registry import RegistryService
 
 app = make_resolver(
@@ -368,4 +369,7 @@ def me() -> browse_dto.MeOut:
 
 @instrumented
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return app.resolve(event, context)
+    # A registration validates a whole document into a model per case: scoped, the cyclic
+    # collector stays out of it (`caseshelf.services.bulk`: four times faster at 100,000 cases).
+    with gc_paused():
+        return app.resolve(event, context)

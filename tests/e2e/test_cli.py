@@ -218,6 +218,27 @@ def test_files_without_id_or_version_take_them_from_options(cli: Cli) -> None:
     assert (reg["id"], reg["version"], reg["case_count"]) == ("q", "1.0.0", 3)
 
 
+def test_a_jsonl_file_streams_into_the_version_a_whole_document_makes(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # Given 2,500 cases (more than one window) as JSON Lines, one of them invalid
+    cases = [{"id": f"c{i:04d}", "inputs": {"user": f"q{i}"}} for i in range(2500)]
+    bad = [*cases[:2300], {"id": "c2300", "inputs": {"nope": 1}}, *cases[2301:]]
+    lines = tmp_path / "cases.jsonl"
+    lines.write_text("".join(json.dumps(c) + "\n" for c in bad), encoding="utf-8")
+    # When it is registered, the error names the case and nothing is registered
+    run = cli("register", lines, "--dataset", "big", "--version", "1.0.0")
+    assert run.code == 1 and "'c2300'" in run.err and "inputs" in run.err, run.err
+    assert cli("ls", "--json").json()["items"] == []
+    # When it is fixed, it registers as the same version the whole document gives
+    lines.write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    streamed = cli("register", lines, "--dataset", "big", "--version", "1.0.0", "--json").json()
+    doc = write(tmp_path / "big.json", {"id": "copy", "version": "1.0.0", "cases": cases})
+    whole = cli("register", doc, "--json").json()
+    assert streamed["case_count"] == 2500
+    assert streamed["content_digest"] == whole["content_digest"]
+
+
 def test_failed_commands_exit_1_with_a_clear_error(cli: Cli) -> None:
     cli("register", DEMO_JSON)
     cases: dict[str, tuple[list[str | Path], str]] = {

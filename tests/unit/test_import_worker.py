@@ -15,7 +15,6 @@ from caseshelf.adapters.sources import (
     SourceReader,
     Worker,
     WorkerFailed,
-    _Outbox,
     in_worker,
     smart_opener,
 )
@@ -197,63 +196,6 @@ def test_a_file_of_one_line_is_not_split(tmp_path):
     path.write_bytes(b'{"q": "a"}\n{"q": "b"}')
     assert sources._line_end_after(path, 0, 21) == 11
     assert sources._line_end_after(path, 12, 21) is None
-
-
-def test_the_outbox_holds_what_the_pipe_cannot_take_and_hands_it_all_over(monkeypatch):
-    # Given a pipe nobody reads yet, and messages far larger than it holds
-    read_fd, write_fd = os.pipe()
-    monkeypatch.setattr(sources, "WORKER_BUFFER_BYTES", 8 << 20)
-    out = _Outbox(write_fd)
-    messages = [("item", bytes([i]) * (256 << 10)) for i in range(12)]
-    # When they are sent: the sender is not held up while the outbox has room
-    for m in messages:
-        out.send(m)
-    assert out.held > 0
-    # Then once a reader drains the pipe, every message arrives whole and in order
-    import pickle
-    import threading
-
-    got = []
-
-    def read():
-        with open(read_fd, "rb") as fh:
-            got.extend(pickle.load(fh) for _ in messages)
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    out.drain(0)
-    os.close(write_fd)
-    reader.join(timeout=10)
-    assert got == messages and out.held == 0
-
-
-def test_a_full_outbox_waits_for_room(monkeypatch):
-    # Given an outbox that may hold little more than one message
-    import pickle
-    import threading
-    import time
-
-    read_fd, write_fd = os.pipe()
-    monkeypatch.setattr(sources, "WORKER_BUFFER_BYTES", 300 << 10)
-    out = _Outbox(write_fd)
-    got = []
-
-    def read():
-        time.sleep(0.2)
-        with open(read_fd, "rb") as fh:
-            got.extend(pickle.load(fh) for _ in range(8))
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    # When more is sent than the pipe and the outbox hold together
-    for i in range(8):
-        out.send(("item", bytes([i]) * (256 << 10)))
-        # Then the sender waits for the reader rather than hold more than its share
-        assert out.held <= (300 << 10) + (256 << 10) + 100
-    out.drain(0)
-    os.close(write_fd)
-    reader.join(timeout=10)
-    assert [m[1][0] for m in got] == list(range(8))
 
 
 @needs_fork

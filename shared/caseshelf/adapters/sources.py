@@ -22,17 +22,17 @@ import gzip
 import io
 import ipaddress
 import os
+import queue
 import socket
 import sys
 import zlib
-from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from itertools import islice
 from pathlib import Path
-from typing import IO, Any, Generic, NoReturn, TypeVar
+from typing import IO, Any, Generic, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
@@ -64,9 +64,11 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 SOURCE_LIMITS = archives.Limits(max_entries=0, max_total_bytes=64 * 1024**3)
 # A local file at least this large has its rows mapped in a worker process (`in_worker`).
 WORKER_MIN_BYTES = 4 << 20
-PIPE_BYTES = 1 << 20
-# A worker holds at most this much of its output while the importing process is busy elsewhere.
-WORKER_BUFFER_BYTES = 64 << 20
+# A worker runs at most this many items (record batches of up to 4 MiB) ahead of the importing
+# process while that one is busy elsewhere.
+WORKER_QUEUE_ITEMS = 16
+# How long the importing process waits for an item before it checks that the worker still runs.
+WORKER_SILENCE_S = 1.0
 # Of a large plain jsonl file, the importing process maps this first share of the rows itself
 # (at most HEAD_MAX_BYTES of them) while the worker maps the rest: per row, the worker's part of
 # the work (parse, map, canonicalise) costs more than the importer's (hash, store), so the
@@ -580,11 +582,11 @@ def in_worker(items: Iterator[T]) -> Iterator[T]:
     """`items`, produced in a forked child process while the caller consumes them in order.
 
     The child starts on the first `next()`, runs the unstarted iterator it inherited (reading the
-    file, mapping and canonicalising rows: pure work), and streams each item back pickled over a
-    pipe. A `CaseshelfError` it raises is raised here with the same type, detail and fields, after
-    the items before it; any other failure is a `WorkerFailed`. Closing the generator early (the
-    consumer failed) kills the child. When no process can be forked, the items are produced
-    here."""
+    file, mapping and canonicalising rows: pure work), and streams each item back over a bounded
+    queue (`Worker`). A `CaseshelfError` it raises is raised here with the same type, detail
+    and fields, after the items before it; any other failure is a `WorkerFailed`. Closing the
+    generator early (the consumer failed) kills the child. When no process can be forked, the
+    items are produced here."""
     worker = Worker(items)
     try:
         yield from worker.results()
@@ -630,52 +632,40 @@ def _jsonl_part(path: Path, name: str, start: int, end: int | None = None) -> Ro
 
 
 class Worker(Generic[T]):
-    """`items` produced in a forked child process from now on; `results()` are they, in order.
+    """`items` produced in a child process from now on; `results()` are they, in order.
 
-    The child runs the unstarted iterator it inherited (pure work: reading a file, mapping and
-    canonicalising rows) and streams each item back pickled over a pipe, holding up to
-    `WORKER_BUFFER_BYTES` of them while the caller is busy elsewhere. A `CaseshelfError` it
-    raises is raised by `results()` with the same type, detail and fields, after the items before
-    it; any other failure is a `WorkerFailed`. `close()` kills a child that has not finished and
-    reaps it. When no process can be forked, the items are produced here, by `results()`. The
-    child writes nothing but the pipe and leaves with `os._exit`, so no buffer, handler or
-    finaliser of the parent runs twice."""
+    The child (`multiprocessing`, forked: it inherits the unstarted iterator, pure work such as
+    reading a file, mapping and canonicalising rows) puts each item on a bounded queue, at most
+    `WORKER_QUEUE_ITEMS` ahead of the caller. A `CaseshelfError` it raises is raised by
+    `results()` with the same type, detail and fields, after the items before it; any other
+    failure is a `WorkerFailed`. `close()` stops a child that has not finished and reaps it.
+    When no process can be started, the items are produced here, by `results()`."""
 
     def __init__(self, items: Iterator[T]) -> None:
-        self.items: Iterator[T] | None = None
-        self.pid = 0
-        self.finished = False
-        read_fd, write_fd = os.pipe()
-        if sys.platform == "linux":  # a larger pipe means fewer context switches; optional
-            import fcntl
+        import multiprocessing
 
-            with suppress(OSError):
-                fcntl.fcntl(write_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+        self.items: Iterator[T] | None = None
+        self.finished = False
+        context = multiprocessing.get_context("fork")
+        self.queue: Any = context.Queue(WORKER_QUEUE_ITEMS)
+        self.process: Any = context.Process(target=_serve, args=(items, self.queue), daemon=True)
         try:
-            pid = os.fork()
+            self.process.start()
         except OSError:  # no process to spare (EAGAIN, ENOMEM): do the work here instead
-            os.close(read_fd)
-            os.close(write_fd)
+            self.queue.close()
+            self.process = None
             self.items = items
-            return
-        if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
-            os.close(read_fd)
-            _serve(items, write_fd)
-        os.close(write_fd)
-        self.pid = pid
-        self.pipe = open(read_fd, "rb", buffering=PIPE_BYTES)  # noqa: SIM115 - closed by close()
 
     def results(self) -> Iterator[T]:
         if self.items is not None:
             yield from self.items
             return
-        import pickle
-
-        load = pickle.load
         while True:
             try:
-                kind, payload = load(self.pipe)
-            except EOFError:
+                kind, payload = self.queue.get(timeout=WORKER_SILENCE_S)
+            except queue.Empty:
+                if self.process.is_alive():
+                    continue
                 raise WorkerFailed("the import worker process stopped unexpectedly") from None
             if kind == "item":
                 yield payload
@@ -689,77 +679,25 @@ class Worker(Generic[T]):
             raise WorkerFailed(f"the import worker process failed: {payload}")
 
     def close(self) -> None:
-        if not self.pid:
+        process, self.process = self.process, None
+        if process is None:
             return
-        import signal
-
-        pid, self.pid = self.pid, 0
         if not self.finished:
-            with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        self.pipe.close()
-        os.waitpid(pid, 0)
+            process.kill()
+        self.queue.close()
+        self.queue.cancel_join_thread()
+        process.join()
+        process.close()
 
 
-class _Outbox:
-    """The child's messages to the parent: written as far as the pipe takes them without
-    waiting, the rest held (up to `WORKER_BUFFER_BYTES`) so that the child keeps working while
-    the parent is busy with other rows."""
-
-    def __init__(self, fd: int) -> None:
-        os.set_blocking(fd, False)
-        self.fd = fd
-        self.pending: deque[memoryview] = deque()
-        self.held = 0
-
-    def send(self, message: tuple[str, Any]) -> None:
-        import pickle
-
-        data = memoryview(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
-        self.pending.append(data)
-        self.held += len(data)
-        self.drain(WORKER_BUFFER_BYTES)
-
-    def drain(self, keep: int) -> None:
-        """Write what the pipe takes; wait for room while more than `keep` bytes are held."""
-        import select
-
-        pending = self.pending
-        writable = None
-        while pending:
-            try:
-                n = os.write(self.fd, pending[0])
-            except BlockingIOError:
-                if self.held <= keep:
-                    return
-                if writable is None:  # poll, not select: a process may hold fds past 1024
-                    writable = select.poll()
-                    writable.register(self.fd, select.POLLOUT)
-                writable.poll()
-                continue
-            self.held -= n
-            if n == len(pending[0]):
-                pending.popleft()
-            else:
-                pending[0] = pending[0][n:]
-
-
-def _serve(items: Iterator[Any], fd: int) -> NoReturn:  # pragma: no cover - child process
-    code = 0
+def _serve(items: Iterator[Any], out: Any) -> None:  # pragma: no cover - child process
+    message: tuple[str, Any]
     try:
-        out = _Outbox(fd)
-        message: tuple[str, Any]
-        try:
-            for item in items:
-                out.send(("item", item))
-            message = ("done", None)
-        except CaseshelfError as exc:
-            message = ("error", (type(exc), exc.detail, exc.fields))
-        except Exception as exc:  # reported to the parent, which raises
-            message = ("failed", f"{type(exc).__name__}: {exc}")
-        out.send(message)
-        out.drain(0)
-    except BaseException:  # the parent sees the pipe close early
-        code = 1
-    finally:
-        os._exit(code)
+        for item in items:
+            out.put(("item", item))
+        message = ("done", None)
+    except CaseshelfError as exc:
+        message = ("error", (type(exc), exc.detail, exc.fields))
+    except Exception as exc:  # reported to the parent, which raises
+        message = ("failed", f"{type(exc).__name__}: {exc}")
+    out.put(message)

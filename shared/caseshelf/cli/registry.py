@@ -131,6 +131,21 @@ def load_body(
     doc, notices = load_dataset(file)
     for line in notices:  # deprecated shapes still load; say so once per file and code
         warn(line)
+    return with_overrides(file, doc, dataset=dataset, version=version, bump=bump, base=base)
+
+
+def with_overrides(
+    file: Path,
+    doc: dict[str, Any],
+    *,
+    dataset: str | None,
+    version: str | None,
+    bump: BumpKind | str | None,
+    base: str | None,
+) -> dict[str, Any]:
+    """A dataset document (or its head) with the command-line overrides applied."""
+    if version is not None and bump is not None:
+        raise typer.BadParameter("give either --version or --bump, not both")
     body = dict(doc)
     if dataset is not None:
         body["id"] = dataset
@@ -147,6 +162,56 @@ def load_body(
     if body.get("version") is None and body.get("bump") is None:
         raise typer.BadParameter(f"{file} names no version; give --version LABEL or --bump")
     return body
+
+
+def _register_file(
+    file: Path,
+    *,
+    dataset: str | None,
+    version: str | None,
+    bump: BumpKind | str | None,
+    base: str | None,
+    dry_run: bool = False,
+) -> tuple[str | None, dict[str, Any]]:
+    """`register` (with `dry_run`, `validate`) of a FILE larger than one request body: handed
+    to the client as a file (`Client.register_file`), uploaded and read by the server's job a
+    window of cases at a time, on the embedded store as over HTTP; the dataset id where the
+    command line names it, and the answer."""
+    from caseshelf.client.core import STREAM_FILE_BYTES
+
+    if version is not None and bump is not None:
+        raise typer.BadParameter("give either --version or --bump, not both")
+    if file.suffix.lower() in (".jsonl", ".ndjson"):
+        if dataset is None:
+            raise typer.BadParameter(f"{file} names no dataset id; give --dataset ID")
+        if version is None and bump is None:
+            raise typer.BadParameter(f"{file} names no version; give --version LABEL or --bump")
+    size = file.stat().st_size
+    verb = "validating" if dry_run else "registering"
+    note(f"{file.name}: {size} bytes, over {STREAM_FILE_BYTES >> 20} MiB: {verb} it as a file")
+    with progress(f"uploading {file.name}", total=size) as bar:
+        out = wire(
+            client().register_file(
+                file,
+                dataset=dataset,
+                version=version,
+                bump=None if bump is None else str(bump),
+                base=base,
+                dry_run=dry_run,
+                progress=bar.advance,
+            )
+        )
+    return out.get("id", dataset), out
+
+
+def _large(file: Path) -> bool:
+    """FILE is registered from the file (`_register_file`), not parsed here whole."""
+    from caseshelf.client.core import STREAM_FILE_BYTES
+
+    try:
+        return file.stat().st_size > STREAM_FILE_BYTES
+    except OSError:
+        return False  # (the whole-document path words the error)
 
 
 def _case_count(body: dict[str, Any]) -> int | None:
@@ -230,19 +295,24 @@ def register_commands(app: typer.Typer) -> None:
         base: BaseOpt = None,
     ) -> None:
         """Register a dataset version from FILE (idempotent for the same content)."""
-        body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
-        n = _case_count(body)
-        with progress(f"registering {body['id']}", total=n) as bar:
+        from caseshelf.services.bulk import gc_paused
 
-            def uploading(size: int) -> None:
-                # Over the API's request limit: the client sends it through an upload.
-                note(f"{body['id']}: {size} bytes, over the API's request limit: uploading")
-                bar.restart(f"uploading {body['id']}", size)
+        if _large(file):
+            out = _register_file(file, dataset=dataset, version=version, bump=bump, base=base)[1]
+        else:
+            body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
+            n = _case_count(body)
+            with progress(f"registering {body['id']}", total=n) as bar, gc_paused():
 
-            out = wire(client().register(body, progress=bar.advance, total=uploading))
-            if n is not None:
-                bar.restart(f"registered {body['id']}", n)
-                bar.advance(out["case_count"])
+                def uploading(size: int) -> None:
+                    # Over the API's request limit: the client sends it through an upload.
+                    note(f"{body['id']}: {size} bytes, over the API's request limit: uploading")
+                    bar.restart(f"uploading {body['id']}", size)
+
+                out = wire(client().register(body, progress=bar.advance, total=uploading))
+                if n is not None:
+                    bar.restart(f"registered {body['id']}", n)
+                    bar.advance(out["case_count"])
 
         def render(o: dict[str, Any]) -> None:
             verb = "registered" if o["created"] else "unchanged, already registered"
@@ -262,19 +332,26 @@ def register_commands(app: typer.Typer) -> None:
 
         Exits 1 when registering it would conflict with a registered version.
         """
-        body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
-        with progress(f"validating {body['id']}"):
-            out = wire(client().validate(body))
+        from caseshelf.services.bulk import gc_paused
+
+        if _large(file):
+            name, out = _register_file(
+                file, dataset=dataset, version=version, bump=bump, base=base, dry_run=True
+            )
+        else:
+            body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
+            name = body["id"]
+            with progress(f"validating {name}"), gc_paused():
+                out = wire(client().validate(body))
+        label = f"{name}@{out['version']}" if name else out["version"]
 
         def render(o: dict[str, Any]) -> None:
-            say(
-                f"valid {body['id']}@{o['version']}  {o['content_digest']}  {o['case_count']} cases"
-            )
+            say(f"valid {label}  {o['content_digest']}  {o['case_count']} cases")
 
         emit(out, render)
         if out.get("would_conflict"):
             abort(
-                f"{body['id']}@{out['version']} is already registered with other content; "
+                f"{label} is already registered with other content; "
                 "registering this file would conflict"
             )
 

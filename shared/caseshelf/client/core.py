@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
 from caseshelf.client.refs import parse_ref, parse_version
 from caseshelf.client.transport import Http, InProcess, Request, Transport
@@ -61,6 +61,9 @@ PAGE_MAX = 1000
 NEXT_CURSOR_HEADER = "X-Next-Cursor"  # the cases route's (functions/registry/app.py)
 JOB_POLL_SECONDS = 0.5
 DOWNLOAD_CHUNK = 1 << 20  # what a streamed download holds at a time
+# A dataset file larger than this is registered from the file (`register_file`: uploaded, then
+# read by the server a window of cases at a time) rather than parsed here into one document.
+STREAM_FILE_BYTES = 5 << 20
 
 Progress = Callable[[int], None]
 
@@ -167,8 +170,29 @@ class Client:
         the limit a 413 names) goes through `POST /uploads` as a `dataset` upload instead: the
         same answer and the same errors, after the server's job has registered it (`wait`
         seconds at most). `total(n)` is told its size in bytes and `progress(n)` each piece as
-        it is sent. In process nothing caps the size."""
+        it is sent. In process nothing caps the size. A `cases` file larger than
+        `STREAM_FILE_BYTES` (with no `description`, `tags` or `shared_files` beside it) is
+        registered from the file as it is (`register_file`), so no side holds all of it."""
+        from caseshelf.api.dto import RegisterOut
 
+        if (
+            _large_file(cases)
+            and (dataset is None or isinstance(dataset, str))
+            and description is None
+            and tags is None
+            and shared_files is None
+        ):  # read by the server a window at a time, not parsed here whole
+            out = self.register_file(
+                cases,
+                dataset=dataset,
+                version=version,
+                bump=bump,
+                base=base,
+                progress=progress,
+                wait=wait,
+            )
+            assert isinstance(out, RegisterOut)
+            return out
         doc = self.dataset_document(
             dataset,
             cases=cases,
@@ -249,6 +273,58 @@ class Client:
         if job.state == "failed":
             raise job_error(up.job_id, job.error)
         return job
+
+    def register_file(
+        self,
+        path: str | Path,
+        *,
+        dataset: str | None = None,
+        version: str | None = None,
+        bump: str | None = None,
+        base: str | None = None,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+        wait: float = 900.0,
+    ) -> RegisterOut | ValidateOut:
+        """Register (with `dry_run`, validate) a dataset file as it is: `.json`, `.jsonl` or
+        `.yaml`, a dataset document or a bare list of cases, `dataset`/`version`/`bump`/`base`
+        overriding its own. The file is uploaded (`POST /uploads`, kind `dataset`, sent 1 MiB at
+        a time, `progress(n)` per piece) and the server's job reads it a window of cases at a
+        time, so neither side holds the whole file: the way in for files of any size, the same
+        in process and over HTTP. The answer and the errors are those of `POST /datasets`
+        (`/validate`)."""
+        import re
+
+        from caseshelf.api.dto import RegisterOut, ValidateOut
+        from caseshelf.client.transport import job_error, put_url
+
+        p = Path(path)
+        if not p.is_file():
+            raise BadRequest(f"{p}: no such file", field="file")
+        name = re.sub(r"[^A-Za-z0-9._-]", "-", p.name).lstrip(".-") or "dataset.json"
+        request: dict[str, Any] = {"kind": "dataset", "filename": name}
+        overrides = {"dataset": dataset, "version": version, "bump": bump, "base": base}
+        request.update({k: v for k, v in overrides.items() if v is not None})
+        if dry_run:
+            request["dry_run"] = True
+        up = self.create_upload(request)
+        if not up.upload_url:
+            raise BadRequest(
+                "this API gives no upload URL, so a dataset file cannot be sent as it is: "
+                "register it as a document (`register(...)`)"
+            )
+        size = p.stat().st_size
+        with p.open("rb") as fh:
+            if isinstance(self.transport, InProcess) and self.transport.serves(up.upload_url):
+                self.transport.put_url(up.upload_url, cast(BinaryIO, _counting(fh, progress)), size)
+            else:
+                put_url(up.upload_url, fh, size=size, progress=progress)
+        job = self.wait_for_job(up.job_id, wait=wait)
+        if job.state == "failed":
+            raise job_error(up.job_id, job.error)
+        if dry_run:
+            return self._as(ValidateOut, job.result)
+        return self._as(RegisterOut, job.result)
 
     def validate(
         self,
@@ -1118,6 +1194,29 @@ class Client:
 
 
 # -- helpers --------------------------------------------------------------------------------------
+
+
+def _large_file(cases: Any) -> bool:
+    """`cases` names a dataset file larger than `STREAM_FILE_BYTES`."""
+    if not isinstance(cases, str | Path):
+        return False
+    try:
+        return Path(cases).stat().st_size > STREAM_FILE_BYTES
+    except OSError:
+        return False
+
+
+class _counting:
+    """A binary file whose reads are told to `progress(n)` (None: told to no one)."""
+
+    def __init__(self, fh: BinaryIO, progress: Progress | None) -> None:
+        self._fh, self._progress = fh, progress
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._fh.read(n)
+        if data and self._progress is not None:
+            self._progress(len(data))
+        return data
 
 
 def _cases_part(cases: Any) -> dict[str, Any]:

@@ -598,16 +598,18 @@ class JobService:
         self, job: dict[str, Any], identity: Identity, spec: DatasetUpload
     ) -> dict[str, Any]:
         """The uploaded document registered as `POST /datasets` registers its body: read by the
-        dataset file rules (`caseshelf.services.loaders`), validated by the same model (errors
-        name the case id, row and field), registered by the same service. The result is the
-        route's answer (`RegisterOut`); with `dry_run`, `POST /datasets/validate`'s
-        (`ValidateOut`), and nothing is stored."""
-        from caseshelf.services.loaders import dataset_from_document, parse_document
-        from caseshelf.services.registry import parse_dataset
+        dataset file rules (`caseshelf.services.loaders.stream_dataset_from`: a `.jsonl` a
+        window of cases at a time, from ranged reads of the object), validated by the same
+        model (errors name the case id, row and field), registered by the same service through
+        its streamed entry (`register_stream`). The result is the route's answer
+        (`RegisterOut`); with `dry_run`, `POST /datasets/validate`'s (`ValidateOut`), and
+        nothing is stored."""
+        from caseshelf.services.loaders import stream_dataset_from
+        from caseshelf.services.objectio import open_object
+        from caseshelf.services.registry import parse_head
 
-        raw, _codes = dataset_from_document(
-            parse_document(spec.filename, self.store.get(job["key"])), spec.filename
-        )
+        stream = stream_dataset_from(open_object(self.store, job["key"]), spec.filename)
+        raw = dict(stream.head)
         if spec.dataset is not None:
             raw["id"] = spec.dataset
         if spec.version is not None:
@@ -618,9 +620,9 @@ class JobService:
             raw.pop("version", None)
         if spec.base is not None:
             raw["base"] = spec.base
-        body = parse_dataset(raw)
+        head = parse_head(raw)
         if spec.dry_run:
-            checked = self.registry.validate(identity, body)
+            checked = self.registry.validate_stream(identity, head, stream.batches)
             return {
                 "valid": True,
                 "would_conflict": checked.would_conflict,
@@ -628,7 +630,7 @@ class JobService:
                 "case_count": checked.case_count,
                 "version": checked.version,
             }
-        res = self.registry.register(identity, body)
+        res = self.registry.register_stream(identity, head, stream.batches)
         rec = res.record
         return {
             "id": rec.name,

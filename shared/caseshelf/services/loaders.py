@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 import yaml
@@ -31,7 +33,6 @@ from caseshelf.domain.notices import BARE_LIST, notice_message
 from caseshelf.domain.paths import check_relative_path
 from caseshelf.domain.strictjson import loads as strict_loads
 from caseshelf.domain.strictjson import parsed_exactly
-from caseshelf.services.bulk import gc_paused
 
 JSON_SUFFIXES = frozenset({".json"})
 JSONL_SUFFIXES = frozenset({".jsonl", ".ndjson"})
@@ -61,29 +62,32 @@ def _decode(path: Path, data: bytes) -> str:
 def parse_json(path: Path, data: bytes | str) -> Any:
     """One JSON document, every value as written (`caseshelf.domain.strictjson`): a key given
     twice is refused, an integer beyond 64 bits is kept exactly (and refused by the models)."""
-    with gc_paused():
-        return strict_loads(data, where=str(path))
+    return strict_loads(data, where=str(path))
 
 
 def parse_jsonl(path: Path, data: bytes) -> list[Any]:
     """One JSON value per non-blank line; errors name the line."""
+    return _jsonl_values(path, [(n, line) for n, line in enumerate(data.splitlines(), start=1)])
+
+
+def _jsonl_values(path: Path, lines: Iterable[tuple[int, bytes]]) -> list[Any]:
+    """The values of numbered JSONL lines (blank ones skipped), every value as written."""
     items = []
     raws = []
-    with gc_paused():
-        for lineno, line in enumerate(data.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                items.append(orjson.loads(line))
-            except orjson.JSONDecodeError as exc:
-                raise BadRequest(
-                    f"{path}: invalid JSON on line {lineno} column {exc.colno}: {exc.msg}",
-                    field="file",
-                    row=lineno,
-                ) from None
-            raws.append((lineno, line))
-        if not parsed_exactly([line for _, line in raws], items):
-            items = [strict_loads(line, where=f"{path}: line {n}") for n, line in raws]
+    for lineno, line in lines:
+        if not line.strip():
+            continue
+        try:
+            items.append(orjson.loads(line))
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(
+                f"{path}: invalid JSON on line {lineno} column {exc.colno}: {exc.msg}",
+                field="file",
+                row=lineno,
+            ) from None
+        raws.append((lineno, line))
+    if not parsed_exactly([line for _, line in raws], items):
+        items = [strict_loads(line, where=f"{path}: line {n}") for n, line in raws]
     return items
 
 
@@ -174,12 +178,14 @@ def lab_item_id(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _normalise_items(
-    items: Any, path: str | Path, codes: _Codes, *, lab: bool = False
+    items: Any, path: str | Path, codes: _Codes, *, lab: bool = False, start: int = 0
 ) -> list[Any]:
+    """Items with the legacy shapes folded in; `start`: the index of the first (a window of a
+    longer list)."""
     if not isinstance(items, list):
         raise BadRequest(f"{path}: items must be a list", field="items")
     out: list[Any] = []
-    for index, item in enumerate(items):
+    for index, item in enumerate(items, start=start):
         if not isinstance(item, dict):
             out.append(item)  # left for validation, which names the index
             continue
@@ -296,3 +302,110 @@ def load_dataset(path: str | Path) -> tuple[dict[str, Any], list[str]]:
     `docs/migration.md#<code>` anchor; print them on stderr."""
     doc, codes = dataset_from_document(read_document(path), path)
     return doc, [notice_message(code, str(path)) for code in codes]
+
+
+# --- streaming: a window of cases at a time -------------------------------------------------
+
+STREAM_CASES = 1000  # cases per window
+STREAM_BYTES = 8 << 20  # a window of large cases closes early
+
+
+@dataclass
+class DatasetStream:
+    """A dataset file read a window of cases at a time: the document without its cases
+    (`head`), the cases in windows, legacy shapes folded in (`batches`, consumed once), and the
+    notice lines of the deprecated shapes met so far (each once; complete once `batches` is)."""
+
+    head: dict[str, Any]
+    batches: Iterator[list[Any]]
+    notices: list[str] = field(default_factory=list)
+
+
+def stream_dataset(path: str | Path) -> DatasetStream:
+    """`load_dataset`, streamed where the format allows: the lines of a `.jsonl`/`.ndjson` file
+    are read a window at a time, so memory holds a window of cases, not the file. A `.json` or
+    `.yaml` document is parsed whole (one value), then handed on a window at a time."""
+    p = Path(path)
+    if p.suffix.lower() not in JSONL_SUFFIXES:
+        return _split(*load_dataset(p), p)
+    try:
+        fh = p.open("rb")
+    except FileNotFoundError:
+        raise BadRequest(f"{p}: no such file", field="file") from None
+    except IsADirectoryError:
+        raise BadRequest(f"{p}: is a directory, not a dataset file", field="file") from None
+    except PermissionError:
+        raise BadRequest(f"{p}: permission denied", field="file") from None
+    return _jsonl_stream(p, fh)
+
+
+def stream_dataset_from(fh: IO[bytes], filename: str) -> DatasetStream:
+    """`stream_dataset` of a dataset file read from `fh` (an upload, say), its format named by
+    `filename`'s suffix. Nothing is read from disk besides `fh`: a lab Dataset must hold its
+    items (`spec.items`), not name a file beside it (`spec.path`)."""
+    p = Path(Path(filename).name)
+    if p.suffix.lower() in JSONL_SUFFIXES:
+        return _jsonl_stream(p, fh)
+    data = fh.read()
+    fh.close()
+    if p.suffix.lower() in YAML_SUFFIXES:
+        doc = parse_yaml(p, _decode(p, data))
+    else:
+        doc = parse_json(p, data.removeprefix(b"\xef\xbb\xbf"))
+    spec = doc.get("spec") if isinstance(doc, dict) else None
+    if isinstance(spec, dict) and "path" in spec and "items" not in spec:
+        raise BadRequest(
+            f"{p}: spec.path names a file beside the document; send the items inline (spec.items)",
+            field="spec.path",
+        )
+    raw, codes = dataset_from_document(doc, p)
+    return _split(raw, [notice_message(code, str(p)) for code in codes], p)
+
+
+def _split(doc: dict[str, Any], notices: list[str], path: Path) -> DatasetStream:
+    """A whole document as a stream: its head, and its cases a window at a time."""
+    if "cases" not in doc:
+        raise BadRequest(f"{path}: cases: Field required", field="cases")
+    cases = doc["cases"]
+    if not isinstance(cases, list):
+        raise BadRequest(f"{path}: cases: Input should be a valid list", field="cases")
+    head = {k: v for k, v in doc.items() if k != "cases"}
+    return DatasetStream(head, _windows(cases), notices)
+
+
+def _jsonl_stream(path: Path, fh: IO[bytes]) -> DatasetStream:
+    stream = DatasetStream({}, iter(()))
+    stream.batches = _jsonl_windows(path, fh, stream.notices)
+    return stream
+
+
+def _windows(cases: list[Any]) -> Iterator[list[Any]]:
+    for start in range(0, len(cases), STREAM_CASES):
+        yield cases[start : start + STREAM_CASES]
+
+
+def _jsonl_windows(path: Path, fh: IO[bytes], notices: list[str]) -> Iterator[list[Any]]:
+    """The cases of a JSONL file a window at a time; errors name the line."""
+    codes = _Codes()
+    start = 0
+    with fh:
+        window: list[tuple[int, bytes]] = []
+        size = 0
+        for lineno, line in enumerate(fh, start=1):
+            window.append((lineno, line))
+            size += len(line)
+            if len(window) >= STREAM_CASES or size >= STREAM_BYTES:
+                items = _normalise_items(_jsonl_values(path, window), path, codes, start=start)
+                _note(codes, notices, path)
+                start += len(items)
+                window, size = [], 0
+                yield items
+        if window:
+            items = _normalise_items(_jsonl_values(path, window), path, codes, start=start)
+            _note(codes, notices, path)
+            yield items
+
+
+def _note(codes: _Codes, notices: list[str], path: Path) -> None:
+    for code in codes.codes[len(notices) :]:
+        notices.append(notice_message(code, str(path)))

@@ -13,21 +13,19 @@ import hashlib
 import random
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import accumulate, islice, repeat
-from operator import add, methodcaller, sub
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from caseshelf.domain import layout
 from caseshelf.domain.canonical import (
     ContentDigester,
     canonical_json,
-    content_digest,
     digest_of,
     hex_of,
     inline_body,
@@ -48,6 +46,7 @@ from caseshelf.domain.models import (
     DatasetVersionInput,
     InlineBase64,
     InlineText,
+    SharedFileInput,
     StoredFile,
 )
 from caseshelf.domain.paging import check_limit, decode_position, encode_position
@@ -59,8 +58,8 @@ from caseshelf.domain.versions import (
     ordered,
     resolve_ref,
 )
+from caseshelf.domain.writeplan import plan_batch, record_spans
 from caseshelf.ports import BlobStore, Index, Page
-from caseshelf.services.bulk import gc_paused
 from caseshelf.services.fence import Lease, WriteFence
 from caseshelf.services.storage import (
     MAX_GAP_BYTES,
@@ -90,8 +89,6 @@ def _bump_pause(attempt: int) -> None:
 
 
 _DIGEST_PREFIX = "sha256:"
-_hexdigest = methodcaller("hexdigest")
-_plus_one = (1).__add__
 
 
 @dataclass(frozen=True)
@@ -150,24 +147,6 @@ class Download:
     body: bytes | None = None
 
 
-@dataclass
-class _Prepared:
-    name: str
-    cases: list[Case]
-    # Canonical bytes of every case, each followed by a newline (as packs hold them); case i is
-    # records[ends[i-1]:ends[i] - 1]. One buffer, not a bytes object per case: each
-    # serialisation leaves a heap hole behind, and 100,000 of those cost ten times the bytes
-    # themselves.
-    records: bytearray
-    ends: list[int]  # where each case ends in `records`, its newline included
-    digests: list[str]
-    case_tags: list[list[str]]  # sorted, unique tags of each case
-    bodies: dict[str, bytes]  # file bodies sent inline, by digest hex
-    refs: dict[str, tuple[str, str, int]]  # digest hex -> (case id, path, size) stored by ref
-    shared_files: list[dict[str, str]]
-    content_digest: str
-
-
 def unchanged_latest(records: list[VersionRecord], content_digest: str) -> VersionRecord | None:
     """The latest live version when it already holds this content: a bump then registers
     nothing (re-running the same import or bumped registration is idempotent)."""
@@ -184,8 +163,7 @@ def parse_dataset(raw: Any) -> DatasetVersionInput:
     if not isinstance(raw, dict):
         raise BadRequest("a dataset version is a JSON object")
     try:
-        with gc_paused():
-            return DatasetVersionInput.model_validate(raw)
+        return DatasetVersionInput.model_validate(raw)
     except ValidationError as exc:
         raise dataset_error(exc, raw) from None
 
@@ -219,16 +197,253 @@ def _decode_inline(entry: InlineText | InlineBase64, where: str) -> bytes:
         raise BadRequest(f"{where}: base64 body is not valid base64", field=where) from None
 
 
-def _repeated_id(ids: list[str]) -> BadRequest:
-    """The error for the first id of `ids` given twice, naming both positions: the case's row
-    for an import, each row making one case."""
+STAGE_CASES = 2048  # cases per staged batch of a dataset document
+
+
+@dataclass(frozen=True)
+class VersionHead:
+    """What a registration says of its version besides the cases: the dataset, the label (or
+    the bump), the base its dedup reuses, and the metadata the content digest covers."""
+
+    name: str
+    version: str | None = None
+    bump: str | None = None
+    base: str | None = None
+    description: str = ""
+    tags: tuple[str, ...] = ()  # sorted, unique
+    shared_files: tuple[dict[str, str], ...] = ()  # {dest, digest}, in order
+    produced_by: dict[str, Any] | None = None
+    shared_bodies: Mapping[str, bytes] = field(default_factory=dict)  # sent inline, by hex
+    shared_refs: Mapping[str, tuple[str, str, int]] = field(default_factory=dict)  # by digest
+
+
+def head_of(body: DatasetVersionInput) -> VersionHead:
+    """A validated document's head (its shared files decoded)."""
+    shared, bodies, refs = shared_part(body.shared_files)
+    return VersionHead(
+        name=body.id,
+        version=body.version,
+        bump=body.bump,
+        base=body.base,
+        description=body.description,
+        tags=tuple(sorted(set(body.tags))),
+        shared_files=tuple(shared),
+        produced_by=body.produced_by,
+        shared_bodies=bodies,
+        shared_refs=refs,
+    )
+
+
+def parse_head(raw: Any) -> VersionHead:
+    """The head of a dataset document whose cases come apart (`register_stream`): everything but
+    `cases`, validated as `parse_dataset` validates it."""
+    if not isinstance(raw, dict):
+        raise BadRequest("a dataset version is a JSON object")
+    if "cases" in raw:
+        raise BadRequest("the head of a streamed dataset holds no cases", field="cases")
+    return head_of(parse_dataset({**raw, "cases": []}))
+
+
+def _label(head: VersionHead, records: list[VersionRecord]) -> str:
+    """The label a registration takes: the one given, or the next the bump gives."""
+    return head.version if head.version is not None else next_version(records, head.bump or "")
+
+
+def _check_head(head: VersionHead) -> None:
+    check_dataset_id(head.name)
+    if (head.version is None) == (head.bump is None):
+        raise BadRequest("give either a version or a bump (major|minor|patch)", field="version")
+    if head.version is not None:
+        check_label(head.version)
+
+
+def shared_part(
+    shared_files: Sequence[SharedFileInput],
+) -> tuple[list[dict[str, str]], dict[str, bytes], dict[str, tuple[str, str, int]]]:
+    """A document's shared files as `{dest, digest}`, with the bodies sent inline (by digest
+    hex) and those sent by reference."""
+    bodies: dict[str, bytes] = {}
+    refs: dict[str, tuple[str, str, int]] = {}
+    shared: list[dict[str, str]] = []
+    for sf in shared_files:
+        if sf.digest is not None:
+            refs.setdefault(hex_of(sf.digest), ("", f"shared_files.{sf.dest}", -1))
+            shared.append({"dest": sf.dest, "digest": sf.digest})
+            continue
+        entry = (
+            InlineText(text=sf.text)
+            if sf.text is not None
+            else InlineBase64(base64=sf.base64 or "")
+        )
+        data = _decode_inline(entry, f"shared_files.{sf.dest}")
+        digest = digest_of(data)
+        bodies[hex_of(digest)] = data
+        shared.append({"dest": sf.dest, "digest": digest})
+    clash = sorted(d for d, n in Counter(s["dest"] for s in shared).items() if n > 1)
+    if clash:
+        raise BadRequest(
+            f"shared files with the same dest: {', '.join(clash)}", field="shared_files"
+        )
+    return shared, bodies, refs
+
+
+@dataclass
+class Staged:
+    """A batch of cases through validation, canonical form and digests: what the plan and the
+    writer take. `data` holds the canonical records back to back, each followed by a newline;
+    None when every record is stored already (the plan finds each in `known`)."""
+
+    ids: list[str]
+    digests: list[str]  # hex
+    tags: Sequence[Sequence[str]]  # sorted, unique tags of each case
+    lengths: list[int]  # bytes of each record, its newline not counted
+    data: bytes | bytearray | None = None
+    bodies: dict[str, bytes] = field(default_factory=dict)  # file bodies sent inline, by hex
+    refs: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # hex -> (case, path, size)
+    files: list[str] = field(default_factory=list)  # every body the batch names, by hex
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """`[case id, case digest]` of each case, as the content digest takes them."""
+        return list(zip(self.ids, [_DIGEST_PREFIX + d for d in self.digests], strict=True))
+
+
+def _digester(head: VersionHead) -> ContentDigester:
+    return ContentDigester(
+        description=head.description, tags=list(head.tags), shared_files=head.shared_files
+    )
+
+
+def _content_digest(head: VersionHead, batches: Iterable[Staged]) -> str:
+    digester = _digester(head)
+    for batch in batches:
+        digester.add(batch.pairs())
+    return digester.digest()
+
+
+def _staged_shared(head: VersionHead) -> Staged:
+    """The head's shared file bodies, as a batch without cases."""
+    return Staged([], [], [], [], bodies=dict(head.shared_bodies), refs=dict(head.shared_refs))
+
+
+def _all_refs(batches: Iterable[Staged]) -> dict[str, tuple[str, str, int]]:
+    refs: dict[str, tuple[str, str, int]] = {}
+    for batch in batches:
+        for hex_digest, where in batch.refs.items():
+            refs.setdefault(hex_digest, where)
+    return refs
+
+
+def _has_in(base: Manifest | None, batches: Iterable[Staged]) -> Callable[[str], bool]:
+    """Whether a body is stored in the base version or sent inline by one of `batches`."""
+    have = set(base.blob_locations() if base is not None else ())
+    for batch in batches:
+        have.update(batch.bodies)
+    return have.__contains__
+
+
+_CASE_LIST: TypeAdapter[list[Case]] = TypeAdapter(list[Case])
+
+
+def _validate_cases(raw: Sequence[Any], start: int) -> list[Case]:
+    """A batch of plain cases validated; an error names the case id (or its index in the whole
+    dataset, `start` being the batch's first) and the field, as `parse_dataset` does."""
+    try:
+        return _CASE_LIST.validate_python(list(raw))
+    except ValidationError as exc:
+        _, msg = validation_problem(exc)
+        loc = exc.errors(include_url=False)[0]["loc"]
+        at = loc[0] if loc and isinstance(loc[0], int) else 0
+        item = raw[at] if at < len(raw) else None
+        cid = item.get("id") if isinstance(item, dict) else None
+        case_id = cid if isinstance(cid, str) else None
+        index = start + at
+        where = f"case {case_id!r}" if case_id else f"case at index {index}"
+        field_path = ".".join(str(p) for p in loc[1:]) or "case"
+        raise BadRequest(
+            f"{where}: {field_path}: {msg}", case_id=case_id, index=index, field=field_path
+        ) from None
+
+
+def _check_sizes(batch: Staged, limit: int) -> None:
+    if batch.lengths and max(batch.lengths) > limit:
+        i = next(i for i, n in enumerate(batch.lengths) if n > limit)
+        case_id = batch.ids[i]
+        raise TooLarge(
+            f"case {case_id!r} is {batch.lengths[i]} bytes; the limit is {limit}", case_id=case_id
+        )
+
+
+def _record_digests(data: bytes | bytearray, lengths: Sequence[int]) -> list[str]:
+    """The sha256 (hex) of each record lying back to back in `data`, newline-terminated."""
+    view = memoryview(data)
+    digests: list[str] = []
+    at = 0
+    for length in lengths:
+        digests.append(hashlib.sha256(view[at : at + length]).hexdigest())
+        at += length + 1
+    return digests
+
+
+def _located(src: Manifest, indices: Sequence[int]) -> Staged:
+    """The cases of `src` at `indices`, every record stored already (a derived version's)."""
+    return Staged(
+        ids=[src.ids[i] for i in indices],
+        digests=[src.digests[i] for i in indices],
+        tags=[src.tags_of(i) for i in indices],
+        lengths=[src.location(i).length for i in indices],
+        files=list(src.blob_locations()),
+    )
+
+
+def _reused_columns(
+    reused: Sequence[Location | None], lengths: Sequence[int]
+) -> tuple[list[str], list[int], list[int]]:
+    """The manifest columns of a batch as its plan leaves them: where each reused record is;
+    new ones are filled in as they are written (`_write_runs`)."""
+    containers = [loc.container if loc is not None else "" for loc in reused]
+    offsets = [loc.offset if loc is not None else 0 for loc in reused]
+    sizes = [loc.length if loc is not None else n for loc, n in zip(reused, lengths, strict=True)]
+    return containers, offsets, sizes
+
+
+def _write_runs(
+    packs: PackWriter,
+    batch: Staged,
+    runs: Sequence[tuple[int, int]],
+    pending: list[str],
+    containers: list[str],
+    offsets: list[int],
+) -> None:
+    """Append each run of new records to the packs as one slice of the batch's buffer, and
+    note where each record went (its pack by placeholder name until the pack is stored)."""
+    assert batch.data is not None
+    starts, stops = record_spans(batch.lengths)
+    view = memoryview(batch.data)
+    for first, stop in runs:
+        at = starts[first]
+        segments = packs.append_run(view[at : stops[stop - 1]], [e - at for e in stops[first:stop]])
+        for n, (seg_first, number, shift) in enumerate(segments):
+            seg_stop = segments[n + 1][0] if n + 1 < len(segments) else stop - first
+            while len(pending) <= number:
+                pending.append(PENDING_PACK + str(len(pending)))
+            for i in range(first + seg_first, first + seg_stop):
+                containers[i] = pending[number]
+                offsets[i] = starts[i] - at + shift
+
+
+def _rows_error(seen: dict[str, int], ids: Sequence[str], before: int) -> BadRequest:
+    """The error for the first id of `ids` (rows `before`... of an import) given twice, naming
+    both rows: each row of an import makes one case."""
     first: dict[str, int] = {}
-    for i, case_id in enumerate(ids):
-        j = first.setdefault(case_id, i)
-        if j != i:
+    for k, case_id in enumerate(ids):
+        j = seen.get(case_id, first.get(case_id))
+        if j is not None:
             return BadRequest(
-                f"rows {j} and {i} both map to case id {case_id!r}", case_ids=[case_id], rows=[j, i]
+                f"rows {j} and {before + k} both map to case id {case_id!r}",
+                case_ids=[case_id],
+                rows=[j, before + k],
             )
+        first[case_id] = before + k
     raise ValueError("no id is repeated")
 
 
@@ -262,325 +477,82 @@ class RegistryService:
         self.read_workers = read_workers
         self._manifest = lru_cache(maxsize=32)(self._load_manifest)
 
-    # -- registration ----------------------------------------------------------------------
-
-    def _prepare(self, body: DatasetVersionInput) -> _Prepared:
-        ids = [c.id for c in body.cases]
-        if len(set(ids)) != len(ids):
-            dups = sorted(cid for cid, n in Counter(ids).items() if n > 1)
-            raise BadRequest(f"duplicate case ids: {', '.join(dups[:50])}", case_ids=dups)
-        bodies: dict[str, bytes] = {}
-        refs: dict[str, tuple[str, str, int]] = {}
-        cases: list[Case] = []
-        for case in body.cases:
-            if case.files:
-                files: dict[str, Any] = {}
-                for path, entry in case.files.items():
-                    if isinstance(entry, StoredFile):
-                        refs.setdefault(hex_of(entry.digest), (case.id, path, entry.size))
-                        files[path] = entry
-                        continue
-                    data = _decode_inline(entry, f"case {case.id!r}: files.{path}")
-                    digest = digest_of(data)
-                    bodies[hex_of(digest)] = data
-                    files[path] = StoredFile(digest=digest, size=len(data))
-                case = case.model_copy(update={"files": files})
-            cases.append(case)
-        shared: list[dict[str, str]] = []
-        for sf in body.shared_files:
-            if sf.digest is not None:
-                refs.setdefault(hex_of(sf.digest), ("", f"shared_files.{sf.dest}", -1))
-                shared.append({"dest": sf.dest, "digest": sf.digest})
-            else:
-                entry = (
-                    InlineText(text=sf.text)
-                    if sf.text is not None
-                    else InlineBase64(base64=sf.base64 or "")
-                )
-                data = _decode_inline(entry, f"shared_files.{sf.dest}")
-                digest = digest_of(data)
-                bodies[hex_of(digest)] = data
-                shared.append({"dest": sf.dest, "digest": digest})
-        dests = Counter(s["dest"] for s in shared)
-        clash = sorted(d for d, n in dests.items() if n > 1)
-        if clash:
-            raise BadRequest(
-                f"shared files with the same dest: {', '.join(clash)}", field="shared_files"
-            )
-        records = bytearray()
-        ends, digests, case_tags = canonical_into(cases, records)
-        limit = self.max_case_bytes
-        if ends and max(map(sub, ends, [0, *ends[:-1]])) > limit + 1:  # + 1: the newline
-            size, at = next(
-                (end - start - 1, i)
-                for i, (start, end) in enumerate(zip([0, *ends[:-1]], ends, strict=True))
-                if end - start - 1 > limit
-            )
-            case_id = cases[at].id
-            raise TooLarge(
-                f"case {case_id!r} is {size} bytes; the limit is {limit}", case_id=case_id
-            )
-        cdigest = content_digest(
-            description=body.description,
-            tags=sorted(set(body.tags)),
-            shared_files=shared,
-            case_digests=zip((c.id for c in cases), digests, strict=True),
-        )
-        return _Prepared(
-            body.id, cases, records, ends, digests, case_tags, bodies, refs, shared, cdigest
-        )
-
-    def _label(self, body: DatasetVersionInput, records: list[VersionRecord]) -> str:
-        if body.version is not None:
-            return body.version
-        assert body.bump is not None
-        return next_version(records, body.bump)
+    # -- registration: one pipeline ----------------------------------------------------------
+    #
+    # Every registration runs the same stages: validate -> canonicalise -> digest (a source's
+    # stager turns its input into `Staged` batches) -> plan (`plan_batch`, pure) -> write packs
+    # and blobs (`_write`) -> commit (`_commit`, the one commit loop). A source is buffered (a
+    # document already in memory: every check runs before the first write, so a refusal leaves
+    # the store as it was) or streamed (a file, an upload, an import: batches are written as they
+    # come, so memory holds a window of cases; a refusal or a crash leaves only unreferenced
+    # objects, which gc collects). Nothing is visible before the commit.
 
     def validate(self, identity: Identity, body: DatasetVersionInput) -> ValidateResult:
         tenant = identity.check_can_write()
-        with gc_paused():
-            prep = self._prepare(body)
-        records = self.index.list_versions(tenant, KIND, body.id)
-        label = self._label(body, records)
-        base = self._base_manifest(tenant, body, records)
-        self._check_refs(tenant, prep, base)
+        head = head_of(body)
+        batches = list(self._stage_document(body, head))
+        records = self.index.list_versions(tenant, KIND, head.name)
+        base = self._base_manifest(head, records)
+        cdigest = _content_digest(head, batches)
+        self._check_refs(
+            tenant, _all_refs(batches), _has_in(base, batches), self._head_blob(tenant)
+        )
+        return self._validate_result(head, records, cdigest, sum(len(b.ids) for b in batches))
+
+    def validate_stream(
+        self, identity: Identity, head: VersionHead, cases: Iterable[Sequence[Any]]
+    ) -> ValidateResult:
+        """`validate` of a dataset streamed as batches of plain cases (`register_stream`)."""
+        tenant = identity.check_can_write()
+        _check_head(head)
+        records = self.index.list_versions(tenant, KIND, head.name)
+        base = self._base_manifest(head, records)
+        known = base.blob_locations() if base is not None else {}
+        digester = _digester(head)
+        count = 0
+        inline: set[str] = set()
+        for batch in self._stage_stream(head, cases):
+            digester.add(batch.pairs())
+            count += len(batch.ids)
+            inline.update(batch.bodies)
+            self._check_refs(
+                tenant, batch.refs, lambda h: h in inline or h in known, self._head_blob(tenant)
+            )
+        return self._validate_result(head, records, digester.digest(), count)
+
+    def _validate_result(
+        self, head: VersionHead, records: list[VersionRecord], cdigest: str, count: int
+    ) -> ValidateResult:
+        label = _label(head, records)
         current = next((r for r in records if r.version == label), None)
         return ValidateResult(
-            content_digest=prep.content_digest,
-            case_count=len(prep.cases),
-            would_conflict=current is not None and current.content_digest != prep.content_digest,
+            content_digest=cdigest,
+            case_count=count,
+            would_conflict=current is not None and current.content_digest != cdigest,
             version=label,
         )
 
     def register(self, identity: Identity, body: DatasetVersionInput) -> RegisterResult:
-        with gc_paused():
-            return self._register(identity, body)
-
-    def _register(self, identity: Identity, body: DatasetVersionInput) -> RegisterResult:
+        """Register a dataset document (buffered: it is in memory already)."""
         tenant = identity.check_can_write()
-        prep = self._prepare(body)
+        head = head_of(body)
+        batches = list(self._stage_document(body, head))
         with self.fence.writing(tenant) as lease:
-            return self._register_prepared(identity, tenant, body, prep, lease)
+            return self._register(identity, tenant, lease, head, batches, buffered=True)
 
-    def _register_prepared(
-        self,
-        identity: Identity,
-        tenant: str,
-        body: DatasetVersionInput,
-        prep: _Prepared,
-        lease: Lease,
+    def register_stream(
+        self, identity: Identity, head: VersionHead, cases: Iterable[Sequence[Any]]
     ) -> RegisterResult:
-        for attempt in range(BUMP_ATTEMPTS):
-            if attempt:
-                _bump_pause(attempt)
-            records = self.index.list_versions(tenant, KIND, body.id)
-            if body.version is None:
-                same = unchanged_latest(records, prep.content_digest)
-                if same is not None:
-                    return RegisterResult(same, created=False)
-            label = self._label(body, records)
-            current = next((r for r in records if r.version == label), None)
-            if current is not None:
-                settled = self.versions.settle_existing(current, prep.content_digest)
-                return RegisterResult(settled, created=False)
-            try:
-                return self._write(identity, tenant, body, prep, label, records, lease)
-            except Conflict:
-                if body.bump is None:
-                    raise
-                # A racing bump took this label with other content: take the next one.
-        raise Conflict(
-            f"could not find a free version label for {body.id} after {BUMP_ATTEMPTS} attempts"
-        )
-
-    def _base_manifest(
-        self, tenant: str, body: DatasetVersionInput, records: list[VersionRecord]
-    ) -> Manifest | None:
-        if body.base is not None:
-            rec = resolve_ref(records, body.base, include_deleted=True, name=body.id)
-            return self.manifest(rec)
-        live = [r for r in records if r.live]
-        if not live:
-            return None
-        return self.manifest(ordered(live)[-1])
-
-    def _check_refs(
-        self, tenant: str, prep: _Prepared, base: Manifest | None
-    ) -> dict[str, Location]:
-        """Check that every body sent by reference is stored (in the base version, or alone
-        by an earlier registration of this tenant) with the size given. Writes nothing: a
-        validation, and a registration refused here, leave the store as it was. Answers where
-        the bodies stored alone are."""
-        known = base.blob_locations() if base else {}
-        found: dict[str, Location] = {}
-        for hex_digest, (case_id, path, size) in prep.refs.items():
-            if hex_digest in prep.bodies or hex_digest in known:
-                continue
-            head = self.store.head(layout.blob_key(tenant, hex_digest))
-            where = f"case {case_id!r}: files.{path}" if case_id else path
-            if head is None:
-                raise BadRequest(
-                    f"{where}: no stored body for sha256:{hex_digest}; send it inline "
-                    "({text} or {base64}) or reference a body stored in the base version",
-                    case_id=case_id or None,
-                    field=path,
-                    digests=[f"sha256:{hex_digest}"],
-                )
-            if size >= 0 and head.size != size:
-                raise BadRequest(
-                    f"{where}: size {size} does not match the stored body ({head.size} bytes)",
-                    case_id=case_id or None,
-                    field=path,
-                )
-            found[hex_digest] = Location(hex_digest, 0, head.size)
-        return found
-
-    def _blob_writer(
-        self, tenant: str, prep: _Prepared, base: Manifest | None, alone: dict[str, Location]
-    ) -> BlobWriter:
-        """The writer of this registration's file bodies (the inline ones are written here)."""
-        known = {**(base.blob_locations() if base else {}), **alone}
-        writer = BlobWriter(self.store, tenant, known)
-        for hex_digest, data in prep.bodies.items():
-            writer.add(hex_digest, data)
-        return writer
-
-    def _write(
-        self,
-        identity: Identity,
-        tenant: str,
-        body: DatasetVersionInput,
-        prep: _Prepared,
-        label: str,
-        records: list[VersionRecord],
-        lease: Lease,
-    ) -> RegisterResult:
-        base = self._base_manifest(tenant, body, records)
-        alone = self._check_refs(tenant, prep, base)  # every refusal before the first write
-        blob_writer = self._blob_writer(tenant, prep, base, alone)
-        known = base.locations_by_digest() if base else {}
-        packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
-        builder = ManifestBuilder(
-            description=body.description,
-            tags=sorted(set(body.tags)),
-            shared_files=prep.shared_files,
-        )
-        # Columns of the manifest, filled in bulk: a call per case costs more than the rest.
-        stops = prep.ends
-        count = len(stops)
-        starts = [0, *stops[:-1]] if count else []
-        hexes = [d[7:] for d in prep.digests]
-        lengths = [stop - start - 1 for start, stop in zip(starts, stops, strict=True)]
-        containers = [""] * count
-        offsets = [0] * count
-        runs: list[tuple[int, int]] = []  # [first, last + 1) of each run of cases to write
-        if known:
-            run_start = -1
-            for i, loc in enumerate(map(known.get, hexes)):
-                if loc is None:
-                    if run_start < 0:
-                        run_start = i
-                    continue
-                if run_start >= 0:
-                    runs.append((run_start, i))
-                    run_start = -1
-                containers[i], offsets[i], lengths[i] = loc.container, loc.offset, loc.length
-            if run_start >= 0:
-                runs.append((run_start, count))
-        elif count:
-            runs.append((0, count))
-        reused = count - sum(last - first for first, last in runs)
-        pending: list[str] = []  # the placeholder name of each pack number
-        view = memoryview(prep.records)
-        for first, last in runs:
-            at = starts[first]
-            run_stops = stops[first:last] if at == 0 else [e - at for e in stops[first:last]]
-            segments = packs.append_run(view[at : stops[last - 1]], run_stops)
-            for n, (seg_first, number, shift) in enumerate(segments):
-                seg_last = segments[n + 1][0] if n + 1 < len(segments) else last - first
-                while len(pending) <= number:
-                    pending.append(PENDING_PACK + str(len(pending)))
-                a, b = first + seg_first, first + seg_last
-                containers[a:b] = repeat(pending[number], b - a)
-                offsets[a:b] = map((shift - at).__add__, starts[a:b])
-        view.release()
-        builder.add_cases(
-            [c.id for c in prep.cases], hexes, prep.case_tags, containers, offsets, lengths
-        )
-        packs.flush()
-        builder.resolve_pending(packs.digest_of_pack)
-        blob_locs = blob_writer.finish()
-        if prep.bodies or prep.refs:  # every file entry is in one or the other
-            for case in prep.cases:
-                for entry in case.files.values():
-                    assert isinstance(entry, StoredFile)
-                    builder.add_blob(entry.digest[7:], blob_locs[entry.digest[7:]])
-        for sf in prep.shared_files:
-            builder.add_blob(sf["digest"][7:], blob_locs[sf["digest"][7:]])
-        manifest = builder.build(prep.content_digest)
-        manifest, copied = self._keep_superseded(tenant, base, manifest)
-        mkey = layout.manifest_key(tenant, prep.content_digest)
-        self.store.put_if_absent(mkey, manifest.to_bytes())
-
-        rec = self.versions.new_record(
-            identity,
-            name=body.id,
-            version=label,
-            content_digest=prep.content_digest,
-            manifest_key=mkey,
-            case_count=len(prep.cases),
-            bytes=manifest.case_bytes(),
-            description=body.description,
-            tags=tuple(sorted(set(body.tags))),
-            produced_by=body.produced_by,
-        )
-        self.fence.check(lease)
-        committed, created = self.versions.commit(rec)
-        stats = WriteStats(
-            case_bytes_written=packs.bytes_written + copied.bytes_written,
-            pack_objects_written=packs.objects_written + copied.objects_written,
-            blob_bytes_written=blob_writer.bytes_written,
-            cases_reused=reused,
-            superseded_copied=copied.records,
-        )
-        return RegisterResult(committed, created, stats)
-
-    def _keep_superseded(
-        self, tenant: str, base: Manifest | None, manifest: Manifest
-    ) -> tuple[Manifest, _Copied]:
-        """`manifest` with copies of the base version's records it no longer holds (its changed
-        and removed cases), written back to back: a diff of the two then reads them in one span
-        instead of one request each, scattered through the base's packs. Registration pays
-        those reads once, with this store's read plan (`read_gap`, `read_workers`). Skipped beyond
-        `SUPERSEDED_MAX_RECORDS` or `SUPERSEDED_MAX_BYTES` (a large change costs a diff more
-        reads in any case)."""
-        if base is None:
-            return manifest, _Copied()
-        dropped = superseded_indices(base, manifest)
-        lengths = column_array(base.lengths)
-        if (
-            not dropped
-            or len(dropped) > SUPERSEDED_MAX_RECORDS
-            or sum(map(lengths.__getitem__, dropped)) > SUPERSEDED_MAX_BYTES
-        ):
-            return manifest, _Copied()
-        records = read_cases(
-            self.store,
-            tenant,
-            base,
-            dropped,
-            max_gap=self.read_gap,
-            workers=self.read_workers,
-        )
-        packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
-        digests = base.digest_list()
-        placed = [(digests[i], packs.append(records[i]), len(records[i])) for i in dropped]
-        packs.flush()
-        copies = [(d, packs.location(where, size)) for d, where, size in placed]
-        copied = _Copied(len(copies), packs.bytes_written, packs.objects_written)
-        return manifest.with_superseded(copies), copied
-
-    # -- derived versions ------------------------------------------------------------------
+        """Register a dataset whose cases come as batches of plain (not yet validated) cases,
+        consumed once: a file or an upload read a window at a time
+        (`caseshelf.services.loaders.stream_dataset`). Validation errors name the case id (or
+        its index in the whole dataset) and the field. The same answers as `register`."""
+        tenant = identity.check_can_write()
+        _check_head(head)
+        with self.fence.writing(tenant) as lease:
+            return self._register(
+                identity, tenant, lease, head, self._stage_stream(head, cases), buffered=False
+            )
 
     def register_derived(
         self,
@@ -597,105 +569,35 @@ class RegistryService:
         copied: the new manifest points at the parent's packs and blobs. Keys never cross
         tenants, so a parent read from `_shared` has its records copied into the writer's."""
         tenant = identity.check_can_write()
-        check_dataset_id(name)
-        if (version is None) == (bump is None):
-            raise BadRequest("give either a version or a bump (major|minor|patch)", field="version")
-        if version is not None:
-            check_label(version)
-        with self.fence.writing(tenant) as lease:
-            return self._register_derived(
-                identity, tenant, lease, name, version, bump, parent, indices, produced_by
-            )
-
-    def _register_derived(
-        self,
-        identity: Identity,
-        tenant: str,
-        lease: Lease,
-        name: str,
-        version: str | None,
-        bump: str | None,
-        parent: VersionRecord,
-        indices: Sequence[int],
-        produced_by: dict[str, Any],
-    ) -> RegisterResult:
         src = self.manifest(parent)
-        builder = ManifestBuilder(
-            description=src.description, tags=src.tags, shared_files=src.shared_files
-        )
-        stats = WriteStats()
-        if parent.tenant == tenant:
-            for i in indices:
-                loc = src.location(i)
-                builder.add_case(
-                    src.ids[i],
-                    src.digests[i],
-                    src.tags_of(i),
-                    loc.container,
-                    loc.offset,
-                    loc.length,
-                )
-            for digest_hex, loc in src.blob_locations().items():
-                builder.add_blob(digest_hex, loc)
-        else:
-            stats = self._copy_records(tenant, parent, src, indices, builder)
-        cdigest = content_digest(
-            description=src.description,
-            tags=src.tags,
-            shared_files=src.shared_files,
-            case_digests=((src.ids[i], src.case_digest(i)) for i in indices),
-        )
-        manifest = builder.build(cdigest)
-        mkey = layout.manifest_key(tenant, cdigest)
-        self.store.put_if_absent(mkey, manifest.to_bytes())
-        return self._commit_manifest(
-            identity,
-            name,
-            version,
-            bump,
-            manifest,
-            mkey,
+        head = VersionHead(
+            name=name,
+            version=version,
+            bump=bump,
             description=src.description,
             tags=tuple(src.tags),
+            shared_files=tuple(src.shared_files),
             produced_by=produced_by,
-            stats=stats,
-            lease=lease,
         )
-
-    def _copy_records(
-        self,
-        tenant: str,
-        parent: VersionRecord,
-        src: Manifest,
-        indices: Sequence[int],
-        builder: ManifestBuilder,
-    ) -> WriteStats:
-        got = read_cases(self.store, parent.tenant, src, indices)
-        packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
-        for i in indices:
-            number, offset = packs.append(got[i])
-            builder.add_case(
-                src.ids[i],
-                src.digests[i],
-                src.tags_of(i),
-                PENDING_PACK + str(number),
-                offset,
-                len(got[i]),
+        _check_head(head)
+        if parent.tenant == tenant:
+            batches = [_located(src, indices)]
+            known, known_blobs = src.locations_by_digest(), src.blob_locations()
+        else:
+            batches = [self._copied(parent, src, indices)]
+            known, known_blobs = {}, {}
+        with self.fence.writing(tenant) as lease:
+            return self._register(
+                identity,
+                tenant,
+                lease,
+                head,
+                batches,
+                buffered=True,
+                known=known,
+                known_blobs=known_blobs,
+                dedup=False,
             )
-        packs.flush()
-        builder.resolve_pending(packs.digest_of_pack)
-        blobs = BlobWriter(self.store, tenant, {})
-        for digest_hex, body in read_blobs(self.store, parent.tenant, src.blob_locations()).items():
-            blobs.add(digest_hex, body)
-        for digest_hex, loc in blobs.finish().items():
-            builder.add_blob(digest_hex, loc)
-        return WriteStats(
-            case_bytes_written=packs.bytes_written,
-            pack_objects_written=packs.objects_written,
-            blob_bytes_written=blobs.bytes_written,
-        )
-
-    # -- streamed registration (imports) ---------------------------------------------------
 
     def register_records(
         self,
@@ -716,185 +618,394 @@ class RegistryService:
         live version, size limit, and 409 / idempotency rules as `register`. An error while
         consuming `records` leaves nothing registered."""
         tenant = identity.check_can_write()
-        check_dataset_id(name)
-        if (version is None) == (bump is None):
-            raise BadRequest("give either a version or a bump (major|minor|patch)", field="version")
-        if version is not None:
-            check_label(version)
+        head = VersionHead(
+            name=name,
+            version=version,
+            bump=bump,
+            description=description,
+            tags=tuple(sorted(set(tags))),
+            produced_by=produced_by,
+        )
+        _check_head(head)
         with self.fence.writing(tenant) as lease:
-            return self._register_records(
-                identity,
-                tenant,
-                lease,
-                name=name,
-                version=version,
-                bump=bump,
-                description=description,
-                tags=tags,
-                produced_by=produced_by,
-                records=records,
+            return self._register(
+                identity, tenant, lease, head, self._stage_records(records), buffered=False
             )
 
-    def _register_records(
+    def _register(
         self,
         identity: Identity,
         tenant: str,
         lease: Lease,
+        head: VersionHead,
+        batches: Iterable[Staged],
         *,
-        name: str,
-        version: str | None,
-        bump: str | None,
-        description: str,
-        tags: Sequence[str],
-        produced_by: dict[str, Any] | None,
-        records: Iterable[RecordBatch],
+        buffered: bool,
+        known: dict[str, Location] | None = None,
+        known_blobs: dict[str, Location] | None = None,
+        dedup: bool = True,
     ) -> RegisterResult:
-        tag_list = sorted(set(tags))
-        live = [r for r in self.index.list_versions(tenant, KIND, name) if r.live]
-        base = self.manifest(ordered(live)[-1]) if live else None
-        known = base.locations_by_digest() if base is not None else {}
-        packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
-        builder = ManifestBuilder(description=description, tags=tag_list, shared_files=[])
+        """The pipeline from staged batches on. `known` / `known_blobs`: records and bodies
+        stored already that the plan may point at besides the base version's; `dedup=False`:
+        no base version (a derived version points at its parent's records)."""
+        records = self.index.list_versions(tenant, KIND, head.name)
+        base = self._base_manifest(head, records) if dedup else None
+        ahead: frozenset[str] = frozenset()
+        if buffered:
+            staged = list(batches)
+            settled = self._settled(records, head, _content_digest(head, staged))
+            if settled is not None:
+                return settled
+            self._check_refs(
+                tenant, _all_refs(staged), _has_in(base, staged), self._head_blob(tenant)
+            )
+            batches = staged
+            ahead = frozenset(chain.from_iterable(b.bodies for b in staged))
+        elif head.version is not None and any(r.version == head.version for r in records):
+            # The label is taken: whatever the content, this registration stores nothing (it is
+            # the same content, or a conflict), so the stream is only validated and digested.
+            digester = _digester(head)
+            for batch in batches:
+                digester.add(batch.pairs())
+            settled = self._settled(records, head, digester.digest())
+            assert settled is not None
+            return settled
+        manifest, mkey, stats = self._write(
+            tenant,
+            head,
+            batches,
+            base=base,
+            known=known,
+            known_blobs=known_blobs,
+            inline_ahead=ahead,
+        )
+        return self._commit(identity, head, manifest, mkey, stats, lease)
+
+    def _settled(
+        self, records: list[VersionRecord], head: VersionHead, cdigest: str
+    ) -> RegisterResult | None:
+        """The answer when this content needs no new version: a bump whose content the latest
+        live version holds already, or a label that is taken (the same content: idempotent, a
+        tombstone revived; other content: 409). None when a new version is to be committed."""
+        if head.version is None:
+            same = unchanged_latest(records, cdigest)
+            if same is not None:
+                return RegisterResult(same, created=False)
+        label = _label(head, records)
+        current = next((r for r in records if r.version == label), None)
+        if current is None:
+            return None
+        return RegisterResult(self.versions.settle_existing(current, cdigest), created=False)
+
+    def _base_manifest(self, head: VersionHead, records: list[VersionRecord]) -> Manifest | None:
+        """The version whose stored records and bodies a registration reuses: `base`, or the
+        latest live version."""
+        if head.base is not None:
+            rec = resolve_ref(records, head.base, include_deleted=True, name=head.name)
+            return self.manifest(rec)
+        live = [r for r in records if r.live]
+        if not live:
+            return None
+        return self.manifest(ordered(live)[-1])
+
+    # -- stagers: validate, canonicalise, digest ---------------------------------------------
+
+    def _stage_document(self, body: DatasetVersionInput, head: VersionHead) -> Iterator[Staged]:
+        """A validated document's batches: its shared files first (a batch without cases), then
+        its cases. Repeated ids are refused before any case is staged."""
+        ids = [c.id for c in body.cases]
+        if len(set(ids)) != len(ids):
+            dups = sorted(cid for cid, n in Counter(ids).items() if n > 1)
+            raise BadRequest(f"duplicate case ids: {', '.join(dups[:50])}", case_ids=dups)
+        yield _staged_shared(head)
+        for start in range(0, len(body.cases), STAGE_CASES):
+            yield self._stage_cases(body.cases[start : start + STAGE_CASES])
+
+    def _stage_stream(self, head: VersionHead, cases: Iterable[Sequence[Any]]) -> Iterator[Staged]:
+        """Batches of plain cases validated, canonicalised and digested one batch at a time.
+        The head's shared files were decoded with the head (`shared_part`)."""
+        yield _staged_shared(head)
         seen: set[str] = set()
-        digester = ContentDigester(description=description, tags=tag_list, shared_files=[])
-        reused = 0
-        limit = self.max_case_bytes
-        add_case, append, find, sha256 = builder.add_case, packs.append, known.get, hashlib.sha256
-        pending: list[str] = []  # the placeholder name of each pack number
+        start = 0
+        for raw in cases:
+            models = _validate_cases(raw, start)
+            ids = {c.id: None for c in models}
+            if len(ids) != len(models) or not seen.isdisjoint(ids):
+                counts = Counter(c.id for c in models)
+                dups = sorted({cid for cid, n in counts.items() if n > 1} | (seen & ids.keys()))
+                raise BadRequest(f"duplicate case ids: {', '.join(dups[:50])}", case_ids=dups)
+            seen.update(ids)
+            start += len(models)
+            yield self._stage_cases(models)
 
-        def pack_name(number: int) -> str:
-            if number == len(pending):
-                pending.append(PENDING_PACK + str(number))
-            return pending[number]
-
-        # Everything that builds per-case objects runs with the collector paused, the content
-        # digest and the manifest too: they make 100,000s of small objects that all stay alive.
-        with gc_paused():
-            for ids, lengths, data, case_tags in records:
-                if not ids:
-                    continue
-                if max(lengths) > limit:
-                    i = next(i for i, n in enumerate(lengths) if n > limit)
-                    raise TooLarge(
-                        f"case {ids[i]!r} is {lengths[i]} bytes; the limit is {limit}",
-                        case_id=ids[i],
-                    )
-                before = len(seen)
-                seen.update(ids)
-                if len(seen) != before + len(ids):
-                    raise _repeated_id([*builder.case_ids, *ids])
-                view = memoryview(data)
-                # Each record's offset in the batch (records are "\n"-terminated), then every
-                # record hashed: iterators chained in C, no Python-level loop per case.
-                starts = list(accumulate(map(_plus_one, lengths), initial=0))
-                if len(lengths) != len(ids) or starts[-1] != len(data):
-                    raise ValueError("a record batch whose lengths do not match its records")
-                spans = map(slice, starts, map(add, starts, lengths))
-                digests = list(map(_hexdigest, map(sha256, map(view.__getitem__, spans))))
-                digester.add(list(zip(ids, map(_DIGEST_PREFIX.__add__, digests), strict=True)))
-                tags_of = case_tags if case_tags is not None else [()] * len(ids)
-                if not known or not any(map(known.__contains__, digests)):
-                    # The whole batch into one pack: its records already end in "\n".
-                    number, offset = append(view[:-1])
-                    builder.add_cases(
-                        ids,
-                        digests,
-                        tags_of,
-                        [pack_name(number)] * len(ids),
-                        map(offset.__add__, islice(starts, len(ids))),
-                        lengths,
-                    )
-                    continue
-                for case_id, hex_digest, size, t, start in zip(
-                    ids, digests, lengths, tags_of, starts[:-1], strict=True
-                ):
-                    loc = find(hex_digest)
-                    if loc is not None:
-                        add_case(case_id, hex_digest, t, loc.container, loc.offset, loc.length)
-                        reused += 1
+    def _stage_cases(self, cases: Sequence[Case]) -> Staged:
+        """Cases with their inline file bodies taken out (stored as blobs, named by digest),
+        as canonical records."""
+        bodies: dict[str, bytes] = {}
+        refs: dict[str, tuple[str, str, int]] = {}
+        files: list[str] = []
+        plain: list[Case] = []
+        for case in cases:
+            if case.files:
+                stored: dict[str, Any] = {}
+                for path, entry in case.files.items():
+                    if isinstance(entry, StoredFile):
+                        refs.setdefault(hex_of(entry.digest), (case.id, path, entry.size))
+                        stored[path] = entry
                     else:
-                        number, offset = append(view[start : start + size])
-                        add_case(case_id, hex_digest, t, pack_name(number), offset, size)
-            cdigest = digester.digest()
-            packs.flush()
-            builder.resolve_pending(packs.digest_of_pack)
-            manifest = builder.build(cdigest)
-            manifest, copied = self._keep_superseded(tenant, base, manifest)
-            mkey = layout.manifest_key(tenant, cdigest)
-            self.store.put_if_absent(mkey, manifest.to_bytes())
+                        body = _decode_inline(entry, f"case {case.id!r}: files.{path}")
+                        stored[path] = StoredFile(digest=digest_of(body), size=len(body))
+                        bodies[hex_of(stored[path].digest)] = body
+                    files.append(hex_of(stored[path].digest))
+                case = case.model_copy(update={"files": stored})
+            plain.append(case)
+        data = bytearray()
+        stops, digests, tags = canonical_into(plain, data)
+        lengths = [stop - start - 1 for start, stop in zip([0, *stops[:-1]], stops, strict=True)]
+        staged = Staged(
+            ids=[c.id for c in plain],
+            digests=[d[7:] for d in digests],
+            tags=tags,
+            lengths=lengths,
+            data=data,
+            bodies=bodies,
+            refs=refs,
+            files=files,
+        )
+        _check_sizes(staged, self.max_case_bytes)
+        return staged
+
+    def _stage_records(self, records: Iterable[RecordBatch]) -> Iterator[Staged]:
+        """Canonical records (an import's mapper made them) hashed; two rows with the same case
+        id are refused naming both rows."""
+        seen: dict[str, int] = {}
+        for batch in records:
+            ids = batch.ids
+            if not ids:
+                continue
+            if len(batch.lengths) != len(ids) or sum(batch.lengths) + len(ids) != len(batch.data):
+                raise ValueError("a record batch whose lengths do not match its records")
+            staged = Staged(
+                ids=ids,
+                digests=_record_digests(batch.data, batch.lengths),
+                tags=batch.tags if batch.tags is not None else [()] * len(ids),
+                lengths=batch.lengths,
+                data=batch.data,
+            )
+            _check_sizes(staged, self.max_case_bytes)
+            before = len(seen)
+            rows = dict(zip(ids, range(before, before + len(ids)), strict=True))
+            if len(rows) != len(ids) or not seen.keys().isdisjoint(rows):
+                raise _rows_error(seen, ids, before)
+            seen.update(rows)
+            yield staged
+
+    def _copied(self, parent: VersionRecord, src: Manifest, indices: Sequence[int]) -> Staged:
+        """The parent's cases at `indices` and every body it names, read from its tenant: the
+        records a derived version in another tenant stores as new."""
+        got = read_cases(self.store, parent.tenant, src, indices)
+        data = bytearray()
+        for i in indices:
+            data += got[i]
+            data += b"\n"
+        return Staged(
+            ids=[src.ids[i] for i in indices],
+            digests=[src.digests[i] for i in indices],
+            tags=[src.tags_of(i) for i in indices],
+            lengths=[len(got[i]) for i in indices],
+            data=data,
+            bodies=read_blobs(self.store, parent.tenant, src.blob_locations()),
+            files=list(src.blob_locations()),
+        )
+
+    # -- checks before writing -----------------------------------------------------------------
+
+    def _check_refs(
+        self,
+        tenant: str,
+        refs: dict[str, tuple[str, str, int]],
+        have: Callable[[str], bool],
+        stored_alone: Callable[[str], Location | None],
+    ) -> None:
+        """Check that every body sent by reference is stored (`have`: inline in this
+        registration or in the base version; else alone, by an earlier registration of this
+        tenant) with the size given. Writes nothing: a validation, and a registration refused
+        here, leave the store as it was. `stored_alone` finds a body stored alone."""
+        for hex_digest, (case_id, path, size) in refs.items():
+            if have(hex_digest):
+                continue
+            head = stored_alone(hex_digest)
+            where = f"case {case_id!r}: files.{path}" if case_id else path
+            if head is None:
+                raise BadRequest(
+                    f"{where}: no stored body for sha256:{hex_digest}; send it inline "
+                    "({text} or {base64}) or reference a body stored in the base version",
+                    case_id=case_id or None,
+                    field=path,
+                    digests=[f"sha256:{hex_digest}"],
+                )
+            if size >= 0 and head.length != size:
+                raise BadRequest(
+                    f"{where}: size {size} does not match the stored body ({head.length} bytes)",
+                    case_id=case_id or None,
+                    field=path,
+                )
+
+    def _head_blob(self, tenant: str) -> Callable[[str], Location | None]:
+        def stored_alone(hex_digest: str) -> Location | None:
+            head = self.store.head(layout.blob_key(tenant, hex_digest))
+            return None if head is None else Location(hex_digest, 0, head.size)
+
+        return stored_alone
+
+    # -- write packs, blobs and the manifest -------------------------------------------------
+
+    def _write(
+        self,
+        tenant: str,
+        head: VersionHead,
+        batches: Iterable[Staged],
+        *,
+        base: Manifest | None,
+        known: dict[str, Location] | None,
+        known_blobs: dict[str, Location] | None = None,
+        inline_ahead: frozenset[str] = frozenset(),
+    ) -> tuple[Manifest, str, WriteStats]:
+        """Apply each batch's plan: new records into packs (put-if-absent, named by digest),
+        bodies into blobs, every case into the manifest, which is stored last. Nothing here is
+        visible until `_commit`. `inline_ahead`: bodies a later batch sends inline (a buffered
+        source's; a streamed one names a body stored, or sent earlier in the stream)."""
+        reusable = {**(base.locations_by_digest() if base is not None else {}), **(known or {})}
+        stored = base.blob_locations() if base is not None else {}
+        blobs = BlobWriter(self.store, tenant, {**stored, **(known_blobs or {})})
+        packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
+        builder = ManifestBuilder(
+            description=head.description, tags=list(head.tags), shared_files=list(head.shared_files)
+        )
+        digester = _digester(head)
+        named: dict[str, None] = {}  # every body the version names, in order
+        pending: list[str] = []  # the placeholder name of each pack number
+        reused = 0
+        for batch in batches:
+            for hex_digest, data in batch.bodies.items():
+                blobs.add(hex_digest, data)
+            self._check_refs(
+                tenant,
+                batch.refs,
+                lambda h: blobs.has(h) or h in inline_ahead,
+                blobs.locate_standalone,
+            )
+            named.update(dict.fromkeys(batch.files))
+            if not batch.ids:
+                continue
+            digester.add(batch.pairs())
+            plan = plan_batch(batch.digests, reusable)
+            reused += len(batch.ids) - plan.new_count
+            containers, offsets, lengths = _reused_columns(plan.reused, batch.lengths)
+            if plan.runs:
+                if batch.data is None:
+                    raise ValueError("a batch with new records that does not hold them")
+                _write_runs(packs, batch, plan.runs, pending, containers, offsets)
+            builder.add_cases(batch.ids, batch.digests, batch.tags, containers, offsets, lengths)
+        named.update(dict.fromkeys(sf["digest"][7:] for sf in head.shared_files))
+        cdigest = digester.digest()
+        packs.flush()
+        builder.resolve_pending(packs.digest_of_pack)
+        blob_locs = blobs.finish()
+        for hex_digest in named:
+            builder.add_blob(hex_digest, blob_locs[hex_digest])
+        manifest = builder.build(cdigest)
+        manifest, copied = self._keep_superseded(tenant, base, manifest)
+        mkey = layout.manifest_key(tenant, cdigest)
+        self.store.put_if_absent(mkey, manifest.to_bytes())
         stats = WriteStats(
             case_bytes_written=packs.bytes_written + copied.bytes_written,
             pack_objects_written=packs.objects_written + copied.objects_written,
+            blob_bytes_written=blobs.bytes_written,
             cases_reused=reused,
             superseded_copied=copied.records,
         )
-        return self._commit_manifest(
-            identity,
-            name,
-            version,
-            bump,
-            manifest,
-            mkey,
-            description=description,
-            tags=tuple(tag_list),
-            produced_by=produced_by,
-            stats=stats,
-            lease=lease,
-        )
+        return manifest, mkey, stats
 
-    def _commit_manifest(
+    def _keep_superseded(
+        self, tenant: str, base: Manifest | None, manifest: Manifest
+    ) -> tuple[Manifest, _Copied]:
+        """`manifest` with copies of the base version's records it no longer holds (its changed
+        and removed cases), written back to back: a diff of the two then reads them in one span
+        instead of one request each, scattered through the base's packs. Registration pays
+        those reads once, with this store's read plan (`read_gap`, `read_workers`). Skipped beyond
+        `SUPERSEDED_MAX_RECORDS` or `SUPERSEDED_MAX_BYTES` (a large change costs a diff more
+        reads in any case)."""
+        if base is None:
+            return manifest, _Copied()
+        dropped = superseded_indices(base, manifest)
+        lengths = column_array(base.lengths)
+        if (
+            not dropped
+            or len(dropped) > SUPERSEDED_MAX_RECORDS
+            or sum(lengths[i] for i in dropped) > SUPERSEDED_MAX_BYTES
+        ):
+            return manifest, _Copied()
+        records = read_cases(
+            self.store,
+            tenant,
+            base,
+            dropped,
+            max_gap=self.read_gap,
+            workers=self.read_workers,
+        )
+        packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
+        digests = base.digest_list()
+        placed = [(digests[i], packs.append(records[i]), len(records[i])) for i in dropped]
+        packs.flush()
+        copies = [(d, packs.location(where, size)) for d, where, size in placed]
+        copied = _Copied(len(copies), packs.bytes_written, packs.objects_written)
+        return manifest.with_superseded(copies), copied
+
+    # -- commit: the one commit loop ---------------------------------------------------------
+
+    def _commit(
         self,
         identity: Identity,
-        name: str,
-        version: str | None,
-        bump: str | None,
+        head: VersionHead,
         manifest: Manifest,
         mkey: str,
-        *,
-        description: str,
-        tags: tuple[str, ...],
-        produced_by: dict[str, Any] | None,
         stats: WriteStats,
         lease: Lease,
     ) -> RegisterResult:
-        """Commit a version whose manifest is stored: the label given, or the next one `bump`
+        """Commit a version whose manifest is stored: the label given, or the next one the bump
         gives (retried when a racing bump takes it), with the registry's idempotency rules."""
-        tenant = identity.tenant
         cdigest = manifest.content_digest
         for attempt in range(BUMP_ATTEMPTS):
             if attempt:
                 _bump_pause(attempt)
-            records = self.index.list_versions(tenant, KIND, name)
-            if version is None:
-                same = unchanged_latest(records, cdigest)
-                if same is not None:
-                    return RegisterResult(same, created=False)
-            label = version if version is not None else next_version(records, bump or "")
-            current = next((r for r in records if r.version == label), None)
-            if current is not None:
-                return RegisterResult(self.versions.settle_existing(current, cdigest), False)
+            records = self.index.list_versions(identity.tenant, KIND, head.name)
+            settled = self._settled(records, head, cdigest)
+            if settled is not None:
+                return settled
+            label = _label(head, records)
             rec = self.versions.new_record(
                 identity,
-                name=name,
+                name=head.name,
                 version=label,
                 content_digest=cdigest,
                 manifest_key=mkey,
                 case_count=len(manifest),
                 bytes=manifest.case_bytes(),
-                description=description,
-                tags=tags,
-                produced_by=produced_by,
+                description=head.description,
+                tags=head.tags,
+                produced_by=head.produced_by,
             )
             self.fence.check(lease)
             try:
                 committed, created = self.versions.commit(rec)
             except Conflict:
-                if bump is None:
+                if head.bump is None:
                     raise
                 continue  # a racing bump took this label with other content: take the next
             return RegisterResult(committed, created, stats)
         raise Conflict(
-            f"could not find a free version label for {name} after {BUMP_ATTEMPTS} attempts"
+            f"could not find a free version label for {head.name} after {BUMP_ATTEMPTS} attempts"
         )
 
     # -- reading ---------------------------------------------------------------------------

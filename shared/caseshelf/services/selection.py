@@ -53,7 +53,7 @@ class SelectionService:
         cases = None
         if with_cases:
             lengths = column_array(manifest.lengths)
-            size = sum(map(lengths.__getitem__, subset.indices))
+            size = sum(lengths[i] for i in subset.indices)
             if self.max_case_bytes is not None and size > self.max_case_bytes:
                 raise TooLarge(
                     f"the {len(case_ids)} selected cases are {size} bytes, over the "

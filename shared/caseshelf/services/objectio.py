@@ -1,0 +1,43 @@
+"""A stored object read as a file: ranged reads of a bounded size, so a reader of a large upload
+holds one buffer of it, not the object (`open_object`)."""
+
+from __future__ import annotations
+
+import io
+
+from caseshelf.domain.errors import NotFound
+from caseshelf.ports import BlobStore
+
+READ_BYTES = 8 << 20  # one ranged read; also the reader's buffer
+
+
+class _ObjectRaw(io.RawIOBase):
+    """The bytes of one object of `size` bytes, read from `store` with ranged gets."""
+
+    def __init__(self, store: BlobStore, key: str, size: int) -> None:
+        self._store, self._key, self._size = store, key, size
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        want = min(len(buffer), self._size - self._at)
+        if want <= 0:
+            return 0
+        data = self._store.get_range(self._key, self._at, want)
+        if not data:  # the object got shorter than its head said: end here, never loop
+            return 0
+        n = len(data)
+        buffer[:n] = data
+        self._at += n
+        return n
+
+
+def open_object(store: BlobStore, key: str) -> io.BufferedReader:
+    """The object at `key` as a binary file (lines, `read(n)`), read `READ_BYTES` at a time;
+    `NotFound` when absent."""
+    info = store.head(key)
+    if info is None:
+        raise NotFound(f"no object {key}")
+    return io.BufferedReader(_ObjectRaw(store, key, info.size), buffer_size=READ_BYTES)

@@ -1,0 +1,68 @@
+"""The scoped collector pause of the document entry points (`caseshelf.services.bulk`): the
+collector is back as it was found once the last open pause ends, nested or across threads."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from caseshelf.services.bulk import gc_paused
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def collector_restored() -> Iterator[None]:
+    was = gc.isenabled()
+    yield
+    if was:
+        gc.enable()
+    else:
+        gc.disable()
+
+
+def test_a_pause_restores_what_it_found() -> None:
+    gc.enable()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer pause is still open
+    assert gc.isenabled()
+    # A collector that was off stays off, and nothing is frozen
+    gc.disable()
+    with gc_paused():
+        pass
+    assert not gc.isenabled()
+    assert gc.get_freeze_count() == 0
+
+
+def test_an_error_inside_still_restores() -> None:
+    gc.enable()
+    with pytest.raises(RuntimeError), gc_paused():
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+
+
+def test_overlapping_pauses_in_threads_restore_once_the_last_ends() -> None:
+    gc.enable()
+    inside, release = threading.Barrier(3), threading.Event()
+
+    def worker() -> None:
+        with gc_paused():
+            inside.wait()
+            release.wait()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    with gc_paused():
+        inside.wait()
+    assert not gc.isenabled()  # the workers' pauses are still open
+    release.set()
+    for t in threads:
+        t.join()
+    assert gc.isenabled()
