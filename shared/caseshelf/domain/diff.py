@@ -25,10 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress, pairwise
 from operator import ne
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import orjson
 
+from caseshelf.domain.chunks import Root
 from caseshelf.domain.manifest import Manifest
 
 
@@ -199,7 +200,15 @@ class DiffPlan:
         return not (self.added or self.removed or self.changed or self.meta or self.order_changed)
 
 
-def meta_changes(base: Manifest, candidate: Manifest) -> list[Change]:
+class Content(Protocol):
+    """What a version's own content is (a manifest or a root): what `meta_changes` compares."""
+
+    description: str
+    tags: list[str]
+    shared_files: list[dict[str, str]]
+
+
+def meta_changes(base: Content, candidate: Content) -> list[Change]:
     """Changes of the version's own content: description, tags (a set) and shared files
     (matched by destination, like an id)."""
     out: list[Change] = []
@@ -254,6 +263,69 @@ def plan_diff(base: Manifest, candidate: Manifest) -> DiffPlan:
         removed = [i for i in range(len(base.ids)) if i not in kept]
     order_changed = any(a > b for a, b in pairwise(common))
     return DiffPlan(added, removed, changed, len(common) - len(changed), order_changed, meta)
+
+
+def differing_chunks(base: Root, candidate: Root) -> tuple[list[int], list[int]]:
+    """The chunk numbers of each side whose key the other side does not hold. A chunk both
+    hold is the same cases (ids and digests) on both sides: nothing in it differs."""
+    shared = set(base.chunk_keys) & set(candidate.chunk_keys)
+    return (
+        [n for n, key in enumerate(base.chunk_keys) if key not in shared],
+        [n for n, key in enumerate(candidate.chunk_keys) if key not in shared],
+    )
+
+
+@dataclass(frozen=True)
+class ChunkPart:
+    """Some chunks of a version, their cases back to back (`concat_chunks`), with each case's
+    position in the version."""
+
+    manifest: Manifest
+    positions: Sequence[int]
+
+
+def plan_chunked_diff(
+    base: Root, candidate: Root, base_part: ChunkPart, cand_part: ChunkPart
+) -> DiffPlan:
+    """`plan_diff` of two versions from their roots and the chunks they do not share
+    (`differing_chunks`): cost follows the chunks that differ, not the versions' size.
+
+    Why the parts are enough: ids are unique within a version, so a case of a shared chunk is
+    on both sides with its digest, and an id in a part can only match an id in the other
+    part. Positions in the plan are the versions' own."""
+    meta = meta_changes(base, candidate)
+    if base.content_digest == candidate.content_digest:
+        return DiffPlan([], [], [], len(candidate), False, meta)
+    bm, cm = base_part.manifest, cand_part.manifest
+    b_pos, c_pos = base_part.positions, cand_part.positions
+    b_digests, c_digests = bm.digest_list(), cm.digest_list()
+    base_at = dict(zip(bm.ids, range(len(bm.ids)), strict=True))
+    added: list[int] = []
+    changed: list[tuple[int, int]] = []
+    # What the two sides share, in candidate order: (candidate position, first and last base
+    # position), a whole shared chunk at a time or a case of the parts.
+    spans: list[tuple[int, int, int]] = []
+    for j, i in enumerate(map(base_at.get, cm.ids)):
+        if i is None:
+            added.append(c_pos[j])
+            continue
+        spans.append((c_pos[j], b_pos[i], b_pos[i]))
+        if b_digests[i] != c_digests[j]:
+            changed.append((b_pos[i], c_pos[j]))
+    matched = {b for _, b, _ in spans}
+    removed = [b for b in b_pos if b not in matched]
+    base_chunks = dict(zip(base.chunk_keys, base.chunk_starts(), strict=False))
+    in_shared = 0
+    for key, start, count in zip(
+        candidate.chunk_keys, candidate.chunk_starts(), candidate.chunk_counts, strict=False
+    ):
+        if key in base_chunks and count:
+            spans.append((start, base_chunks[key], base_chunks[key] + count - 1))
+            in_shared += count
+    spans.sort()
+    order_changed = any(a[2] >= b[1] for a, b in pairwise(spans))
+    unchanged = len(matched) - len(changed) + in_shared
+    return DiffPlan(added, removed, changed, unchanged, order_changed, meta)
 
 
 def user_text(case: dict[str, Any]) -> Any:

@@ -1,19 +1,27 @@
 """Subset selection: resolve a version, decide the selection over its manifest, and optionally
 read the selected cases or register them as a derived version.
 
-Only the manifest is read unless the caller asks for the cases; `register_as` writes a new
-manifest that points at the parent's packs (no case bytes are copied).
+Only the manifest is read unless the caller asks for the cases, and of it only the chunks the
+selection needs (`chunks_for_selection`: those carrying a wanted tag, the first ones for a limit,
+every one for ids); `register_as` writes a new manifest that points at the parent's packs (no
+case bytes are copied).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from caseshelf.domain.chunks import concat_chunks
 from caseshelf.domain.errors import TooLarge
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.manifest import column_array
-from caseshelf.domain.subset import Subset, SubsetRequest, select_subset
+from caseshelf.domain.subset import (
+    Subset,
+    SubsetRequest,
+    chunks_for_selection,
+    select_subset,
+)
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.services.registry import RegisterResult, RegistryService
 
@@ -45,15 +53,43 @@ class SelectionService:
         include_deleted: bool = False,
     ) -> SubsetResult:
         rec = self.registry.get_version(identity, name, ref, include_deleted=include_deleted)
-        manifest = self.registry.manifest(rec)
         selection = request.selection()
-        subset = select_subset(manifest, selection, dataset_id=rec.name, version=rec.version)
-        case_ids = [manifest.ids[i] for i in subset.indices]
+        root = self.registry.root(rec)
+        numbers = chunks_for_selection(root, selection)
+        if numbers is None:  # every chunk: the whole manifest (cached for the next call)
+            manifest = self.registry.manifest(rec)
+            subset = select_subset(manifest, selection, dataset_id=rec.name, version=rec.version)
+            local = subset.indices
+        else:
+            starts = root.chunk_starts()
+            positions = [p for n in numbers for p in range(starts[n], starts[n + 1])]
+            manifest = replace(
+                concat_chunks(self.registry.read_chunks(rec, numbers)),
+                content_digest=root.content_digest,
+            )
+            subset = select_subset(
+                manifest,
+                selection,
+                dataset_id=rec.name,
+                version=rec.version,
+                positions=positions,
+                total=len(root),
+            )
+            at = {p: i for i, p in enumerate(positions)}
+            local = [at[p] for p in subset.indices] if subset.stamp is not None else []
+        case_ids = (
+            [manifest.ids[i] for i in local]
+            if subset.stamp is not None or numbers is None
+            else self._all_ids(rec)
+        )
 
         cases = None
         if with_cases:
-            lengths = column_array(manifest.lengths)
-            size = sum(map(lengths.__getitem__, subset.indices))
+            if subset.stamp is None and numbers is not None:  # the whole version
+                size = root.case_bytes
+            else:
+                lengths = column_array(manifest.lengths)
+                size = sum(map(lengths.__getitem__, local))
             if self.max_case_bytes is not None and size > self.max_case_bytes:
                 raise TooLarge(
                     f"the {len(case_ids)} selected cases are {size} bytes, over the "
@@ -85,3 +121,7 @@ class SelectionService:
                 },
             )
         return SubsetResult(rec, subset, case_ids, cases, registered)
+
+    def _all_ids(self, rec: VersionRecord) -> list[str]:
+        """Every case id of a version, chunk by chunk."""
+        return [cid for _, chunk in self.registry.iter_chunks(rec) for cid in chunk.ids]
