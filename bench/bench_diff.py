@@ -10,16 +10,18 @@ then, alternating, measures:
 
 Figures: wall ratio diff / baseline (target <= 0.1), object reads, and the case bytes the diff
 read / the case bytes of both versions (target <= 0.05). Manifest bytes are reported apart
-(`manifest_bytes_read`): with every 100th case changed every manifest chunk holds a change, so
-the diff reads both manifests whole (`bench_scale.py` measures the manifest bytes a diff reads
-when the changes sit together).
+(`manifest_bytes_read`): they are read by every diff whatever the change.
 
-The read planner's trades are measured too, `alternatives`: the configured read plan (the
-backend's gap and reads in flight, as `bootstrap.build` sets them), the other backend's gap and
-the other number of reads in flight. On the embedded store, a `latency_probe` replays the diff's
-reads against a store that waits `PROBE_LATENCY_S` per request, as a remote store does, to show
-what reads in flight buy where a request waits rather than computes (in-process moto does not
-wait: its requests cost client and emulator CPU, which threads do not overlap).
+v1.1.0 is registered against v1.0.0, so it keeps copies of the 1,000 records it superseded
+(`superseded_copied`; registration pays those reads once, `register_v2_s`), and the diff reads
+the changed cases' earlier forms from them. The diff of two versions without such copies (any
+pair not registered one against the other) is measured too, `alternatives`: with the configured
+read plan (the backend's gap and reads in flight, as `bootstrap.build` sets them), the other
+backend's gap and the other number of reads in flight. On the embedded store, a
+`latency_probe` replays the copy-less diff's reads against a store that waits `PROBE_LATENCY_S`
+per request, as a remote store does, to show what reads in flight buy where a request waits
+rather than computes (in-process moto does not wait: its requests cost client and emulator CPU,
+which threads do not overlap).
 
 Usage: python bench/bench_diff.py [--cases N] [--runs R]
 """
@@ -93,8 +95,8 @@ class SlowStore(CountingStore):
 
 
 def latency_probe(settings: Any, store: Any, index: Any) -> dict[str, Any]:
-    """The diff's reads against a store with `PROBE_LATENCY_S` per request: narrow reads one
-    at a time, narrow reads in flight together, and wide spans (once each)."""
+    """The copy-less diff's reads against a store with `PROBE_LATENCY_S` per request: narrow
+    reads one at a time, narrow reads in flight together, and wide spans (once each)."""
     from caseshelf.bootstrap import build
     from caseshelf.domain.identity import Identity
     from caseshelf.services.diff import DiffService
@@ -110,7 +112,9 @@ def latency_probe(settings: Any, store: Any, index: Any) -> dict[str, Any]:
         ("wide_concurrent", REMOTE_MAX_GAP_BYTES, REMOTE_READ_WORKERS),
     ):
         fresh = build(settings, store=slow, index=index)
-        diff = DiffService(fresh.registry, max_gap_bytes=gap, read_workers=workers)
+        diff = DiffService(
+            fresh.registry, max_gap_bytes=gap, read_workers=workers, read_copies=False
+        )
         slow.reset()
         t = time.perf_counter()
         diff.diff_versions(me, "gsm8k-bench", "1.0.0", "1.1.0")
@@ -160,6 +164,7 @@ def measure(settings: Any, store: Any, index: Any, n: int, runs: int) -> dict[st
         done = services.registry.register(me, parsed)
         register_s.append(time.perf_counter() - t0)
         recs.append(done.record)
+    copied = done.stats.superseded_copied
     case_bytes_both = recs[0].bytes + recs[1].bytes
 
     diffs, bases = [], []
@@ -194,9 +199,10 @@ def measure(settings: Any, store: Any, index: Any, n: int, runs: int) -> dict[st
     diff_s = median([d["s"] for d in diffs])
     base_s = median([b["s"] for b in bases])
     last = diffs[-1]
-    # The read planner's trades (median of `runs` each): the configured plan, the other number
-    # of reads in flight, and the other backend's gap (narrow: few bytes, a request per changed
-    # case; wide: a few span requests, many more bytes).
+    # A diff without superseded copies, and the read planner's trades for it (median of `runs`
+    # each): the configured plan, the other number of reads in flight, and the other backend's
+    # gap (narrow: few bytes, a request per changed case; wide: a few span requests, many more
+    # bytes).
     from caseshelf.services.diff import DiffService
     from caseshelf.services.storage import LOCAL_MAX_GAP_BYTES, REMOTE_READ_WORKERS
     from caseshelf.services.storage import MAX_GAP_BYTES as REMOTE_MAX_GAP_BYTES
@@ -204,16 +210,18 @@ def measure(settings: Any, store: Any, index: Any, n: int, runs: int) -> dict[st
     gap, workers = services.diff.max_gap_bytes, services.diff.read_workers
     other_gap = LOCAL_MAX_GAP_BYTES if gap == REMOTE_MAX_GAP_BYTES else REMOTE_MAX_GAP_BYTES
     alternatives = {
-        "configured": (gap, workers),
-        "other_workers": (gap, 1 if workers > 1 else REMOTE_READ_WORKERS),
-        "other_gap": (other_gap, workers),
+        "no_copies": (gap, workers),
+        "no_copies_other_workers": (gap, 1 if workers > 1 else REMOTE_READ_WORKERS),
+        "no_copies_other_gap": (other_gap, workers),
     }
     others: dict[str, Any] = {}
     for label, (alt_gap, alt_workers) in alternatives.items():
         walls = []
         for _ in range(runs):
             fresh = build(settings, store=counting, index=index)
-            alt = DiffService(fresh.registry, max_gap_bytes=alt_gap, read_workers=alt_workers)
+            alt = DiffService(
+                fresh.registry, max_gap_bytes=alt_gap, read_workers=alt_workers, read_copies=False
+            )
             counting.reset()
             t = time.perf_counter()
             alt.diff_versions(me, name, "1.0.0", "1.1.0")
@@ -232,6 +240,7 @@ def measure(settings: Any, store: Any, index: Any, n: int, runs: int) -> dict[st
         "alternatives": others,
         "register_v1_s": round(register_s[0], 2),
         "register_v2_s": round(register_s[1], 2),
+        "superseded_copied": copied,
         "diff_s": round(diff_s, 4),
         "baseline_s": round(base_s, 4),
         "wall_ratio": ratio(diff_s, base_s),
@@ -265,7 +274,8 @@ def main(n: int, runs: int) -> int:
             f"(baseline {got['baseline_object_reads']}), case bytes read "
             f"{got['case_bytes_read']:,} of {got['case_bytes_both_versions']:,} "
             f"(ratio {got['bytes_ratio']}), manifests {got['manifest_bytes_read']:,} bytes; "
-            f"registration v1 {got['register_v1_s']} s, v2 {got['register_v2_s']} s; read gap "
+            f"registration v1 {got['register_v1_s']} s, v2 {got['register_v2_s']} s "
+            f"({got['superseded_copied']:,} superseded records copied); read gap "
             f"{got['max_gap_bytes']:,} B, {got['read_workers']} read(s) in flight"
         )
         for label, alt in got["alternatives"].items():
@@ -286,6 +296,7 @@ def main(n: int, runs: int) -> int:
             "read_workers",
             "register_v1_s",
             "register_v2_s",
+            "superseded_copied",
         ):
             result[f"{backend}_{key}"] = got[key]
         result[f"{backend}_alternatives"] = got["alternatives"]

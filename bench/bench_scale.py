@@ -10,8 +10,8 @@ Figures (each measured in a fresh interpreter, median of `--runs`):
 - diff of two 1,000,000-case versions with 1% changed (10,000 cases, in 10 runs of 1,000):
   manifest bytes read / the two manifests' bytes (roots and every chunk each names), target
   <= 0.05; wall / the diff of two 100,000-case versions with the same 10,000 changes, target
-  <= 2. With every 100th case changed instead (`spread`), every chunk holds a change and the
-  diff reads both manifests whole: reported, without a target.
+  <= 2. (With every 100th case changed instead, every chunk holds a change and a diff reads
+  both manifests whole: `bench_diff.py` shows it at 100,000 cases.)
 - one page of 100 cases (from the middle) of a 1,000,000-case version / the same page of a
   10,000-case version: wall (target <= 2) and peak RSS (target <= 2).
 
@@ -121,10 +121,8 @@ def setup(home: str, n: int) -> None:
     for name, size, every, layout in (
         ("big", n, 100, "runs"),
         ("mid", n // 10, 10, "runs"),
-        ("spread", n, 100, "spread"),
         ("small", n // 100, 0, "runs"),
     ):
-        # (spread's v1 is big's: the same records, so the same packs and chunks, stored once)
         base = store_version(services, name, "1.0.0", iter_gsm8k_cases(rows, size), {})
         if every:
             cases = iter_gsm8k_cases(rows, size, changed_every=every, layout=layout)
@@ -204,7 +202,6 @@ def main(n: int, runs: int) -> int:
                 got.setdefault(f"{op}-{name}", []).append(
                     run_child([me, "--child", op, home, name])
                 )
-        spread = run_child([me, "--child", "diff", home, "spread"])
 
     def med(key: str, field: str) -> float:
         return median([r[field] for r in got[key]])
@@ -220,11 +217,6 @@ def main(n: int, runs: int) -> int:
             "diff_manifest_bytes_both": big["manifest_bytes_both"],
             "diff_bytes_ratio": ratio(big["manifest_bytes_read"], big["manifest_bytes_both"]),
             "diff_1m_peak_rss_mb": med("diff-big", "peak_rss_mb"),
-            "diff_spread_s": spread["s"],
-            "diff_spread_bytes_ratio": ratio(
-                spread["manifest_bytes_read"], spread["manifest_bytes_both"]
-            ),
-            "diff_spread_peak_rss_mb": spread["peak_rss_mb"],
             "page_1m_s": med("page-big", "s"),
             "page_10k_s": med("page-small", "s"),
             "page_wall_ratio": ratio(med("page-big", "s"), med("page-small", "s")),
@@ -241,10 +233,6 @@ def main(n: int, runs: int) -> int:
         f"{result['diff_wall_ratio']}); manifest bytes read {big['manifest_bytes_read']:,} of "
         f"{big['manifest_bytes_both']:,} (ratio {result['diff_bytes_ratio']}), peak RSS "
         f"{result['diff_1m_peak_rss_mb']} MB"
-    )
-    print(
-        f"  (every 100th changed: {spread['s']:.3f} s, manifest bytes ratio "
-        f"{result['diff_spread_bytes_ratio']}, peak RSS {spread['peak_rss_mb']} MB)"
     )
     print(
         f"page of {PAGE}: {result['page_1m_s'] * 1000:.1f} ms at {n:,} cases vs "

@@ -294,3 +294,24 @@ def test_a_format_2_manifest_reads_as_it_always_did(backend: Backend) -> None:
     )
     assert report.problems == []
     assert fresh.diff.diff_versions(ME, "ds", "2", "1").summary["changed"] == 2
+
+
+def test_superseded_copies_are_an_object_the_root_names(backend: Backend) -> None:
+    reg = backend.services.registry
+    register(reg, "1", cases(300))
+    v2 = register(reg, "2", cases(300, changed={10, 250}))
+    root = reg.root(v2.record)
+    key = f"t/acme/manifests/superseded/{root.superseded_key}"
+    assert root.superseded_count == 2 and backend.store.exists(key)
+    # gc keeps it (and the pack of the copies) with the version
+    report = collect_garbage(
+        backend.store, backend.index, now=time.time() + 1000 * HOUR, grace_seconds=HOUR, delete=True
+    )
+    assert report.problems == [] and backend.store.exists(key)
+    assert verify_versions(backend.store, [v2.record]).ok
+    # verify names it when it is damaged
+    data = backend.store.get(key)
+    backend.store.delete(key)
+    backend.store.put(key, data[:-2] + b"}}")
+    problems = verify_versions(backend.store, [v2.record]).problems
+    assert [(p.kind, p.key) for p in problems] == [("corrupt", key)]

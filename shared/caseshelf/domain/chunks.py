@@ -12,6 +12,9 @@ cases share chunks, as lakeFS's commits share ranges; the root plays the part of
 A chunk (`caseshelf.chunk/1`) is self-contained: its cases' ids, digests, pack locations and tag
 names, with its own small tables of pack names and tag names (first use order), encoded like the
 format 2 columns (one string per column). Its key is `manifests/chunks/<sha256 of its bytes>`.
+The copies of the base version's records a version keeps for diffs (`superseded`) are one more
+object (`caseshelf.superseded/1`, `manifests/superseded/<sha256>`), named by the root and read by
+a diff only.
 
 The root (`caseshelf.manifest/3`) holds what every reader needs first: the version's content
 (description, tags, shared files: the content digest is over these and the cases, never the
@@ -39,6 +42,7 @@ from caseshelf.domain.manifest import (
     CaseTags,
     DigestColumn,
     IntColumn,
+    Location,
     Manifest,
     _pack_ints,
     _unpack_ints,
@@ -47,6 +51,7 @@ from caseshelf.domain.manifest import (
 
 ROOT_FORMAT = "caseshelf.manifest/3"
 CHUNK_FORMAT = "caseshelf.chunk/1"
+SUPERSEDED_FORMAT = "caseshelf.superseded/1"
 # Cases per chunk: at least MIN_CASES (bar the last), at most MAX_CASES; in between a chunk ends
 # after a case whose digest's last 8 hex digits are 0 modulo BOUNDARY_MODULUS, so chunks average
 # about MIN_CASES + BOUNDARY_MODULUS cases (~1,000: ~110 kB of chunk for GSM8K-sized ids).
@@ -206,6 +211,10 @@ class Root:
     blob_container_index: Sequence[int] = field(default_factory=list)
     blob_offsets: Sequence[int] = field(default_factory=list)
     blob_lengths: Sequence[int] = field(default_factory=list)
+    # The copies of the base version's records this version keeps (`Manifest.with_superseded`):
+    # an object of their own (`superseded_bytes`), read by a diff only; "" when there are none.
+    superseded_key: str = ""
+    superseded_count: int = 0
 
     def __len__(self) -> int:
         return self.count
@@ -240,6 +249,8 @@ class Root:
                 "length": _pack_ints(self.blob_lengths, "Q"),
             },
         }
+        if self.superseded_key:  # (absent otherwise)
+            doc["superseded"] = {"key": self.superseded_key, "count": self.superseded_count}
         return orjson.dumps(doc)
 
     @classmethod
@@ -271,6 +282,12 @@ class Root:
                 blob_offsets=_unpack_ints(blobs["offset"], "Q"),
                 blob_lengths=_unpack_ints(blobs["length"], "Q"),
             )
+            superseded = doc.get("superseded")
+            if superseded is not None:
+                root.superseded_key = str(superseded["key"])
+                root.superseded_count = int(superseded["count"])
+                if len(root.superseded_key) != 64:
+                    raise ValueError("a superseded key that is no sha256")
             n = len(root.chunk_keys)
             per_chunk = (root.chunk_counts, root.first_ids, root.last_ids, root.chunk_tags)
             if any(len(c) != n for c in per_chunk):
@@ -287,8 +304,11 @@ class Root:
             raise BadRequest(f"corrupt manifest: {exc}") from exc
 
 
-def split_manifest(m: Manifest) -> tuple[Root, list[tuple[str, bytes]]]:
-    """`m` as a root and its chunks (`(sha256 hex, bytes)`, in order)."""
+def split_manifest(
+    m: Manifest,
+) -> tuple[Root, list[tuple[str, bytes]], tuple[str, bytes] | None]:
+    """`m` as a root, its chunks (`(sha256 hex, bytes)`, in order) and the object of its
+    superseded copies (None when it keeps none)."""
     ends = chunk_ends(m.digest_list())
     chunks: list[tuple[str, bytes]] = []
     counts, firsts, lasts, chunk_tags = [], [], [], []
@@ -303,6 +323,9 @@ def split_manifest(m: Manifest) -> tuple[Root, list[tuple[str, bytes]]]:
         chunk_tags.append(sorted(tag_no[name] for name in names))
         start = end
     used = [m.packs[p] for p in dict.fromkeys(column_array(m.pack_index))]
+    copies = superseded_bytes(m)
+    if copies is not None:  # the copies' packs are the version's too (gc keeps them with it)
+        used += [m.packs[p] for p in dict.fromkeys(m.superseded_pack) if m.packs[p] not in used]
     root = Root(
         content_digest=m.content_digest,
         description=m.description,
@@ -323,7 +346,50 @@ def split_manifest(m: Manifest) -> tuple[Root, list[tuple[str, bytes]]]:
         blob_offsets=array("Q", m.blob_offsets),
         blob_lengths=array("Q", m.blob_lengths),
     )
-    return root, chunks
+    extra = None
+    if copies is not None:
+        extra = (sha256_hex(copies), copies)
+        root.superseded_key, root.superseded_count = extra[0], len(m.superseded_digests)
+    return root, chunks, extra
+
+
+def superseded_bytes(m: Manifest) -> bytes | None:
+    """The superseded copies of `m` as an object of their own (None when there are none):
+    digests, and where each copy is (pack names of its own, offset, length)."""
+    if not m.superseded_digests:
+        return None
+    used, column = _renumber(m.superseded_pack)
+    doc = {
+        "format": SUPERSEDED_FORMAT,
+        "digests": "".join(m.superseded_digests),
+        "packs": [m.packs[p] for p in used],
+        "pack": _pack_ints(column, "I"),
+        "offset": _pack_ints(array("Q", m.superseded_offsets), "Q"),
+        "length": _pack_ints(array("Q", m.superseded_lengths), "Q"),
+    }
+    return orjson.dumps(doc)
+
+
+def superseded_from_bytes(data: bytes) -> dict[str, Location]:
+    """Where each superseded copy is, by digest hex."""
+    try:
+        doc: dict[str, Any] = orjson.loads(data)
+        if doc.get("format") != SUPERSEDED_FORMAT:
+            raise ValueError(f"not a superseded object (format {doc.get('format')!r})")
+        text, packs = doc["digests"], list(doc["packs"])
+        pack = _unpack_ints(doc["pack"], "I")
+        offset, length = _unpack_ints(doc["offset"], "Q"), _unpack_ints(doc["length"], "Q")
+        count = len(text) // 64
+        if len(text) % 64 or any(len(c) != count for c in (pack, offset, length)):
+            raise ValueError("columns of different lengths")
+        if max(pack, default=-1) >= len(packs):
+            raise ValueError("a pack number out of range")
+        return {
+            text[64 * i : 64 * i + 64]: Location(packs[pack[i]], offset[i], length[i])
+            for i in range(count)
+        }
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise BadRequest(f"corrupt superseded copies: {exc}") from exc
 
 
 def join_chunks(root: Root, chunks: Sequence[Manifest]) -> Manifest:

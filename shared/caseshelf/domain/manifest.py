@@ -7,8 +7,9 @@ a tenth of the time. Pure: bytes in, bytes out.
 `Manifest` is the whole manifest in memory. Versions are stored in format 3 (a root naming
 content-addressed chunks, `caseshelf.domain.chunks`); this module reads and writes format 2, one
 document per version, which versions registered before format 3 keep and every reader still
-reads (`Manifest.from_bytes`). A format 2 manifest may carry a `superseded` section (copies of
-the base version's records, once kept to speed up a diff); format 3 has none.
+reads (`Manifest.from_bytes`). `superseded_*` are the copies of the base version's records a
+version keeps (`with_superseded`): in format 2 a section of the one document, in format 3 an
+object of their own that the root names.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import binascii
 import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from itertools import accumulate, chain, islice
+from dataclasses import dataclass, field, replace
+from itertools import accumulate, chain, compress, count, islice
+from operator import not_
 from typing import Any
 
 import orjson
@@ -280,6 +282,26 @@ class Manifest:
             )
         }
 
+    def with_superseded(self, copies: Sequence[tuple[str, Location]]) -> Manifest:
+        """This manifest listing `copies` (digest hex, where the copy is) as its superseded
+        records; their packs join `packs`, so whatever keeps the manifest's packs keeps them."""
+        packs = list(self.packs)
+        number = {p: i for i, p in enumerate(packs)}
+        index = array("I")
+        for _, loc in copies:
+            if loc.container not in number:
+                number[loc.container] = len(packs)
+                packs.append(loc.container)
+            index.append(number[loc.container])
+        return replace(
+            self,
+            packs=packs,
+            superseded_digests=[d for d, _ in copies],
+            superseded_pack=index,
+            superseded_offsets=array("Q", [loc.offset for _, loc in copies]),
+            superseded_lengths=array("Q", [loc.length for _, loc in copies]),
+        )
+
     def iter_cases(self) -> Iterator[tuple[int, str, str]]:
         """(index, id, digest hex) in dataset order."""
         yield from zip(range(len(self.ids)), self.ids, self.digests, strict=True)
@@ -400,6 +422,14 @@ class Manifest:
             return manifest
         except (KeyError, ValueError, TypeError, AttributeError, binascii.Error) as exc:
             raise BadRequest(f"corrupt manifest: {exc}") from exc
+
+
+def superseded_indices(base: Manifest, new: Manifest) -> list[int]:
+    """Positions of the base version's cases whose record the new version does not hold: its
+    removed cases and the earlier form of its changed ones (a digest covers the id too). These
+    are what a diff of the two reads from the base."""
+    held = set(new.digest_list())
+    return list(compress(count(), map(not_, map(held.__contains__, base.digest_list()))))
 
 
 class ManifestBuilder:

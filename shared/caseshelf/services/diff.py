@@ -5,6 +5,10 @@ Manifests first, and of them only what differs: the two roots name their chunks 
 (`caseshelf.domain.diff.plan_chunked_diff`) matches by id and compares digests over the chunks
 that differ. Then only the bodies the plan names are read, by ranged reads from their packs, and
 compared field by field. Cost follows the size of the change, not the size of the versions.
+
+A version registered against a base keeps copies of the base's records it superseded, back to
+back (`RegistryService._keep_superseded`): the diff of the two then reads the changed cases'
+earlier forms in one span instead of one request each, scattered through the base's packs.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any, cast
 import orjson
 
 from caseshelf.domain import layout
+from caseshelf.domain.canonical import sha256_hex
 from caseshelf.domain.chunks import Root, concat_chunks
 from caseshelf.domain.diff import (
     Change,
@@ -28,7 +33,7 @@ from caseshelf.domain.diff import (
     user_text,
 )
 from caseshelf.domain.identity import Identity
-from caseshelf.domain.manifest import Manifest
+from caseshelf.domain.manifest import Location, Manifest
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.ports import BlobStore
 from caseshelf.services.registry import RegistryService
@@ -109,13 +114,18 @@ class DiffService:
         *,
         max_gap_bytes: int = LOCAL_MAX_GAP_BYTES,
         read_workers: int = 1,
+        read_copies: bool = True,
     ) -> None:
         """`max_gap_bytes`: the most unwanted bytes read between two wanted cases to save a
         request (the trade between bytes read and requests made). `read_workers`: ranged reads
-        in flight at once (1 for the embedded store; more for S3, whose client is thread-safe)."""
+        in flight at once (1 for the embedded store; more for S3, whose client is thread-safe).
+        `read_copies`: read the earlier form of changed cases from the copies a version keeps
+        of the records it superseded (False: every record from its own pack, as a diff of two
+        versions without such copies does)."""
         self.registry = registry
         self.max_gap_bytes = max_gap_bytes
         self.read_workers = read_workers
+        self.read_copies = read_copies
 
     def diff_versions(
         self,
@@ -152,8 +162,11 @@ class DiffService:
         base_m, cand_m = base_part.manifest, cand_part.manifest
         base_want = [base_at[i] for i in plan.removed] + [base_at[i] for i, _ in plan.changed]
         cand_want = [cand_at[j] for j in plan.added] + [cand_at[j] for _, j in plan.changed]
-        base_bodies = self._read(store, base, base_m, base_want)
-        cand_bodies = self._read(store, candidate, cand_m, cand_want)
+        # Either version may keep copies of the other's records (the later one registered
+        # against the earlier): the changed cases' earlier forms, back to back.
+        copies = {**reg.superseded(base), **reg.superseded(candidate)} if self.read_copies else {}
+        base_bodies = self._read(store, base, base_m, base_want, copies)
+        cand_bodies = self._read(store, candidate, cand_m, cand_want, copies)
 
         added = [
             CaseBrief(cand_m.ids[cand_at[j]], user_text(cand_bodies[cand_at[j]]))
@@ -189,19 +202,36 @@ class DiffService:
         return ChunkPart(concat_chunks(self.registry.read_chunks(rec, numbers)), positions)
 
     def _read(
-        self, store: BlobStore, rec: VersionRecord, manifest: Manifest, indices: list[int]
+        self,
+        store: BlobStore,
+        rec: VersionRecord,
+        manifest: Manifest,
+        indices: list[int],
+        copies: dict[str, Location],
     ) -> dict[int, dict[str, Any]]:
-        """The cases at `indices` of `manifest` (chunks of `rec`), each checked against its
-        digest."""
+        """The cases at `indices`, each read from a copy of its record where one of the two
+        versions keeps one (`Manifest.superseded_locations`: records back to back, so the
+        earlier form of every changed case is one span away) and from its own pack otherwise.
+        A copy is used only when its bytes hash to the case's digest; else the case's own
+        record is read instead."""
         if not indices:
             return {}
-        pack_key = partial(layout.pack_key, rec.tenant)
-        wanted = [(i, manifest.location(i)) for i in indices]
-        raw = read_records(
-            store, pack_key, wanted, max_gap=self.max_gap_bytes, workers=self.read_workers
-        )
         digests = manifest.digest_list()
-        for i, loc in wanted:
+        wanted = [(i, copies.get(digests[i]) or manifest.location(i)) for i in indices]
+        pack_key = partial(layout.pack_key, rec.tenant)
+        read = partial(
+            read_records, store, pack_key, max_gap=self.max_gap_bytes, workers=self.read_workers
+        )
+        raw = read(wanted)
+        wrong = [
+            (i, manifest.location(i))
+            for i, loc in wanted
+            if loc is copies.get(digests[i]) and sha256_hex(raw[i]) != digests[i]
+        ]
+        if wrong:
+            raw.update(read(wrong))
+        own = [(i, loc) for i, loc in wanted if loc is not copies.get(digests[i])]
+        for i, loc in own + wrong:  # read from the case's own pack: checked like every read
             what = f"case {manifest.ids[i]!r}"
             check_record(raw[i], digests[i], pack_key(loc.container), loc, what)
         return {i: orjson.loads(data) for i, data in raw.items()}

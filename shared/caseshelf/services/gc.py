@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from caseshelf.domain import layout
-from caseshelf.domain.chunks import ROOT_FORMAT, chunk_from_bytes
+from caseshelf.domain.chunks import ROOT_FORMAT, chunk_from_bytes, superseded_from_bytes
 from caseshelf.domain.errors import CaseshelfError, NotFound
 from caseshelf.domain.keys import KIND_LETTER
 from caseshelf.domain.manifest import FORMAT as LEGACY_FORMAT
@@ -185,9 +185,27 @@ def _reached_by(
         if hex_digest not in out.chunks:
             out.chunks[hex_digest] = _packs_of_chunk(store, tenant, ckey, who, out.problems)
         keys.extend(out.chunks[hex_digest] or ())
+    if stored.superseded_key:
+        skey = layout.superseded_key(tenant, stored.superseded_key)
+        keys.append(skey)
+        keys.extend(_packs_of_copies(store, tenant, skey, who, out.problems))
     # The root's own list of packs too: a chunk that cannot be read still keeps what its
     # version's root names (and the problem keeps gc from deleting anything of the tenant).
     return keys + [layout.pack_key(tenant, p) for p in stored.packs]
+
+
+def _packs_of_copies(
+    store: BlobStore, tenant: str, skey: str, who: str, problems: list[str]
+) -> list[str]:
+    try:
+        copies = superseded_from_bytes(store.get(skey))
+    except NotFound:
+        problems.append(f"the superseded copies {skey} of {who} are missing")
+        return []
+    except CaseshelfError as exc:
+        problems.append(f"the superseded copies {skey} of {who}: {exc.detail}")
+        return []
+    return [layout.pack_key(tenant, p) for p in {loc.container for loc in copies.values()}]
 
 
 def _packs_of_chunk(

@@ -42,6 +42,8 @@ from caseshelf.domain.manifest import (
     Location,
     Manifest,
     ManifestBuilder,
+    column_array,
+    superseded_indices,
 )
 from caseshelf.domain.models import (
     Case,
@@ -70,6 +72,7 @@ from caseshelf.services.storage import (
     read_blobs,
     read_cases,
     read_chunk,
+    read_superseded,
     write_manifest,
 )
 from caseshelf.services.versioned import Clock, VersionedStore, utc_now
@@ -99,10 +102,24 @@ _plus_one = (1).__add__
 
 @dataclass(frozen=True)
 class WriteStats:
-    case_bytes_written: int = 0  # the version's new records
+    case_bytes_written: int = 0  # the version's new records, and copies of superseded ones
     pack_objects_written: int = 0
     blob_bytes_written: int = 0
     cases_reused: int = 0
+    superseded_copied: int = 0  # records of the base version copied (`_keep_superseded`)
+
+
+@dataclass(frozen=True)
+class _Copied:
+    records: int = 0
+    bytes_written: int = 0
+    objects_written: int = 0
+
+
+# Copies of superseded records (`RegistryService._keep_superseded`) are kept for changes up to
+# this size: a pack's worth.
+SUPERSEDED_MAX_RECORDS = 20_000
+SUPERSEDED_MAX_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -511,6 +528,7 @@ class RegistryService:
         for sf in prep.shared_files:
             builder.add_blob(sf["digest"][7:], blob_locs[sf["digest"][7:]])
         manifest = builder.build(prep.content_digest)
+        manifest, copied = self._keep_superseded(tenant, base, manifest)
         mkey = write_manifest(self.store, tenant, manifest).key
 
         rec = self.versions.new_record(
@@ -528,12 +546,48 @@ class RegistryService:
         self.fence.check(lease)
         committed, created = self.versions.commit(rec)
         stats = WriteStats(
-            case_bytes_written=packs.bytes_written,
-            pack_objects_written=packs.objects_written,
+            case_bytes_written=packs.bytes_written + copied.bytes_written,
+            pack_objects_written=packs.objects_written + copied.objects_written,
             blob_bytes_written=blob_writer.bytes_written,
             cases_reused=reused,
+            superseded_copied=copied.records,
         )
         return RegisterResult(committed, created, stats)
+
+    def _keep_superseded(
+        self, tenant: str, base: Manifest | None, manifest: Manifest
+    ) -> tuple[Manifest, _Copied]:
+        """`manifest` with copies of the base version's records it no longer holds (its changed
+        and removed cases), written back to back: a diff of the two then reads them in one span
+        instead of one request each, scattered through the base's packs. Registration pays
+        those reads once, with this store's read plan (`read_gap`, `read_workers`). Skipped beyond
+        `SUPERSEDED_MAX_RECORDS` or `SUPERSEDED_MAX_BYTES` (a large change costs a diff more
+        reads in any case)."""
+        if base is None:
+            return manifest, _Copied()
+        dropped = superseded_indices(base, manifest)
+        lengths = column_array(base.lengths)
+        if (
+            not dropped
+            or len(dropped) > SUPERSEDED_MAX_RECORDS
+            or sum(map(lengths.__getitem__, dropped)) > SUPERSEDED_MAX_BYTES
+        ):
+            return manifest, _Copied()
+        records = read_cases(
+            self.store,
+            tenant,
+            base,
+            dropped,
+            max_gap=self.read_gap,
+            workers=self.read_workers,
+        )
+        packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
+        digests = base.digest_list()
+        placed = [(digests[i], packs.append(records[i]), len(records[i])) for i in dropped]
+        packs.flush()
+        copies = [(d, packs.location(where, size)) for d, where, size in placed]
+        copied = _Copied(len(copies), packs.bytes_written, packs.objects_written)
+        return manifest.with_superseded(copies), copied
 
     # -- derived versions ------------------------------------------------------------------
 
@@ -773,11 +827,13 @@ class RegistryService:
             packs.flush()
             builder.resolve_pending(packs.digest_of_pack)
             manifest = builder.build(cdigest)
+            manifest, copied = self._keep_superseded(tenant, base, manifest)
             mkey = write_manifest(self.store, tenant, manifest).key
         stats = WriteStats(
-            case_bytes_written=packs.bytes_written,
-            pack_objects_written=packs.objects_written,
+            case_bytes_written=packs.bytes_written + copied.bytes_written,
+            pack_objects_written=packs.objects_written + copied.objects_written,
             cases_reused=reused,
+            superseded_copied=copied.records,
         )
         return self._commit_manifest(
             identity,
@@ -865,15 +921,17 @@ class RegistryService:
 
     def _load_manifest(self, tenant: str, key: str) -> Manifest:
         """The whole manifest: a format 2 one as stored, a format 3 root joined with all of
-        its chunks."""
+        its chunks (and its superseded copies)."""
         stored = self._roots(key)
         if isinstance(stored, Manifest):
             return stored
         chunks = [self._read_chunk(tenant, hex_digest) for hex_digest in stored.chunk_keys]
         try:
-            return join_chunks(stored, chunks)
+            whole = join_chunks(stored, chunks)
         except BadRequest as exc:
             raise Corrupt(f"the manifest {key}: {exc.detail}", key=key) from None
+        copies = read_superseded(self.store, tenant, stored)
+        return whole.with_superseded(list(copies.items())) if copies else whole
 
     def _read_chunk(self, tenant: str, hex_digest: str) -> Manifest:
         return read_chunk(self.store, tenant, hex_digest)
@@ -891,6 +949,14 @@ class RegistryService:
         if isinstance(stored, Manifest):
             return root_of_legacy(stored)
         return stored
+
+    def superseded(self, rec: VersionRecord) -> dict[str, Location]:
+        """Where the copies of its base's records a version keeps are, by digest hex ({} when
+        it keeps none)."""
+        stored = self._roots(rec.manifest_key)
+        if isinstance(stored, Manifest):
+            return stored.superseded_locations()
+        return read_superseded(self.store, rec.tenant, stored)
 
     def chunk(self, rec: VersionRecord, number: int) -> Manifest:
         """Chunk `number` of a version as a manifest of its cases alone (positions local to the

@@ -18,7 +18,13 @@ import orjson
 
 from caseshelf.domain import layout
 from caseshelf.domain.canonical import sha256_hex
-from caseshelf.domain.chunks import ROOT_FORMAT, Root, chunk_from_bytes, split_manifest
+from caseshelf.domain.chunks import (
+    ROOT_FORMAT,
+    Root,
+    chunk_from_bytes,
+    split_manifest,
+    superseded_from_bytes,
+)
 from caseshelf.domain.errors import BadRequest, Corrupt, NotFound
 from caseshelf.domain.manifest import FORMAT as LEGACY_FORMAT
 from caseshelf.domain.manifest import Location, Manifest
@@ -161,13 +167,17 @@ class ManifestWritten:
 
 def write_manifest(store: BlobStore, tenant: str, manifest: Manifest) -> ManifestWritten:
     """Store `manifest` as a format 3 root and its chunks (`caseshelf.domain.chunks`): every
-    chunk first, put-if-absent under the sha256 of its bytes (a chunk another version stored is
-    reused, never overwritten), the root last, put-if-absent at the version's manifest key. A
-    crash in between leaves only chunks no root names, which `gc` collects."""
-    root, chunks = split_manifest(manifest)
+    chunk (and the object of its superseded copies, if it keeps any) first, put-if-absent under
+    the sha256 of its bytes (a chunk another version stored is reused, never overwritten), the
+    root last, put-if-absent at the version's manifest key. A crash in between leaves only
+    chunks no root names, which `gc` collects."""
+    root, chunks, copies = split_manifest(manifest)
     written = objects = 0
-    for hex_digest, data in chunks:
-        if store.put_if_absent(layout.chunk_key(tenant, hex_digest), data):
+    keyed = [(layout.chunk_key(tenant, hex_digest), data) for hex_digest, data in chunks]
+    if copies is not None:
+        keyed.append((layout.superseded_key(tenant, copies[0]), copies[1]))
+    for key, data in keyed:
+        if store.put_if_absent(key, data):
             written += len(data)
             objects += 1
     key = layout.manifest_key(tenant, manifest.content_digest)
@@ -198,6 +208,24 @@ def parse_root(data: bytes) -> Root | Manifest:
     if not isinstance(doc, dict):
         raise BadRequest("corrupt manifest: not a JSON object")
     return Root.from_doc(doc)
+
+
+def read_superseded(store: BlobStore, tenant: str, root: Root) -> dict[str, Location]:
+    """Where the superseded copies a root names are, by digest hex ({} when it names none);
+    `Corrupt` naming the key when the object is missing, damaged or unreadable."""
+    if not root.superseded_key:
+        return {}
+    key = layout.superseded_key(tenant, root.superseded_key)
+    try:
+        data = store.get(key)
+    except NotFound:
+        raise Corrupt(f"the superseded copies {key} are missing", key=key) from None
+    if sha256_hex(data) != root.superseded_key:
+        raise Corrupt(f"the superseded copies {key} do not match their digest", key=key)
+    try:
+        return superseded_from_bytes(data)
+    except BadRequest as exc:
+        raise Corrupt(f"the superseded copies {key}: {exc.detail}", key=key) from None
 
 
 def read_chunk(store: BlobStore, tenant: str, hex_digest: str) -> Manifest:

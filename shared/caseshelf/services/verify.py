@@ -17,8 +17,8 @@ from typing import Any
 
 from caseshelf.domain import layout
 from caseshelf.domain.canonical import content_digest, sha256_hex
-from caseshelf.domain.chunks import Root, chunk_from_bytes, join_chunks
-from caseshelf.domain.errors import CaseshelfError, NotFound
+from caseshelf.domain.chunks import Root, chunk_from_bytes, join_chunks, superseded_from_bytes
+from caseshelf.domain.errors import CaseshelfError, Corrupt, NotFound
 from caseshelf.domain.manifest import Location, Manifest
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.ports import BlobStore, Index
@@ -123,6 +123,23 @@ def _verify_one(store: BlobStore, rec: VersionRecord, report: VerifyReport) -> N
         except CaseshelfError as exc:
             problem("corrupt", rec.manifest_key, exc.detail)
             return
+        if stored.superseded_key:
+            skey = layout.superseded_key(rec.tenant, stored.superseded_key)
+            try:
+                data = store.get(skey)
+            except NotFound:
+                problem("missing", skey, "the superseded copies are missing")
+                return
+            report.objects_checked += 1
+            report.bytes_hashed += len(data)
+            try:
+                if sha256_hex(data) != stored.superseded_key:
+                    raise Corrupt("the superseded copies do not hash to their key")
+                copies = superseded_from_bytes(data)
+            except CaseshelfError as exc:
+                problem("corrupt", skey, exc.detail)
+                return
+            manifest = manifest.with_superseded(list(copies.items()))
         named = set(stored.packs)
         unnamed = sorted({p for c in chunks for p in c.packs} - named)
         if unnamed:

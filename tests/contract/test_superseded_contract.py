@@ -1,0 +1,189 @@
+"""A version registered against a base keeps copies of the base's records it superseded, and a
+diff of the two reads them there: the same answer as reading every record from its own pack, in
+a handful of reads. The same on every backend."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from caseshelf.domain.identity import Identity
+from caseshelf.domain.manifest import Location
+from caseshelf.services import registry as registry_module
+from caseshelf.services.diff import DiffService
+from caseshelf.services.gc import collect_garbage
+from caseshelf.services.registry import RegistryService, parse_dataset
+from caseshelf.services.storage import read_cases
+from tests.conftest import Backend
+
+pytestmark = pytest.mark.contract
+
+ME = Identity("acme", "alice")
+
+
+def cases(
+    n: int, *, changed: frozenset[int] | set[int] = frozenset(), removed: set[int] | None = None
+) -> list[dict[str, Any]]:
+    removed = removed or set()
+    return [
+        {
+            "id": f"q{i:04d}",
+            "inputs": {"user": f"How many apples are {i} and {i}?"},
+            "expectations": {"ground_truth": str(2 * i + (1 if i in changed else 0))},
+        }
+        for i in range(n)
+        if i not in removed
+    ]
+
+
+def register(reg: RegistryService, version: str, docs: list[dict[str, Any]], **extra: Any) -> Any:
+    return reg.register(ME, parse_dataset({"id": "ds", "version": version, "cases": docs, **extra}))
+
+
+def diff_of(svc: Any, a: str, b: str, **kw: Any) -> dict[str, Any]:
+    res = svc.diff_versions(ME, "ds", a, b, **kw)
+    return {
+        "summary": res.summary,
+        "added": [(c.id, c.user) for c in res.added],
+        "removed": [(c.id, c.user) for c in res.removed],
+        "changed": [(c.id, c.changes) for c in res.changed],
+        "reads": res.stats.objects_read,
+    }
+
+
+def test_a_version_keeps_copies_of_the_base_records_it_superseded(backend: Backend) -> None:
+    reg = backend.services.registry
+    # Given v1 of 300 cases, and v2 with every 30th case changed and two removed
+    v1 = register(reg, "1", cases(300))
+    assert v1.stats.superseded_copied == 0  # (no base: nothing superseded)
+    changed, removed = set(range(0, 300, 30)), {7, 8}
+    v2 = register(reg, "2", cases(300, changed=changed, removed=removed))
+    # Then v2 keeps a copy of exactly the base records it no longer holds, byte for byte
+    base_m, new_m = reg.manifest(v1.record), reg.manifest(v2.record)
+    assert v2.stats.superseded_copied == len(changed) + len(removed)
+    wanted = sorted(changed | removed)
+    originals = read_cases(reg.store, "acme", base_m, wanted)
+    copies = new_m.superseded_locations()
+    assert copies == reg.superseded(v2.record)  # (an object of their own, named by the root)
+    assert set(copies) == {base_m.digests[i] for i in wanted}
+    for i in wanted:
+        loc = copies[base_m.digests[i]]
+        key = f"t/acme/packs/{loc.container}"
+        assert reg.store.get_range(key, loc.offset, loc.length) == originals[i]
+        assert hashlib.sha256(originals[i]).hexdigest() == base_m.digests[i]
+    # And the copies are counted among the bytes written (about 2x the change, well under v1)
+    assert v2.stats.case_bytes_written < v1.stats.case_bytes_written * 0.15
+    # And they are storage only: the content digest is what v2's cases make it
+    again = register(reg, "2", cases(300, changed=changed, removed=removed))
+    assert again.record.content_digest == v2.record.content_digest and not again.created
+
+
+def test_a_diff_reads_the_copies_and_answers_as_without_them(backend: Backend) -> None:
+    reg = backend.services.registry
+    register(reg, "1", cases(400))
+    register(reg, "2", cases(400, changed=set(range(3, 400, 40)), removed={5}))
+    with_copies = backend.services.diff
+    without = DiffService(
+        reg,
+        max_gap_bytes=with_copies.max_gap_bytes,
+        read_workers=with_copies.read_workers,
+        read_copies=False,
+    )
+    for a, b in (("1", "2"), ("2", "1")):  # the copies serve either direction
+        got, plain = diff_of(with_copies, a, b), diff_of(without, a, b)
+        assert {k: v for k, v in got.items() if k != "reads"} == {
+            k: v for k, v in plain.items() if k != "reads"
+        }
+        assert got["summary"]["changed"] == 10 and len(got["removed" if a == "1" else "added"]) == 1
+        assert got["reads"] <= 3  # the copies in one span, the new records in another
+    # Without the copies, the narrow plan reads the changed cases one by one
+    narrow = DiffService(reg, max_gap_bytes=0, read_copies=False)
+    assert diff_of(narrow, "1", "2")["reads"] > 10
+
+
+def test_a_copy_that_does_not_match_its_digest_is_not_used(backend: Backend, monkeypatch) -> None:
+    reg = backend.services.registry
+    register(reg, "1", cases(50))
+    v2 = register(reg, "2", cases(50, changed={10, 20}))
+    expected = diff_of(DiffService(reg, read_copies=False), "1", "2")
+    # Given v2's copies pointing at the wrong bytes (another record of the same pack)
+    wrong = {d: replace(loc, offset=0) for d, loc in reg.superseded(v2.record).items()}
+    assert len(wrong) == 2
+    real = reg.superseded
+    monkeypatch.setattr(reg, "superseded", lambda rec: wrong if rec == v2.record else real(rec))
+    # Then the diff notices and reads each case's own record instead
+    got = diff_of(backend.services.diff, "1", "2")
+    assert {k: v for k, v in got.items() if k != "reads"} == {
+        k: v for k, v in expected.items() if k != "reads"
+    }
+
+
+def test_large_changes_are_not_copied(backend: Backend, monkeypatch) -> None:
+    reg = backend.services.registry
+    register(reg, "1", cases(100))
+    monkeypatch.setattr(registry_module, "SUPERSEDED_MAX_RECORDS", 5)
+    v2 = register(reg, "2", cases(100, changed=set(range(0, 100, 10))))
+    assert v2.stats.superseded_copied == 0 and not reg.manifest(v2.record).superseded_digests
+    monkeypatch.setattr(registry_module, "SUPERSEDED_MAX_RECORDS", 1000)
+    monkeypatch.setattr(registry_module, "SUPERSEDED_MAX_BYTES", 100)
+    v3 = register(reg, "3", cases(100, changed=set(range(0, 100, 9))))
+    assert v3.stats.superseded_copied == 0
+    # (and the diff reads every record from its own pack, with the same answer as ever)
+    assert diff_of(backend.services.diff, "2", "3")["summary"]["changed"] > 0
+
+
+def test_gc_keeps_the_copies_of_a_live_version(backend: Backend) -> None:
+    reg = backend.services.registry
+    register(reg, "1", cases(120))
+    v2 = register(reg, "2", cases(120, changed={1, 60, 119}))
+    copies = reg.manifest(v2.record).superseded_locations()
+    later = time.time() + 1000 * 3600
+    report = collect_garbage(reg.store, reg.index, now=later, grace_seconds=3600, delete=True)
+    assert report.problems == []
+    for loc in copies.values():
+        assert reg.store.exists(f"t/acme/packs/{loc.container}")
+    got = diff_of(backend.services.diff, "1", "2")
+    assert got["summary"]["changed"] == 3
+
+
+def test_an_import_keeps_copies_too(backend: Backend) -> None:
+    # Given a recipe import, then the same import with two rows changed
+    recipe = {
+        "id": "mini",
+        "version": "1.0.0",
+        "category": "qa",
+        "source": {"kind": "jsonl"},
+        "mapping": {"task_field": "q", "answer_field": "a"},
+    }
+    from caseshelf.services.imports import parse_import
+
+    rows = [f'{{"q": "q{i}", "a": "{i}"}}' for i in range(200)]
+    first = "\n".join(rows) + "\n"
+    rows[3], rows[150] = '{"q": "q3", "a": "three"}', '{"q": "q150", "a": "x"}'
+    second = "\n".join(rows) + "\n"
+    imports = backend.services.imports
+    imports.run(ME, parse_import({"recipe": recipe, "source": {"kind": "jsonl", "text": first}}))
+    done = imports.run(
+        ME, parse_import({"recipe": recipe, "source": {"kind": "jsonl", "text": second}})
+    )
+    # Then the new version keeps copies of the two records it superseded
+    assert done.result.stats.superseded_copied == 2
+    res = backend.services.diff.diff_versions(ME, "mini", "1.0.0", "1.1.0")
+    assert [c.id for c in res.changed] == ["mini-3", "mini-150"]
+    assert res.stats.objects_read <= 2
+
+
+def test_a_manifest_without_copies_is_written_as_before(backend: Backend) -> None:
+    reg = backend.services.registry
+    v1 = register(reg, "1", cases(10))
+    raw = reg.store.get(v1.record.manifest_key)
+    assert b'"superseded"' not in raw
+    m = reg.manifest(v1.record)
+    assert m.superseded_locations() == {}
+    with_one = m.with_superseded([(m.digests[0], Location(m.packs[0], 0, 5))])
+    assert with_one.packs == m.packs  # the pack was already listed
+    assert with_one.superseded_locations() == {m.digests[0]: Location(m.packs[0], 0, 5)}
