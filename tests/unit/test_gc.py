@@ -107,7 +107,8 @@ def test_fresh_orphans_are_spared_by_the_grace_period(world: World) -> None:
 
     # Then nothing is collected: the objects may belong to a registration still in flight
     assert report.orphans == []
-    assert report.fresh_count == 3  # the pack of v2, and its manifest: one chunk and the root
+    # the pack of v2, and its manifest: one chunk, the copy of v1's case it superseded, the root
+    assert report.fresh_count == 4
 
 
 def test_delete_removes_orphans_and_never_referenced_objects(world: World) -> None:
@@ -127,7 +128,7 @@ def test_delete_removes_orphans_and_never_referenced_objects(world: World) -> No
     report = collect_garbage(store, index, now=later, grace_seconds=HOUR, delete=True)
 
     # Then only v3's objects are gone; the tombstoned v1 and the live v2 read as before
-    assert report.deleted and report.orphan_count == 3  # a pack, a chunk, a root
+    assert report.deleted and report.orphan_count == 4  # a pack, a chunk, the copies, a root
     after = {o.key for o in store.list("t/")}
     assert before - after == set(report.keys)
     got = registry.list_cases(ME, "demo", "1.0.0", include_deleted=True)
