@@ -131,15 +131,19 @@ def test_a_damaged_chunk_or_root_is_refused() -> None:
 
 def parts_of(root: Root, parts: list[tuple[str, bytes]], numbers: list[int]) -> ChunkPart:
     starts = root.chunk_starts()
+    positions: list[int] = []
+    first: list[int] = []
+    for n in numbers:
+        first.append(len(positions))
+        positions.extend(range(starts[n], starts[n + 1]))
     return ChunkPart(
-        concat_chunks(chunk_from_bytes(parts[n][1]) for n in numbers),
-        [p for n in numbers for p in range(starts[n], starts[n + 1])],
+        concat_chunks(chunk_from_bytes(parts[n][1]) for n in numbers), positions, first
     )
 
 
 edits = st.lists(
     st.tuples(
-        st.sampled_from(["change", "remove", "insert", "move"]),
+        st.sampled_from(["change", "change", "remove", "insert", "move", "swap"]),
         st.integers(min_value=0, max_value=999),
     ),
     max_size=8,
@@ -161,6 +165,8 @@ def test_the_chunked_plan_is_the_whole_manifest_plan(edits) -> None:
             cand.insert(at, (f"ins{at}-{len(cand)}", "z"))
         elif kind == "move" and cand:
             cand.append(cand.pop(at))
+        elif kind == "swap" and len(cand) > 1:  # same ids, another order
+            cand[at], cand[at - 1] = cand[at - 1], cand[at]
     mb, mc = build(base), build(cand)
     with pytest.MonkeyPatch.context() as mp:  # small chunks: edits meet their edges
         mp.setattr(chunks, "MIN_CASES", 4)

@@ -31,7 +31,8 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import accumulate
+from itertools import accumulate, chain, islice
+from operator import sub
 from typing import Any
 
 import orjson
@@ -428,25 +429,27 @@ def concat_chunks(
     ids: list[str] = []
     digest_parts: list[str] = []
     pack_index, offsets, lengths = array("I"), array("Q"), array("I")
-    tag_starts, tag_values = array("I", [0]), array("I")
+    tag_counts: list[Iterable[int]] = []  # how many tags each case has, chunk by chunk
+    tag_values = array("I")
     for chunk in chunks:
         ids.extend(chunk.ids)
         digest_parts.append(chunk.digest_text())
         local_packs = [_number(pack_no, pack_table, name) for name in chunk.packs]
-        pack_index.extend(local_packs[p] for p in column_array(chunk.pack_index))
+        pack_index.extend(map(local_packs.__getitem__, column_array(chunk.pack_index)))
         offsets.extend(column_array(chunk.offsets))
         lengths.extend(column_array(chunk.lengths))
         local_tags = [_number(tag_no, tag_table, name) for name in chunk.tag_names]
         rows = chunk.case_tags
         if isinstance(rows, CaseTags):
-            base = tag_starts[-1]
             starts = column_array(rows.starts)
-            tag_starts.extend(base + s for s in starts[1:])
-            tag_values.extend(local_tags[t] for t in column_array(rows.values))
+            tag_counts.append(map(sub, islice(starts, 1, None), starts))
+            tag_values.extend(map(local_tags.__getitem__, column_array(rows.values)))
         else:
-            for row in rows or [()] * len(chunk.ids):
+            filled = rows or [()] * len(chunk.ids)
+            tag_counts.append([len(row) for row in filled])
+            for row in filled:
                 tag_values.extend(local_tags[t] for t in row)
-                tag_starts.append(len(tag_values))
+    tag_starts = array("I", accumulate(chain.from_iterable(tag_counts), initial=0))
     return Manifest(
         content_digest="",
         description="",

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import compress, pairwise
-from operator import ne
+from itertools import compress, islice, pairwise
+from operator import lt, ne
 from typing import Any, Final, Protocol
 
 import orjson
@@ -278,10 +278,11 @@ def differing_chunks(base: Root, candidate: Root) -> tuple[list[int], list[int]]
 @dataclass(frozen=True)
 class ChunkPart:
     """Some chunks of a version, their cases back to back (`concat_chunks`), with each case's
-    position in the version."""
+    position in the version, and where each chunk's cases start in the part (ascending)."""
 
     manifest: Manifest
     positions: Sequence[int]
+    chunk_starts: Sequence[int] = ()
 
 
 def plan_chunked_diff(
@@ -299,21 +300,32 @@ def plan_chunked_diff(
     bm, cm = base_part.manifest, cand_part.manifest
     b_pos, c_pos = base_part.positions, cand_part.positions
     b_digests, c_digests = bm.digest_list(), cm.digest_list()
-    base_at = dict(zip(bm.ids, range(len(bm.ids)), strict=True))
     added: list[int] = []
-    changed: list[tuple[int, int]] = []
+    removed: list[int] = []
     # What the two sides share, in candidate order: (candidate position, first and last base
-    # position), a whole shared chunk at a time or a case of the parts.
-    spans: list[tuple[int, int, int]] = []
-    for j, i in enumerate(map(base_at.get, cm.ids)):
-        if i is None:
-            added.append(c_pos[j])
-            continue
-        spans.append((c_pos[j], b_pos[i], b_pos[i]))
-        if b_digests[i] != c_digests[j]:
-            changed.append((b_pos[i], c_pos[j]))
-    matched = {b for _, b, _ in spans}
-    removed = [b for b in b_pos if b not in matched]
+    # position), a whole shared chunk at a time, or a stretch or a case of the parts.
+    spans: list[tuple[int, int, int]]
+    if bm.ids == cm.ids:
+        # The common shape of a new version (the same cases, some edited): compare in C, and
+        # see the order a chunk at a time.
+        same = list(compress(range(len(c_digests)), map(ne, b_digests, c_digests)))
+        changed = [(b_pos[j], c_pos[j]) for j in same]
+        matched_count = len(c_digests)
+        spans = _stretches(b_pos, c_pos, cand_part.chunk_starts)
+    else:
+        base_at = dict(zip(bm.ids, range(len(bm.ids)), strict=True))
+        changed = []
+        spans = []
+        for j, i in enumerate(map(base_at.get, cm.ids)):
+            if i is None:
+                added.append(c_pos[j])
+                continue
+            spans.append((c_pos[j], b_pos[i], b_pos[i]))
+            if b_digests[i] != c_digests[j]:
+                changed.append((b_pos[i], c_pos[j]))
+        matched = {b for _, b, _ in spans}
+        matched_count = len(matched)
+        removed = [b for b in b_pos if b not in matched]
     base_chunks = dict(zip(base.chunk_keys, base.chunk_starts(), strict=False))
     in_shared = 0
     for key, start, count in zip(
@@ -324,8 +336,20 @@ def plan_chunked_diff(
             in_shared += count
     spans.sort()
     order_changed = any(a[2] >= b[1] for a, b in pairwise(spans))
-    unchanged = len(matched) - len(changed) + in_shared
+    unchanged = matched_count - len(changed) + in_shared
     return DiffPlan(added, removed, changed, unchanged, order_changed, meta)
+
+
+def _stretches(
+    b_pos: Sequence[int], c_pos: Sequence[int], starts: Sequence[int]
+) -> list[tuple[int, int, int]]:
+    """Parts whose cases pair up in order (case j with case j): one span per candidate chunk
+    (`starts`, or one per case without them), or a span per case where the base positions go
+    back somewhere (so the order check sees it)."""
+    if not starts or not all(map(lt, b_pos, islice(b_pos, 1, None))):
+        return [(c, b, b) for c, b in zip(c_pos, b_pos, strict=True)]
+    ends = [*starts[1:], len(c_pos)]
+    return [(c_pos[a], b_pos[a], b_pos[z - 1]) for a, z in zip(starts, ends, strict=True) if z > a]
 
 
 def user_text(case: dict[str, Any]) -> Any:

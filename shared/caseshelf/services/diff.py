@@ -197,9 +197,12 @@ class DiffService:
         """The chunks `numbers` of a version, back to back, with each case's position."""
         starts = root.chunk_starts()
         positions: list[int] = []
+        first: list[int] = []
         for n in numbers:
+            first.append(len(positions))
             positions.extend(range(starts[n], starts[n + 1]))
-        return ChunkPart(concat_chunks(self.registry.read_chunks(rec, numbers)), positions)
+        chunks = concat_chunks(self.registry.read_chunks(rec, numbers))
+        return ChunkPart(chunks, positions, first)
 
     def _read(
         self,

@@ -72,6 +72,7 @@ from caseshelf.services.storage import (
     read_blobs,
     read_cases,
     read_chunk,
+    read_chunks,
     read_superseded,
     write_manifest,
 )
@@ -925,7 +926,7 @@ class RegistryService:
         stored = self._roots(key)
         if isinstance(stored, Manifest):
             return stored
-        chunks = [self._read_chunk(tenant, hex_digest) for hex_digest in stored.chunk_keys]
+        chunks = list(self._stream_chunks(tenant, stored.chunk_keys))
         try:
             whole = join_chunks(stored, chunks)
         except BadRequest as exc:
@@ -935,6 +936,10 @@ class RegistryService:
 
     def _read_chunk(self, tenant: str, hex_digest: str) -> Manifest:
         return read_chunk(self.store, tenant, hex_digest)
+
+    def _stream_chunks(self, tenant: str, keys: Iterable[str]) -> Iterator[Manifest]:
+        """Chunks by key, in order, with this store's reads in flight (`read_workers`)."""
+        return read_chunks(self.store, tenant, keys, workers=self.read_workers)
 
     def manifest(self, rec: VersionRecord) -> Manifest:
         """The whole manifest of a version (every chunk read). Manifests are immutable, so a
@@ -973,18 +978,17 @@ class RegistryService:
         if isinstance(stored, Manifest):
             yield 0, stored
             return
-        for start, hex_digest in zip(stored.chunk_starts(), stored.chunk_keys, strict=False):
-            yield start, self._read_chunk(rec.tenant, hex_digest)
+        chunks = self._stream_chunks(rec.tenant, stored.chunk_keys)
+        yield from zip(stored.chunk_starts(), chunks, strict=False)
 
     def read_chunks(self, rec: VersionRecord, numbers: Sequence[int]) -> Iterator[Manifest]:
         """The chunks `numbers` of a version, in that order, read as they are iterated (not
         kept: a diff of two large versions reads many chunks once each)."""
         stored = self._roots(rec.manifest_key)
-        for n in numbers:
-            if isinstance(stored, Manifest):
-                yield stored
-            else:
-                yield self._read_chunk(rec.tenant, stored.chunk_keys[n])
+        if isinstance(stored, Manifest):
+            yield from (stored for _ in numbers)
+            return
+        yield from self._stream_chunks(rec.tenant, (stored.chunk_keys[n] for n in numbers))
 
     def _chunk_runs(
         self, rec: VersionRecord, indices: Sequence[int]

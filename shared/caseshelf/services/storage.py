@@ -228,6 +228,30 @@ def read_superseded(store: BlobStore, tenant: str, root: Root) -> dict[str, Loca
         raise Corrupt(f"the superseded copies {key}: {exc.detail}", key=key) from None
 
 
+def read_chunks(
+    store: BlobStore, tenant: str, keys: Iterable[str], *, workers: int = 1
+) -> Iterator[Manifest]:
+    """`read_chunk` of every key, in order. With `workers` above 1 (a remote store, where a GET
+    waits on the network) up to that many reads are in flight, and at most twice as many chunks
+    wait to be taken: the whole manifest of a 1,000,000-case version is ~1,000 chunks, which
+    one at a time against S3 would cost ~1,000 round trips end to end."""
+    if workers <= 1:
+        yield from (read_chunk(store, tenant, key) for key in keys)
+        return
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="caseshelf-chunk") as pool:
+        pending: deque[Future[Manifest]] = deque()
+        try:
+            for key in keys:
+                pending.append(pool.submit(read_chunk, store, tenant, key))
+                if len(pending) >= 2 * workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
 def read_chunk(store: BlobStore, tenant: str, hex_digest: str) -> Manifest:
     """One chunk, checked against its key (`Corrupt` naming the key when it does not hash to
     it, is missing or does not parse)."""
