@@ -18,7 +18,6 @@ from caseshelf.domain.chunks import (
     chunk_bytes,
     chunk_ends,
     chunk_from_bytes,
-    concat_chunks,
     join_chunks,
     split_manifest,
 )
@@ -131,14 +130,12 @@ def test_a_damaged_chunk_or_root_is_refused() -> None:
 
 def parts_of(root: Root, parts: list[tuple[str, bytes]], numbers: list[int]) -> ChunkPart:
     starts = root.chunk_starts()
-    positions: list[int] = []
-    first: list[int] = []
-    for n in numbers:
-        first.append(len(positions))
-        positions.extend(range(starts[n], starts[n + 1]))
-    return ChunkPart(
-        concat_chunks(chunk_from_bytes(parts[n][1]) for n in numbers), positions, first
+    chunks = [chunk_from_bytes(parts[n][1]) for n in numbers]
+    part = ChunkPart.of(chunks, [starts[n] for n in numbers])
+    assert all(
+        part.location(i) == chunks[0].location(i) for i in range(len(chunks[0]) if chunks else 0)
     )
+    return part
 
 
 edits = st.lists(

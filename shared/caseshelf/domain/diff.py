@@ -21,6 +21,7 @@ position. Values of different JSON types are one change at their path.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress, islice, pairwise
@@ -30,7 +31,7 @@ from typing import Any, Final, Protocol
 import orjson
 
 from caseshelf.domain.chunks import Root
-from caseshelf.domain.manifest import Manifest
+from caseshelf.domain.manifest import Location, Manifest
 
 
 class _Absent:
@@ -277,12 +278,36 @@ def differing_chunks(base: Root, candidate: Root) -> tuple[list[int], list[int]]
 
 @dataclass(frozen=True)
 class ChunkPart:
-    """Some chunks of a version, their cases back to back (`concat_chunks`), with each case's
-    position in the version, and where each chunk's cases start in the part (ascending)."""
+    """Some chunks of a version: their cases' ids and digests back to back, each case's
+    position in the version, where each chunk's cases start in the part, and the chunks
+    themselves (for the location of the few cases a diff reads). Built by `of`."""
 
-    manifest: Manifest
-    positions: Sequence[int]
-    chunk_starts: Sequence[int] = ()
+    ids: list[str]
+    digests: list[str]
+    positions: list[int]
+    chunk_starts: list[int]
+    chunks: Sequence[Manifest]
+
+    @classmethod
+    def of(cls, chunks: Sequence[Manifest], firsts: Sequence[int]) -> ChunkPart:
+        """`chunks`, whose first cases are at `firsts` in the version."""
+        ids: list[str] = []
+        texts: list[str] = []
+        positions: list[int] = []
+        starts: list[int] = []
+        for chunk, first in zip(chunks, firsts, strict=True):
+            starts.append(len(ids))
+            ids.extend(chunk.ids)
+            texts.append(chunk.digest_text())
+            positions.extend(range(first, first + len(chunk)))
+        text = "".join(texts)
+        digests = [text[i : i + 64] for i in range(0, len(text), 64)]
+        return cls(ids, digests, positions, starts, chunks)
+
+    def location(self, i: int) -> Location:
+        """Where case `i` of the part is stored."""
+        n = bisect_right(self.chunk_starts, i) - 1
+        return self.chunks[n].location(i - self.chunk_starts[n])
 
 
 def plan_chunked_diff(
@@ -297,15 +322,15 @@ def plan_chunked_diff(
     meta = meta_changes(base, candidate)
     if base.content_digest == candidate.content_digest:
         return DiffPlan([], [], [], len(candidate), False, meta)
-    bm, cm = base_part.manifest, cand_part.manifest
+    b_ids, c_ids = base_part.ids, cand_part.ids
     b_pos, c_pos = base_part.positions, cand_part.positions
-    b_digests, c_digests = bm.digest_list(), cm.digest_list()
+    b_digests, c_digests = base_part.digests, cand_part.digests
     added: list[int] = []
     removed: list[int] = []
     # What the two sides share, in candidate order: (candidate position, first and last base
     # position), a whole shared chunk at a time, or a stretch or a case of the parts.
     spans: list[tuple[int, int, int]]
-    if bm.ids == cm.ids:
+    if b_ids == c_ids:
         # The common shape of a new version (the same cases, some edited): compare in C, and
         # see the order a chunk at a time.
         same = list(compress(range(len(c_digests)), map(ne, b_digests, c_digests)))
@@ -313,10 +338,10 @@ def plan_chunked_diff(
         matched_count = len(c_digests)
         spans = _stretches(b_pos, c_pos, cand_part.chunk_starts)
     else:
-        base_at = dict(zip(bm.ids, range(len(bm.ids)), strict=True))
+        base_at = dict(zip(b_ids, range(len(b_ids)), strict=True))
         changed = []
         spans = []
-        for j, i in enumerate(map(base_at.get, cm.ids)):
+        for j, i in enumerate(map(base_at.get, c_ids)):
             if i is None:
                 added.append(c_pos[j])
                 continue

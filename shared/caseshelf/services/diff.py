@@ -22,7 +22,7 @@ import orjson
 
 from caseshelf.domain import layout
 from caseshelf.domain.canonical import sha256_hex
-from caseshelf.domain.chunks import Root, concat_chunks
+from caseshelf.domain.chunks import Root
 from caseshelf.domain.diff import (
     Change,
     ChunkPart,
@@ -33,7 +33,7 @@ from caseshelf.domain.diff import (
     user_text,
 )
 from caseshelf.domain.identity import Identity
-from caseshelf.domain.manifest import Location, Manifest
+from caseshelf.domain.manifest import Location
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.ports import BlobStore
 from caseshelf.services.registry import RegistryService
@@ -159,7 +159,7 @@ class DiffService:
         store = cast(BlobStore, counter)
         base_at = {p: i for i, p in enumerate(base_part.positions)}
         cand_at = {p: j for j, p in enumerate(cand_part.positions)}
-        base_m, cand_m = base_part.manifest, cand_part.manifest
+        base_m, cand_m = base_part, cand_part
         base_want = [base_at[i] for i in plan.removed] + [base_at[i] for i, _ in plan.changed]
         cand_want = [cand_at[j] for j in plan.added] + [cand_at[j] for _, j in plan.changed]
         # Either version may keep copies of the other's records (the later one registered
@@ -194,40 +194,35 @@ class DiffService:
         )
 
     def _part(self, rec: VersionRecord, root: Root, numbers: list[int]) -> ChunkPart:
-        """The chunks `numbers` of a version, back to back, with each case's position."""
+        """The chunks `numbers` of a version, read with the store's reads in flight."""
         starts = root.chunk_starts()
-        positions: list[int] = []
-        first: list[int] = []
-        for n in numbers:
-            first.append(len(positions))
-            positions.extend(range(starts[n], starts[n + 1]))
-        chunks = concat_chunks(self.registry.read_chunks(rec, numbers))
-        return ChunkPart(chunks, positions, first)
+        chunks = list(self.registry.read_chunks(rec, numbers))
+        return ChunkPart.of(chunks, [starts[n] for n in numbers])
 
     def _read(
         self,
         store: BlobStore,
         rec: VersionRecord,
-        manifest: Manifest,
+        part: ChunkPart,
         indices: list[int],
         copies: dict[str, Location],
     ) -> dict[int, dict[str, Any]]:
         """The cases at `indices`, each read from a copy of its record where one of the two
-        versions keeps one (`Manifest.superseded_locations`: records back to back, so the
+        versions keeps one (`RegistryService.superseded`: records back to back, so the
         earlier form of every changed case is one span away) and from its own pack otherwise.
         A copy is used only when its bytes hash to the case's digest; else the case's own
         record is read instead."""
         if not indices:
             return {}
-        digests = manifest.digest_list()
-        wanted = [(i, copies.get(digests[i]) or manifest.location(i)) for i in indices]
+        digests = part.digests
+        wanted = [(i, copies.get(digests[i]) or part.location(i)) for i in indices]
         pack_key = partial(layout.pack_key, rec.tenant)
         read = partial(
             read_records, store, pack_key, max_gap=self.max_gap_bytes, workers=self.read_workers
         )
         raw = read(wanted)
         wrong = [
-            (i, manifest.location(i))
+            (i, part.location(i))
             for i, loc in wanted
             if loc is copies.get(digests[i]) and sha256_hex(raw[i]) != digests[i]
         ]
@@ -235,6 +230,6 @@ class DiffService:
             raw.update(read(wrong))
         own = [(i, loc) for i, loc in wanted if loc is not copies.get(digests[i])]
         for i, loc in own + wrong:  # read from the case's own pack: checked like every read
-            what = f"case {manifest.ids[i]!r}"
+            what = f"case {part.ids[i]!r}"
             check_record(raw[i], digests[i], pack_key(loc.container), loc, what)
         return {i: orjson.loads(data) for i, data in raw.items()}
