@@ -31,7 +31,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import accumulate, chain, islice
+from itertools import accumulate, chain, islice, repeat
 from operator import sub
 from typing import Any
 
@@ -419,11 +419,20 @@ def join_chunks(root: Root, chunks: Sequence[Manifest]) -> Manifest:
 
 
 def concat_chunks(
-    chunks: Iterable[Manifest], *, tag_names: Sequence[str] = (), packs: Sequence[str] = ()
+    chunks: Iterable[Manifest],
+    *,
+    tag_names: Sequence[str] = (),
+    packs: Sequence[str] = (),
+    locations: bool = True,
+    tags: bool = True,
 ) -> Manifest:
     """The cases of `chunks` back to back, as one manifest without content (positions run on
     from chunk to chunk). Pack and tag numbers are renumbered into one table each, starting
-    from `packs` and `tag_names`, growing with any name they do not hold."""
+    from `packs` and `tag_names`, growing with any name they do not hold.
+
+    `locations=False` leaves out where the cases are (packs and offsets: lengths stay), and
+    `tags=False` their tags: what a selection that never asks for them reads is then the ids,
+    digests and lengths alone."""
     pack_table, pack_no = _intern(packs)
     tag_table, tag_no = _intern(tag_names)
     ids: list[str] = []
@@ -434,13 +443,16 @@ def concat_chunks(
     for chunk in chunks:
         ids.extend(chunk.ids)
         digest_parts.append(chunk.digest_text())
-        local_packs = [_number(pack_no, pack_table, name) for name in chunk.packs]
-        pack_index.extend(map(local_packs.__getitem__, column_array(chunk.pack_index)))
-        offsets.extend(column_array(chunk.offsets))
         lengths.extend(column_array(chunk.lengths))
+        if locations:
+            local_packs = [_number(pack_no, pack_table, name) for name in chunk.packs]
+            pack_index.extend(map(local_packs.__getitem__, column_array(chunk.pack_index)))
+            offsets.extend(column_array(chunk.offsets))
         local_tags = [_number(tag_no, tag_table, name) for name in chunk.tag_names]
         rows = chunk.case_tags
-        if isinstance(rows, CaseTags):
+        if not tags:
+            tag_counts.append(repeat(0, len(chunk.ids)))
+        elif isinstance(rows, CaseTags):
             starts = column_array(rows.starts)
             tag_counts.append(map(sub, islice(starts, 1, None), starts))
             tag_values.extend(map(local_tags.__getitem__, column_array(rows.values)))

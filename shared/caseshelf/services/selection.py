@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from caseshelf.domain.chunks import concat_chunks
+from caseshelf.domain.chunks import Root, concat_chunks
 from caseshelf.domain.errors import TooLarge
 from caseshelf.domain.identity import Identity
-from caseshelf.domain.manifest import column_array
+from caseshelf.domain.manifest import Manifest, column_array
 from caseshelf.domain.subset import (
+    Selection,
     Subset,
     SubsetRequest,
     chunks_for_selection,
@@ -56,36 +57,31 @@ class SelectionService:
         selection = request.selection()
         root = self.registry.root(rec)
         numbers = chunks_for_selection(root, selection)
-        if numbers is None:  # every chunk: the whole manifest (cached for the next call)
-            manifest = self.registry.manifest(rec)
-            subset = select_subset(manifest, selection, dataset_id=rec.name, version=rec.version)
-            local = subset.indices
-        else:
-            starts = root.chunk_starts()
-            positions = [p for n in numbers for p in range(starts[n], starts[n + 1])]
-            manifest = replace(
-                concat_chunks(self.registry.read_chunks(rec, numbers)),
-                content_digest=root.content_digest,
-            )
-            subset = select_subset(
-                manifest,
-                selection,
-                dataset_id=rec.name,
-                version=rec.version,
-                positions=positions,
-                total=len(root),
-            )
-            at = {p: i for i, p in enumerate(positions)}
-            local = [at[p] for p in subset.indices] if subset.stamp is not None else []
+        if numbers is None:
+            numbers = list(range(len(root.chunk_keys)))
+        starts = root.chunk_starts()
+        manifest = replace(
+            self._columns(rec, root, numbers, selection),
+            content_digest=root.content_digest,
+        )
+        positions = [p for n in numbers for p in range(starts[n], starts[n + 1])][: len(manifest)]
+        subset = select_subset(
+            manifest,
+            selection,
+            dataset_id=rec.name,
+            version=rec.version,
+            positions=positions,
+            total=len(root),
+        )
+        at = {p: i for i, p in enumerate(positions)}
+        local = [at[p] for p in subset.indices] if subset.stamp is not None else []
         case_ids = (
-            [manifest.ids[i] for i in local]
-            if subset.stamp is not None or numbers is None
-            else self._all_ids(rec)
+            [manifest.ids[i] for i in local] if subset.stamp is not None else self._all_ids(rec)
         )
 
         cases = None
         if with_cases:
-            if subset.stamp is None and numbers is not None:  # the whole version
+            if subset.stamp is None:  # the whole version
                 size = root.case_bytes
             else:
                 lengths = column_array(manifest.lengths)
@@ -121,6 +117,35 @@ class SelectionService:
                 },
             )
         return SubsetResult(rec, subset, case_ids, cases, registered)
+
+    def _columns(
+        self, rec: VersionRecord, root: Root, numbers: list[int], selection: Selection
+    ) -> Manifest:
+        """The ids, digests and lengths (and tags, when the selection names some) of the chunks
+        `numbers`, back to back. A selection by tags and a limit without a sample stops reading
+        at the chunk where the limit is reached."""
+        wanted = set(selection.tags or ())
+        stop_at = (
+            selection.limit
+            if selection.tags is not None and selection.sample is None and selection.ids is None
+            else None
+        )
+        taken: list[Manifest] = []
+        found = 0
+        for chunk in self.registry.read_chunks(rec, numbers):
+            taken.append(chunk)
+            if stop_at is not None:
+                tagged = {t for t, name in enumerate(chunk.tag_names) if name in wanted}
+                rows = chunk.case_tags
+                found += sum(1 for i in range(len(chunk)) if not tagged.isdisjoint(rows[i]))
+                if found >= stop_at:
+                    break
+        return concat_chunks(
+            taken,
+            tag_names=root.tag_names,
+            locations=False,
+            tags=selection.tags is not None,
+        )
 
     def _all_ids(self, rec: VersionRecord) -> list[str]:
         """Every case id of a version, chunk by chunk."""
