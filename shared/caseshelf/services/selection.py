@@ -123,29 +123,45 @@ class SelectionService:
     ) -> Manifest:
         """The ids, digests and lengths (and tags, when the selection names some) of the chunks
         `numbers`, back to back. A selection by tags and a limit without a sample stops reading
-        at the chunk where the limit is reached."""
+        near the chunk where the limit is reached (`_until_limit`)."""
         wanted = set(selection.tags or ())
         stop_at = (
             selection.limit
             if selection.tags is not None and selection.sample is None and selection.ids is None
             else None
         )
-        taken: list[Manifest] = []
-        found = 0
-        for chunk in self.registry.read_chunks(rec, numbers):
-            taken.append(chunk)
-            if stop_at is not None:
-                tagged = {t for t, name in enumerate(chunk.tag_names) if name in wanted}
-                rows = chunk.case_tags
-                found += sum(1 for i in range(len(chunk)) if not tagged.isdisjoint(rows[i]))
-                if found >= stop_at:
-                    break
+        if stop_at is None:
+            taken = list(self.registry.read_chunks(rec, numbers))
+        else:
+            taken = self._until_limit(rec, root, numbers, wanted, stop_at)
         return concat_chunks(
             taken,
             tag_names=root.tag_names,
             locations=False,
             tags=selection.tags is not None,
         )
+
+    def _until_limit(
+        self, rec: VersionRecord, root: Root, numbers: list[int], wanted: set[str], limit: int
+    ) -> list[Manifest]:
+        """The chunks `numbers` (each carrying a wanted tag) in order, up to the one where
+        `limit` cases carrying one are found. Read in batches of as many chunks as the cases
+        still missing could fill (every case of a chunk may carry the tag), so reads in flight
+        never run far past the limit."""
+        taken: list[Manifest] = []
+        found, at = 0, 0
+        while at < len(numbers) and found < limit:
+            batch, room = [], 0
+            while at < len(numbers) and room < limit - found:
+                batch.append(numbers[at])
+                room += root.chunk_counts[numbers[at]]
+                at += 1
+            for chunk in self.registry.read_chunks(rec, batch):
+                taken.append(chunk)
+                tagged = {t for t, name in enumerate(chunk.tag_names) if name in wanted}
+                rows = chunk.case_tags
+                found += sum(1 for i in range(len(chunk)) if not tagged.isdisjoint(rows[i]))
+        return taken
 
     def _all_ids(self, rec: VersionRecord) -> list[str]:
         """Every case id of a version, chunk by chunk."""
