@@ -195,36 +195,66 @@ def final_answer(answer: str) -> str:
     return answer.rsplit("####", 1)[-1].strip()
 
 
-def gsm8k_cases(n: int, *, changed_every: int = 0) -> tuple[list[dict[str, Any]], str | None]:
+# How the changed cases of a "v2" lie: every k-th case (`spread`), or in runs of this many
+# consecutive cases spread evenly over the version (`runs`): a fix to one source, one category
+# or one shard of a benchmark changes cases that sit together.
+CHANGED_RUN = 1000
+
+
+def is_changed(i: int, n: int, changed_every: int, layout: str) -> bool:
+    """Whether case `i` of `n` is one of the `n // changed_every` changed ones."""
+    if not changed_every:
+        return False
+    if layout == "spread":
+        return i % changed_every == 0
+    changed = n // changed_every
+    runs = max(1, changed // CHANGED_RUN)
+    stride = n // runs
+    return i % stride < changed // runs and i // stride < runs
+
+
+def gsm8k_cases(
+    n: int, *, changed_every: int = 0, layout: str = "spread"
+) -> tuple[list[dict[str, Any]], str | None]:
     """`n` distinct envelope cases shaped like GSM8K rows (cycling the 1319 rows, with a variant
-    number in the question after the first pass). With `changed_every=k`, every k-th case gets a
-    different ground truth: the "v2 with 1% changed" of the benchmarks."""
+    number in the question after the first pass). With `changed_every=k`, `n // k` cases get a
+    different ground truth: the "v2 with 1% changed" of the benchmarks; `layout` says where
+    they lie (`is_changed`)."""
     rows, note = gsm8k_rows()
-    cases = []
+    return list(iter_gsm8k_cases(rows, n, changed_every=changed_every, layout=layout)), note
+
+
+def iter_gsm8k_cases(
+    rows: list[dict[str, str]], n: int, *, changed_every: int = 0, layout: str = "spread"
+) -> Iterator[dict[str, Any]]:
+    """The cases of `gsm8k_cases`, one at a time (a million of them never held at once)."""
     for i in range(n):
         row = rows[i % len(rows)]
         variant = i // len(rows)
         question = row["question"] if variant == 0 else f"{row['question']} (variant {variant})"
         truth = final_answer(row["answer"])
-        if changed_every and i % changed_every == 0:
+        if is_changed(i, n, changed_every, layout):
             truth = f"{truth} (revised)"
-        cases.append(
-            {
-                "id": f"test-{i:06d}",
-                "inputs": {"user": question},
-                "expectations": {"ground_truth": truth},
-                "metadata": {"row": i % len(rows), "source_index": i},
-                "tags": ["gsm8k"],
-            }
-        )
-    return cases, note
+        yield {
+            "id": f"test-{i:06d}",
+            "inputs": {"user": question},
+            "expectations": {"ground_truth": truth},
+            "metadata": {"row": i % len(rows), "source_index": i},
+            "tags": ["gsm8k"],
+        }
 
 
 def write_dataset(
-    path: Path, *, n: int, version: str, changed_every: int = 0, dataset_id: str = "gsm8k-bench"
+    path: Path,
+    *,
+    n: int,
+    version: str,
+    changed_every: int = 0,
+    layout: str = "spread",
+    dataset_id: str = "gsm8k-bench",
 ) -> str | None:
     """Write a dataset document (what `caseshelf register` takes) to `path`; returns the note."""
-    cases, note = gsm8k_cases(n, changed_every=changed_every)
+    cases, note = gsm8k_cases(n, changed_every=changed_every, layout=layout)
     doc = {
         "id": dataset_id,
         "version": version,
@@ -234,3 +264,70 @@ def write_dataset(
     }
     path.write_bytes(orjson.dumps(doc))
     return note
+
+
+# -- counting what a registration writes ----------------------------------------------------
+
+
+class WriteCounter:
+    """Wraps a blob store and an index, counting every new byte written: objects stored (a
+    put-if-absent that found the object already there writes nothing) and index rows (each
+    row's document as JSON)."""
+
+    def __init__(self, store: Any, index: Any) -> None:
+        self.store = _CountingStore(store, self)
+        self.index = _CountingIndex(index, self)
+        self.reset()
+
+    def reset(self) -> None:
+        self.by_area: dict[str, int] = {}
+        self.index_bytes = 0
+
+    def add(self, key: str, size: int) -> None:
+        area = "chunks" if "/manifests/chunks/" in key else key.split("/")[2]
+        self.by_area[area] = self.by_area.get(area, 0) + size
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_area.values()) + self.index_bytes
+
+
+class _CountingStore:
+    def __init__(self, inner: Any, counter: WriteCounter) -> None:
+        self._inner, self._counter = inner, counter
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        wrote = bool(self._inner.put_if_absent(key, data))
+        if wrote:
+            self._counter.add(key, len(data))
+        return wrote
+
+    def put(self, key: str, data: bytes, **kw: Any) -> None:
+        self._inner.put(key, data, **kw)
+        self._counter.add(key, len(data))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _CountingIndex:
+    def __init__(self, inner: Any, counter: WriteCounter) -> None:
+        self._inner, self._counter = inner, counter
+
+    def _row(self, *parts: Any) -> None:
+        from caseshelf.domain.keys import record_to_item
+        from caseshelf.domain.versions import VersionRecord
+
+        docs = [record_to_item(p) if isinstance(p, VersionRecord) else p for p in parts]
+        self._counter.index_bytes += len(orjson.dumps(docs, default=str))
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not callable(attr) or not name.startswith(("put", "update", "commit", "delete")):
+            return attr
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self._row(*args, *kwargs.values())
+            return attr(*args, **kwargs)
+
+        return counted

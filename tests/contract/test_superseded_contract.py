@@ -68,6 +68,7 @@ def test_a_version_keeps_copies_of_the_base_records_it_superseded(backend: Backe
     wanted = sorted(changed | removed)
     originals = read_cases(reg.store, "acme", base_m, wanted)
     copies = new_m.superseded_locations()
+    assert copies == reg.superseded(v2.record)  # (an object of their own, named by the root)
     assert set(copies) == {base_m.digests[i] for i in wanted}
     for i in wanted:
         loc = copies[base_m.digests[i]]
@@ -110,10 +111,10 @@ def test_a_copy_that_does_not_match_its_digest_is_not_used(backend: Backend, mon
     v2 = register(reg, "2", cases(50, changed={10, 20}))
     expected = diff_of(DiffService(reg, read_copies=False), "1", "2")
     # Given v2's copies pointing at the wrong bytes (another record of the same pack)
-    m = reg.manifest(v2.record)
-    wrong = replace(m, superseded_offsets=[0 for _ in m.superseded_offsets])
-    real = reg.manifest
-    monkeypatch.setattr(reg, "manifest", lambda rec: wrong if rec == v2.record else real(rec))
+    wrong = {d: replace(loc, offset=0) for d, loc in reg.superseded(v2.record).items()}
+    assert len(wrong) == 2
+    real = reg.superseded
+    monkeypatch.setattr(reg, "superseded", lambda rec: wrong if rec == v2.record else real(rec))
     # Then the diff notices and reads each case's own record instead
     got = diff_of(backend.services.diff, "1", "2")
     assert {k: v for k, v in got.items() if k != "reads"} == {

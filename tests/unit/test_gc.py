@@ -77,7 +77,9 @@ def test_crashed_registration_leaves_collectable_orphans(world: World) -> None:
     orphaned = (
         keys_under(store, "packs") | keys_under(store, "manifests") | keys_under(store, "blobs")
     ) - committed
-    assert len(orphaned) == 3  # the new case pack, the blob pack and the v2 manifest
+    # the new case pack, the blob pack, and the v2 manifest: its one chunk and its root
+    assert len(orphaned) == 4
+    assert sum("/manifests/chunks/" in k for k in orphaned) == 1
 
     # When gc runs after the grace period
     report = collect_garbage(
@@ -105,7 +107,8 @@ def test_fresh_orphans_are_spared_by_the_grace_period(world: World) -> None:
 
     # Then nothing is collected: the objects may belong to a registration still in flight
     assert report.orphans == []
-    assert report.fresh_count == 2  # the pack and the manifest of v2
+    # the pack of v2, and its manifest: one chunk, the copy of v1's case it superseded, the root
+    assert report.fresh_count == 4
 
 
 def test_delete_removes_orphans_and_never_referenced_objects(world: World) -> None:
@@ -125,7 +128,7 @@ def test_delete_removes_orphans_and_never_referenced_objects(world: World) -> No
     report = collect_garbage(store, index, now=later, grace_seconds=HOUR, delete=True)
 
     # Then only v3's objects are gone; the tombstoned v1 and the live v2 read as before
-    assert report.deleted and report.orphan_count == 2
+    assert report.deleted and report.orphan_count == 4  # a pack, a chunk, the copies, a root
     after = {o.key for o in store.list("t/")}
     assert before - after == set(report.keys)
     got = registry.list_cases(ME, "demo", "1.0.0", include_deleted=True)

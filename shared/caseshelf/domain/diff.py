@@ -21,15 +21,17 @@ position. Values of different JSON types are one change at their path.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import compress, pairwise
-from operator import ne
-from typing import Any, Final
+from itertools import compress, islice, pairwise
+from operator import lt, ne
+from typing import Any, Final, Protocol
 
 import orjson
 
-from caseshelf.domain.manifest import Manifest
+from caseshelf.domain.chunks import Root
+from caseshelf.domain.manifest import Location, Manifest
 
 
 class _Absent:
@@ -199,7 +201,15 @@ class DiffPlan:
         return not (self.added or self.removed or self.changed or self.meta or self.order_changed)
 
 
-def meta_changes(base: Manifest, candidate: Manifest) -> list[Change]:
+class Content(Protocol):
+    """What a version's own content is (a manifest or a root): what `meta_changes` compares."""
+
+    description: str
+    tags: list[str]
+    shared_files: list[dict[str, str]]
+
+
+def meta_changes(base: Content, candidate: Content) -> list[Change]:
     """Changes of the version's own content: description, tags (a set) and shared files
     (matched by destination, like an id)."""
     out: list[Change] = []
@@ -254,6 +264,117 @@ def plan_diff(base: Manifest, candidate: Manifest) -> DiffPlan:
         removed = [i for i in range(len(base.ids)) if i not in kept]
     order_changed = any(a > b for a, b in pairwise(common))
     return DiffPlan(added, removed, changed, len(common) - len(changed), order_changed, meta)
+
+
+def differing_chunks(base: Root, candidate: Root) -> tuple[list[int], list[int]]:
+    """The chunk numbers of each side whose key the other side does not hold. A chunk both
+    hold is the same cases (ids and digests) on both sides: nothing in it differs."""
+    shared = set(base.chunk_keys) & set(candidate.chunk_keys)
+    return (
+        [n for n, key in enumerate(base.chunk_keys) if key not in shared],
+        [n for n, key in enumerate(candidate.chunk_keys) if key not in shared],
+    )
+
+
+@dataclass(frozen=True)
+class ChunkPart:
+    """Some chunks of a version: their cases' ids and digests back to back, each case's
+    position in the version, where each chunk's cases start in the part, and the chunks
+    themselves (for the location of the few cases a diff reads). Built by `of`."""
+
+    ids: list[str]
+    digests: list[str]
+    positions: list[int]
+    chunk_starts: list[int]
+    chunks: Sequence[Manifest]
+
+    @classmethod
+    def of(cls, chunks: Sequence[Manifest], firsts: Sequence[int]) -> ChunkPart:
+        """`chunks`, whose first cases are at `firsts` in the version."""
+        ids: list[str] = []
+        texts: list[str] = []
+        positions: list[int] = []
+        starts: list[int] = []
+        for chunk, first in zip(chunks, firsts, strict=True):
+            starts.append(len(ids))
+            ids.extend(chunk.ids)
+            texts.append(chunk.digest_text())
+            positions.extend(range(first, first + len(chunk)))
+        text = "".join(texts)
+        digests = [text[i : i + 64] for i in range(0, len(text), 64)]
+        return cls(ids, digests, positions, starts, chunks)
+
+    def location(self, i: int) -> Location:
+        """Where case `i` of the part is stored."""
+        n = bisect_right(self.chunk_starts, i) - 1
+        return self.chunks[n].location(i - self.chunk_starts[n])
+
+
+def plan_chunked_diff(
+    base: Root, candidate: Root, base_part: ChunkPart, cand_part: ChunkPart
+) -> DiffPlan:
+    """`plan_diff` of two versions from their roots and the chunks they do not share
+    (`differing_chunks`): cost follows the chunks that differ, not the versions' size.
+
+    Why the parts are enough: ids are unique within a version, so a case of a shared chunk is
+    on both sides with its digest, and an id in a part can only match an id in the other
+    part. Positions in the plan are the versions' own."""
+    meta = meta_changes(base, candidate)
+    if base.content_digest == candidate.content_digest:
+        return DiffPlan([], [], [], len(candidate), False, meta)
+    b_ids, c_ids = base_part.ids, cand_part.ids
+    b_pos, c_pos = base_part.positions, cand_part.positions
+    b_digests, c_digests = base_part.digests, cand_part.digests
+    added: list[int] = []
+    removed: list[int] = []
+    # What the two sides share, in candidate order: (candidate position, first and last base
+    # position), a whole shared chunk at a time, or a stretch or a case of the parts.
+    spans: list[tuple[int, int, int]]
+    if b_ids == c_ids:
+        # The common shape of a new version (the same cases, some edited): compare in C, and
+        # see the order a chunk at a time.
+        same = list(compress(range(len(c_digests)), map(ne, b_digests, c_digests)))
+        changed = [(b_pos[j], c_pos[j]) for j in same]
+        matched_count = len(c_digests)
+        spans = _stretches(b_pos, c_pos, cand_part.chunk_starts)
+    else:
+        base_at = dict(zip(b_ids, range(len(b_ids)), strict=True))
+        changed = []
+        spans = []
+        for j, i in enumerate(map(base_at.get, c_ids)):
+            if i is None:
+                added.append(c_pos[j])
+                continue
+            spans.append((c_pos[j], b_pos[i], b_pos[i]))
+            if b_digests[i] != c_digests[j]:
+                changed.append((b_pos[i], c_pos[j]))
+        matched = {b for _, b, _ in spans}
+        matched_count = len(matched)
+        removed = [b for b in b_pos if b not in matched]
+    base_chunks = dict(zip(base.chunk_keys, base.chunk_starts(), strict=False))
+    in_shared = 0
+    for key, start, count in zip(
+        candidate.chunk_keys, candidate.chunk_starts(), candidate.chunk_counts, strict=False
+    ):
+        if key in base_chunks and count:
+            spans.append((start, base_chunks[key], base_chunks[key] + count - 1))
+            in_shared += count
+    spans.sort()
+    order_changed = any(a[2] >= b[1] for a, b in pairwise(spans))
+    unchanged = matched_count - len(changed) + in_shared
+    return DiffPlan(added, removed, changed, unchanged, order_changed, meta)
+
+
+def _stretches(
+    b_pos: Sequence[int], c_pos: Sequence[int], starts: Sequence[int]
+) -> list[tuple[int, int, int]]:
+    """Parts whose cases pair up in order (case j with case j): one span per candidate chunk
+    (`starts`, or one per case without them), or a span per case where the base positions go
+    back somewhere (so the order check sees it)."""
+    if not starts or not all(map(lt, b_pos, islice(b_pos, 1, None))):
+        return [(c, b, b) for c, b in zip(c_pos, b_pos, strict=True)]
+    ends = [*starts[1:], len(c_pos)]
+    return [(c_pos[a], b_pos[a], b_pos[z - 1]) for a, z in zip(starts, ends, strict=True) if z > a]
 
 
 def user_text(case: dict[str, Any]) -> Any:

@@ -32,5 +32,15 @@ def manifest_key(tenant: str, content_digest: str) -> str:
     return f"{root(tenant)}manifests/{content_digest.removeprefix('sha256:')}.json"
 
 
+def chunk_key(tenant: str, hex_digest: str) -> str:
+    """A manifest chunk (format 3): under `manifests/`, keyed by the sha256 of its bytes."""
+    return f"{root(tenant)}manifests/chunks/{hex_digest}"
+
+
+def superseded_key(tenant: str, hex_digest: str) -> str:
+    """The superseded copies a format 3 manifest names, keyed by the sha256 of the object."""
+    return f"{root(tenant)}manifests/superseded/{hex_digest}"
+
+
 def download_key(tenant: str, content_digest: str) -> str:
     return f"{root(tenant)}exports/downloads/{content_digest.removeprefix('sha256:')}.json"

@@ -3,6 +3,13 @@
 Subset and diff read only manifests, so the manifest is parallel arrays (ids, digests, pack
 index, offset, length, tag indices) rather than an object per case: at 100,000 cases it parses in
 a tenth of the time. Pure: bytes in, bytes out.
+
+`Manifest` is the whole manifest in memory. Versions are stored in format 3 (a root naming
+content-addressed chunks, `caseshelf.domain.chunks`); this module reads and writes format 2, one
+document per version, which versions registered before format 3 keep and every reader still
+reads (`Manifest.from_bytes`). `superseded_*` are the copies of the base version's records a
+version keeps (`with_superseded`): in format 2 a section of the one document, in format 3 an
+object of their own that the root names.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from caseshelf.domain.chunks import Root
 from caseshelf.domain.errors import BadRequest
 from caseshelf.domain.manifest import CaseTags, Manifest, column_array
 from caseshelf.domain.models import BumpKind, DatasetId, Label
@@ -282,12 +283,52 @@ def _unknown_ids_error(unknown: list[str]) -> BadRequest:
     )
 
 
-def select_subset(manifest: Manifest, sel: Selection, *, dataset_id: str, version: str) -> Subset:
-    """Decide which cases of a version a selection keeps, and stamp the result."""
+def chunks_for_selection(root: Root, sel: Selection) -> list[int] | None:
+    """The chunks of a version a selection must read (their id, tag and digest columns), or
+    None for every chunk. Ids can be anywhere (ids are not sorted): every chunk. Tags: the
+    chunks whose cases carry one of them (the root lists each chunk's tags). A limit alone (a
+    sample may follow): the first chunks holding that many cases. Nothing narrowing: none."""
+    if sel.empty:
+        return []
+    if sel.ids is not None:
+        return None
+    if sel.tags is not None:
+        wanted = {t for t, name in enumerate(root.tag_names) if name in set(sel.tags)}
+        return [n for n, tags in enumerate(root.chunk_tags) if not wanted.isdisjoint(tags)]
+    if sel.limit is not None:
+        out, held = [], 0
+        for n, count in enumerate(root.chunk_counts):
+            if held >= sel.limit:
+                break
+            out.append(n)
+            held += count
+        return out
+    return None
+
+
+def select_subset(
+    manifest: Manifest,
+    sel: Selection,
+    *,
+    dataset_id: str,
+    version: str,
+    positions: Sequence[int] | None = None,
+    total: int | None = None,
+) -> Subset:
+    """Decide which cases of a version a selection keeps, and stamp the result.
+
+    `manifest` is the whole version's, or (with `positions` and `total`) the cases of the
+    chunks `chunks_for_selection` names, back to back: `positions[i]` is case i's position in
+    the version, which has `total` cases. The answer is the same either way."""
     check_selection(sel)
-    total = len(manifest)
+    total = len(manifest) if total is None else total
     if sel.empty:
         return Subset(list(range(total)), None)
+    if positions is not None:
+        local = select_subset(manifest, sel, dataset_id=dataset_id, version=version)
+        assert local.stamp is not None
+        stamp = local.stamp.model_copy(update={"total": total})
+        return Subset([positions[i] for i in local.indices], stamp)
 
     candidates: Iterable[int]
     if sel.ids is not None:

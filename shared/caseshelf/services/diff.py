@@ -1,9 +1,10 @@
 """Diff of two versions (of one dataset, or of two datasets the caller can read).
 
-Manifests first: the pure plan (`caseshelf.domain.diff.plan_diff`) matches cases by id and
-compares digests, so unchanged cases cost nothing but a string comparison. Then only the bodies
-the plan names are read, by ranged reads from their packs, and compared field by field. Cost
-follows the size of the change, not the size of the versions.
+Manifests first, and of them only what differs: the two roots name their chunks by content
+(`caseshelf.domain.chunks`), so a chunk both versions hold is skipped unread, and the pure plan
+(`caseshelf.domain.diff.plan_chunked_diff`) matches by id and compares digests over the chunks
+that differ. Then only the bodies the plan names are read, by ranged reads from their packs, and
+compared field by field. Cost follows the size of the change, not the size of the versions.
 
 A version registered against a base keeps copies of the base's records it superseded, back to
 back (`RegistryService._keep_superseded`): the diff of the two then reads the changed cases'
@@ -21,9 +22,18 @@ import orjson
 
 from caseshelf.domain import layout
 from caseshelf.domain.canonical import sha256_hex
-from caseshelf.domain.diff import Change, DiffPlan, field_changes, plan_diff, user_text
+from caseshelf.domain.chunks import Root
+from caseshelf.domain.diff import (
+    Change,
+    ChunkPart,
+    DiffPlan,
+    differing_chunks,
+    field_changes,
+    plan_chunked_diff,
+    user_text,
+)
 from caseshelf.domain.identity import Identity
-from caseshelf.domain.manifest import Location, Manifest
+from caseshelf.domain.manifest import Location
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.ports import BlobStore
 from caseshelf.services.registry import RegistryService
@@ -135,30 +145,42 @@ class DiffService:
         candidate = reg.get_version(
             identity, candidate_name or name, candidate_ref, include_deleted=include_deleted
         )
-        base_m = reg.manifest(base)
-        cand_m = reg.manifest(candidate)
-        plan = plan_diff(base_m, cand_m)
+        base_root, cand_root = reg.root(base), reg.root(candidate)
+        base_only, cand_only = differing_chunks(base_root, cand_root)
+        if base_root.content_digest == cand_root.content_digest:
+            base_only, cand_only = [], []  # nothing differs: no chunk is read
+        base_part = self._part(base, base_root, base_only)
+        cand_part = self._part(candidate, cand_root, cand_only)
+        plan = plan_chunked_diff(base_root, cand_root, base_part, cand_part)
         if summary_only:
             return DiffResult(base, candidate, plan, None, None, None, ReadStats())
 
         counter = _CountingReads(reg.store)
         store = cast(BlobStore, counter)
-        base_want = plan.removed + [i for i, _ in plan.changed]
-        cand_want = plan.added + [j for _, j in plan.changed]
+        base_at = {p: i for i, p in enumerate(base_part.positions)}
+        cand_at = {p: j for j, p in enumerate(cand_part.positions)}
+        base_m, cand_m = base_part, cand_part
+        base_want = [base_at[i] for i in plan.removed] + [base_at[i] for i, _ in plan.changed]
+        cand_want = [cand_at[j] for j in plan.added] + [cand_at[j] for _, j in plan.changed]
         # Either version may keep copies of the other's records (the later one registered
         # against the earlier): the changed cases' earlier forms, back to back.
-        copies = (
-            {**base_m.superseded_locations(), **cand_m.superseded_locations()}
-            if self.read_copies
-            else {}
-        )
+        copies = {**reg.superseded(base), **reg.superseded(candidate)} if self.read_copies else {}
         base_bodies = self._read(store, base, base_m, base_want, copies)
         cand_bodies = self._read(store, candidate, cand_m, cand_want, copies)
 
-        added = [CaseBrief(cand_m.ids[j], user_text(cand_bodies[j])) for j in plan.added]
-        removed = [CaseBrief(base_m.ids[i], user_text(base_bodies[i])) for i in plan.removed]
+        added = [
+            CaseBrief(cand_m.ids[cand_at[j]], user_text(cand_bodies[cand_at[j]]))
+            for j in plan.added
+        ]
+        removed = [
+            CaseBrief(base_m.ids[base_at[i]], user_text(base_bodies[base_at[i]]))
+            for i in plan.removed
+        ]
         changed = [
-            CaseChanges(cand_m.ids[j], field_changes(base_bodies[i], cand_bodies[j]))
+            CaseChanges(
+                cand_m.ids[cand_at[j]],
+                field_changes(base_bodies[base_at[i]], cand_bodies[cand_at[j]]),
+            )
             for i, j in plan.changed
         ]
         return DiffResult(
@@ -171,30 +193,36 @@ class DiffService:
             ReadStats(objects_read=counter.objects, bytes_read=counter.bytes),
         )
 
+    def _part(self, rec: VersionRecord, root: Root, numbers: list[int]) -> ChunkPart:
+        """The chunks `numbers` of a version, read with the store's reads in flight."""
+        starts = root.chunk_starts()
+        chunks = list(self.registry.read_chunks(rec, numbers))
+        return ChunkPart.of(chunks, [starts[n] for n in numbers])
+
     def _read(
         self,
         store: BlobStore,
         rec: VersionRecord,
-        manifest: Manifest,
+        part: ChunkPart,
         indices: list[int],
         copies: dict[str, Location],
     ) -> dict[int, dict[str, Any]]:
         """The cases at `indices`, each read from a copy of its record where one of the two
-        versions keeps one (`Manifest.superseded_locations`: records back to back, so the
+        versions keeps one (`RegistryService.superseded`: records back to back, so the
         earlier form of every changed case is one span away) and from its own pack otherwise.
         A copy is used only when its bytes hash to the case's digest; else the case's own
         record is read instead."""
         if not indices:
             return {}
-        digests = manifest.digest_list()
-        wanted = [(i, copies.get(digests[i]) or manifest.location(i)) for i in indices]
+        digests = part.digests
+        wanted = [(i, copies.get(digests[i]) or part.location(i)) for i in indices]
         pack_key = partial(layout.pack_key, rec.tenant)
         read = partial(
             read_records, store, pack_key, max_gap=self.max_gap_bytes, workers=self.read_workers
         )
         raw = read(wanted)
         wrong = [
-            (i, manifest.location(i))
+            (i, part.location(i))
             for i, loc in wanted
             if loc is copies.get(digests[i]) and sha256_hex(raw[i]) != digests[i]
         ]
@@ -202,6 +230,6 @@ class DiffService:
             raw.update(read(wrong))
         own = [(i, loc) for i, loc in wanted if loc is not copies.get(digests[i])]
         for i, loc in own + wrong:  # read from the case's own pack: checked like every read
-            what = f"case {manifest.ids[i]!r}"
+            what = f"case {part.ids[i]!r}"
             check_record(raw[i], digests[i], pack_key(loc.container), loc, what)
         return {i: orjson.loads(data) for i, data in raw.items()}

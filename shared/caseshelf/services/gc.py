@@ -1,10 +1,12 @@
 """Garbage collection: objects that no committed version references.
 
-Registration writes packs, blobs and the manifest before its commit point (the version row). A
-crash in between leaves objects nothing points at; `collect_garbage` finds them. An object is
-collectable when no version row of its tenant (datasets and recipes, tombstoned ones included)
-reaches it through its manifest, and it is older than the grace period, which spares the objects
-of a registration still in flight.
+Registration writes packs, blobs, manifest chunks and the manifest root before its commit point
+(the version row). A crash in between leaves objects nothing points at; `collect_garbage` finds
+them. An object is collectable when no version row of its tenant (datasets and recipes,
+tombstoned ones included) reaches it through its manifest (the root, the chunks it names, the
+packs they name), and it is older than the grace period, which spares the objects of a
+registration still in flight. A chunk is never collected while a root of a committed version
+names it, whichever version wrote it first.
 
 The store is listed before the index is read, so a version committed while gc runs protects what
 it references (it is in the index by the time the references are gathered). Tenants come from the
@@ -27,12 +29,14 @@ from typing import Any
 import orjson
 
 from caseshelf.domain import layout
+from caseshelf.domain.chunks import ROOT_FORMAT, chunk_from_bytes, superseded_from_bytes
 from caseshelf.domain.errors import CaseshelfError, NotFound
 from caseshelf.domain.keys import KIND_LETTER
-from caseshelf.domain.manifest import FORMAT as MANIFEST_FORMAT
+from caseshelf.domain.manifest import FORMAT as LEGACY_FORMAT
 from caseshelf.domain.manifest import Manifest
 from caseshelf.ports import BlobStore, Index, ObjectInfo
 from caseshelf.services.fence import WriteFence
+from caseshelf.services.storage import manifest_format, parse_root
 
 # The areas registration writes before its commit point.
 AREAS = ("packs/", "blobs/", "manifests/")
@@ -108,11 +112,15 @@ def _version_rows(index: Index, tenant: str) -> Iterable[Any]:
 @dataclass
 class References:
     """What the committed versions of one tenant reach: each object key with the first version
-    naming it (`kind name@version`), and the problems that make the answer incomplete."""
+    naming it (`kind name@version`), and the problems that make the answer incomplete.
+    `manifests` keeps, for each manifest read, the keys it reaches (None: it reaches nothing
+    further, or could not be read), and `chunks` the pack keys of each chunk read: both never
+    change, so a later pass reads only what is new."""
 
     owner: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
-    manifests: dict[str, Manifest | None] = field(default_factory=dict)
+    manifests: dict[str, list[str] | None] = field(default_factory=dict)
+    chunks: dict[str, list[str] | None] = field(default_factory=dict)
 
     @property
     def keys(self) -> set[str]:
@@ -122,9 +130,13 @@ class References:
 def references(
     store: BlobStore, index: Index, tenant: str, *, known: References | None = None
 ) -> References:
-    """Every object key a committed version of `tenant` reaches (tombstoned versions too).
-    Manifests already read in `known` are not read again (they never change)."""
+    """Every object key a committed version of `tenant` reaches (tombstoned versions too): its
+    manifest (a format 3 root), the chunks the root names, the packs the chunks name and the
+    blob containers. Manifests and chunks already read in `known` are not read again (they
+    never change)."""
     out = References()
+    if known is not None:
+        out.chunks = dict(known.chunks)
     for rec in _version_rows(index, tenant):
         mkey = rec.manifest_key
         if not mkey:
@@ -132,37 +144,84 @@ def references(
         who = f"{rec.kind} {rec.name}@{rec.version}"
         out.owner.setdefault(mkey, who)
         if known is not None and mkey in known.manifests:
-            manifest = known.manifests[mkey]
+            reached = known.manifests[mkey]
         else:
-            manifest = _read_manifest(store, mkey, who, out.problems)
-        out.manifests[mkey] = manifest
-        if manifest is None:
-            continue
-        for p in manifest.packs:
-            out.owner.setdefault(layout.pack_key(tenant, p), who)
-        for c in manifest.blob_containers:
-            out.owner.setdefault(layout.blob_key(tenant, c), who)
+            reached = _reached_by(store, tenant, mkey, who, out)
+        out.manifests[mkey] = reached
+        for key in reached or ():
+            out.owner.setdefault(key, who)
     return out
 
 
-def _read_manifest(store: BlobStore, mkey: str, who: str, problems: list[str]) -> Manifest | None:
+def _reached_by(
+    store: BlobStore, tenant: str, mkey: str, who: str, out: References
+) -> list[str] | None:
+    """The keys a stored manifest reaches; None (with a problem where it is one) when it
+    cannot be read or is a document that references nothing further (a recipe's body)."""
     try:
         data = store.get(mkey)
     except NotFound:
-        problems.append(f"the manifest {mkey} of {who} is missing")
+        out.problems.append(f"the manifest {mkey} of {who} is missing")
         return None
+    if manifest_format(data) is None:
+        try:
+            head = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            out.problems.append(f"the manifest {mkey} of {who} is not JSON")
+            return None
+        if not isinstance(head, dict) or head.get("format") not in (ROOT_FORMAT, LEGACY_FORMAT):
+            return None  # a document that references nothing further (a recipe's body)
     try:
-        head = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        problems.append(f"the manifest {mkey} of {who} is not JSON")
-        return None
-    if not isinstance(head, dict) or head.get("format") != MANIFEST_FORMAT:
-        return None  # a document that references nothing further (a recipe's body)
-    try:
-        return Manifest.from_bytes(data)
+        stored = parse_root(data)
     except CaseshelfError as exc:
-        problems.append(f"the manifest {mkey} of {who}: {exc.detail}")
+        out.problems.append(f"the manifest {mkey} of {who}: {exc.detail}")
         return None
+    keys = [layout.blob_key(tenant, c) for c in stored.blob_containers]
+    if isinstance(stored, Manifest):  # format 2: one document names every pack
+        return keys + [layout.pack_key(tenant, p) for p in stored.packs]
+    for hex_digest in stored.chunk_keys:
+        ckey = layout.chunk_key(tenant, hex_digest)
+        keys.append(ckey)
+        if hex_digest not in out.chunks:
+            out.chunks[hex_digest] = _packs_of_chunk(store, tenant, ckey, who, out.problems)
+        keys.extend(out.chunks[hex_digest] or ())
+    if stored.superseded_key:
+        skey = layout.superseded_key(tenant, stored.superseded_key)
+        keys.append(skey)
+        keys.extend(_packs_of_copies(store, tenant, skey, who, out.problems))
+    # The root's own list of packs too: a chunk that cannot be read still keeps what its
+    # version's root names (and the problem keeps gc from deleting anything of the tenant).
+    return keys + [layout.pack_key(tenant, p) for p in stored.packs]
+
+
+def _packs_of_copies(
+    store: BlobStore, tenant: str, skey: str, who: str, problems: list[str]
+) -> list[str]:
+    try:
+        copies = superseded_from_bytes(store.get(skey))
+    except NotFound:
+        problems.append(f"the superseded copies {skey} of {who} are missing")
+        return []
+    except CaseshelfError as exc:
+        problems.append(f"the superseded copies {skey} of {who}: {exc.detail}")
+        return []
+    return [layout.pack_key(tenant, p) for p in {loc.container for loc in copies.values()}]
+
+
+def _packs_of_chunk(
+    store: BlobStore, tenant: str, ckey: str, who: str, problems: list[str]
+) -> list[str] | None:
+    try:
+        data = store.get(ckey)
+    except NotFound:
+        problems.append(f"the manifest chunk {ckey} of {who} is missing")
+        return None
+    try:
+        chunk = chunk_from_bytes(data)
+    except CaseshelfError as exc:
+        problems.append(f"the manifest chunk {ckey} of {who}: {exc.detail}")
+        return None
+    return [layout.pack_key(tenant, p) for p in chunk.packs]
 
 
 def referenced_keys(store: BlobStore, index: Index, tenant: str) -> tuple[set[str], list[str]]:

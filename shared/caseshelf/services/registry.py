@@ -12,6 +12,7 @@ import binascii
 import hashlib
 import random
 import time
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from caseshelf.domain.canonical import (
     hex_of,
     inline_body,
 )
+from caseshelf.domain.chunks import Root, join_chunks, root_of_legacy
 from caseshelf.domain.envelope import canonical_into, validation_problem
 from caseshelf.domain.errors import BadRequest, Conflict, Corrupt, NotFound, TooLarge
 from caseshelf.domain.identity import Identity
@@ -65,8 +67,13 @@ from caseshelf.services.storage import (
     MAX_GAP_BYTES,
     BlobWriter,
     PackWriter,
+    parse_root,
     read_blobs,
     read_cases,
+    read_chunk,
+    read_chunks,
+    read_superseded,
+    write_manifest,
 )
 from caseshelf.services.versioned import Clock, VersionedStore, utc_now
 
@@ -475,7 +482,11 @@ class RegistryService:
         self.presign_downloads = presign_downloads
         self.read_gap = read_gap
         self.read_workers = read_workers
+        # Manifests, roots and chunks are immutable, so caches keyed by their keys are always
+        # right: a few whole manifests, more roots, and the chunks pages were read from.
         self._manifest = lru_cache(maxsize=32)(self._load_manifest)
+        self._roots = lru_cache(maxsize=64)(self._load_root)
+        self._chunks = lru_cache(maxsize=64)(self._read_chunk)
 
     # -- registration: one pipeline ----------------------------------------------------------
     #
@@ -916,8 +927,7 @@ class RegistryService:
             builder.add_blob(hex_digest, blob_locs[hex_digest])
         manifest = builder.build(cdigest)
         manifest, copied = self._keep_superseded(tenant, base, manifest)
-        mkey = layout.manifest_key(tenant, cdigest)
-        self.store.put_if_absent(mkey, manifest.to_bytes())
+        mkey = write_manifest(self.store, tenant, manifest).key
         stats = WriteStats(
             case_bytes_written=packs.bytes_written + copied.bytes_written,
             pack_objects_written=packs.objects_written + copied.objects_written,
@@ -1010,10 +1020,11 @@ class RegistryService:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _load_manifest(self, key: str) -> Manifest:
-        """A committed version's manifest; missing or unreadable is a damaged store."""
+    def _load_root(self, key: str) -> Root | Manifest:
+        """A committed version's stored manifest document: a format 3 root, or a whole format 2
+        manifest. Missing or unreadable is a damaged store."""
         try:
-            return Manifest.from_bytes(self.store.get(key))
+            return parse_root(self.store.get(key))
         except NotFound:
             raise Corrupt(
                 f"the manifest {key} of a committed version is missing (run `caseshelf verify`)",
@@ -1022,9 +1033,110 @@ class RegistryService:
         except BadRequest as exc:
             raise Corrupt(f"the manifest {key}: {exc.detail}", key=key) from None
 
+    def _load_manifest(self, tenant: str, key: str) -> Manifest:
+        """The whole manifest: a format 2 one as stored, a format 3 root joined with all of
+        its chunks (and its superseded copies)."""
+        stored = self._roots(key)
+        if isinstance(stored, Manifest):
+            return stored
+        chunks = list(self._stream_chunks(tenant, stored.chunk_keys))
+        try:
+            whole = join_chunks(stored, chunks)
+        except BadRequest as exc:
+            raise Corrupt(f"the manifest {key}: {exc.detail}", key=key) from None
+        copies = read_superseded(self.store, tenant, stored)
+        return whole.with_superseded(list(copies.items())) if copies else whole
+
+    def _read_chunk(self, tenant: str, hex_digest: str) -> Manifest:
+        return read_chunk(self.store, tenant, hex_digest)
+
+    def _stream_chunks(self, tenant: str, keys: Iterable[str]) -> Iterator[Manifest]:
+        """Chunks by key, in order, with this store's reads in flight (`read_workers`)."""
+        return read_chunks(self.store, tenant, keys, workers=self.read_workers)
+
     def manifest(self, rec: VersionRecord) -> Manifest:
-        """Manifests are immutable, so a small cache keyed by their key is always right."""
-        return self._manifest(rec.manifest_key)
+        """The whole manifest of a version (every chunk read). Manifests are immutable, so a
+        small cache keyed by their key is always right. Readers that need only part of a
+        version use `root`, `chunk` and `iter_chunks` instead."""
+        return self._manifest(rec.tenant, rec.manifest_key)
+
+    def root(self, rec: VersionRecord) -> Root:
+        """The version's root: its content, case count, and each chunk's key, case count,
+        first and last id and tags. A format 2 manifest is seen as a root of one chunk."""
+        stored = self._roots(rec.manifest_key)
+        if isinstance(stored, Manifest):
+            return root_of_legacy(stored)
+        return stored
+
+    def superseded(self, rec: VersionRecord) -> dict[str, Location]:
+        """Where the copies of its base's records a version keeps are, by digest hex ({} when
+        it keeps none)."""
+        stored = self._roots(rec.manifest_key)
+        if isinstance(stored, Manifest):
+            return stored.superseded_locations()
+        return read_superseded(self.store, rec.tenant, stored)
+
+    def chunk(self, rec: VersionRecord, number: int) -> Manifest:
+        """Chunk `number` of a version as a manifest of its cases alone (positions local to the
+        chunk), checked against its key; a format 2 manifest's one chunk is itself."""
+        stored = self._roots(rec.manifest_key)
+        if isinstance(stored, Manifest):
+            return stored
+        return self._chunks(rec.tenant, stored.chunk_keys[number])
+
+    def iter_chunks(self, rec: VersionRecord) -> Iterator[tuple[int, Manifest]]:
+        """Every chunk of a version in order, as `(position of its first case, chunk)`, read
+        one at a time and not kept: a pass over all cases holds one chunk's columns at once."""
+        stored = self._roots(rec.manifest_key)
+        if isinstance(stored, Manifest):
+            yield 0, stored
+            return
+        chunks = self._stream_chunks(rec.tenant, stored.chunk_keys)
+        yield from zip(stored.chunk_starts(), chunks, strict=False)
+
+    def read_chunks(self, rec: VersionRecord, numbers: Sequence[int]) -> Iterator[Manifest]:
+        """The chunks `numbers` of a version, in that order, read as they are iterated (not
+        kept: a diff of two large versions reads many chunks once each)."""
+        stored = self._roots(rec.manifest_key)
+        if isinstance(stored, Manifest):
+            yield from (stored for _ in numbers)
+            return
+        yield from self._stream_chunks(rec.tenant, (stored.chunk_keys[n] for n in numbers))
+
+    def _chunk_runs(
+        self, rec: VersionRecord, indices: Sequence[int]
+    ) -> Iterator[tuple[Manifest, list[int], list[int]]]:
+        """`indices` cut into runs that fall in one chunk each, in the order given: `(chunk,
+        positions, the same positions local to the chunk)`. A whole manifest already loaded is
+        one chunk."""
+        stored = self._roots(rec.manifest_key)
+        if isinstance(stored, Manifest):
+            yield stored, list(indices), list(indices)
+            return
+        starts = stored.chunk_starts()
+        run: list[int] = []
+        current = -1
+        for i in indices:
+            if not 0 <= i < stored.count:
+                raise IndexError(f"case position {i} out of range")
+            n = bisect_right(starts, i) - 1
+            if n != current and run:
+                yield self.chunk(rec, current), run, [j - starts[current] for j in run]
+                run = []
+            current = n
+            run.append(i)
+        if run:
+            yield self.chunk(rec, current), run, [j - starts[current] for j in run]
+
+    def read_records(
+        self, rec: VersionRecord, indices: Sequence[int]
+    ) -> Iterator[tuple[int, bytes]]:
+        """The stored canonical records at `indices` of a version, in the order asked, each
+        checked against its digest; only the chunks covering them are read."""
+        for chunk, positions, local in self._chunk_runs(rec, indices):
+            got = read_cases(self.store, rec.tenant, chunk, local)
+            for i, j in zip(positions, local, strict=True):
+                yield i, got[j]
 
     def get_version(
         self, identity: Identity, name: str, ref: str, *, include_deleted: bool = False
@@ -1093,10 +1205,8 @@ class RegistryService:
         self, rec: VersionRecord, indices: list[int]
     ) -> Iterator[tuple[int, dict[str, Any]]]:
         """Plain canonical cases at `indices` of a version, in the order asked."""
-        manifest = self.manifest(rec)
-        got = read_cases(self.store, rec.tenant, manifest, indices)
-        for i in indices:
-            yield i, orjson.loads(got[i])
+        for i, data in self.read_records(rec, indices):
+            yield i, orjson.loads(data)
 
     def list_cases(
         self,
@@ -1109,11 +1219,11 @@ class RegistryService:
         include_deleted: bool = False,
     ) -> Page:
         rec = self.get_version(identity, name, ref, include_deleted=include_deleted)
-        manifest = self.manifest(rec)
+        count = len(self.root(rec))
         start = decode_position(cursor)
-        stop = min(start + check_limit(limit), len(manifest))
+        stop = min(start + check_limit(limit), count)
         items = [case for _, case in self.case_records(rec, list(range(start, stop)))]
-        return Page(items, encode_position(stop) if stop < len(manifest) else None)
+        return Page(items, encode_position(stop) if stop < count else None)
 
     def case_page_json(
         self,
@@ -1130,18 +1240,18 @@ class RegistryService:
 
         A stored record is the canonical JSON of its case, so the page is the same JSON value
         as `list_cases`' items dumped; what this buys is the parse and the dump of every case
-        (most of the server's time on a page, `bench/bench_client.py`)."""
+        (most of the server's time on a page, `bench/bench_client.py`). Only the root and the
+        chunks covering the page are read."""
         rec = self.get_version(identity, name, ref, include_deleted=include_deleted)
-        manifest = self.manifest(rec)
+        count = len(self.root(rec))
         start = decode_position(cursor)
-        stop = min(start + check_limit(limit), len(manifest))
-        indices = list(range(start, stop))
-        got = read_cases(self.store, rec.tenant, manifest, indices)
-        nxt = encode_position(stop) if stop < len(manifest) else None
+        stop = min(start + check_limit(limit), count)
+        records = [data for _, data in self.read_records(rec, range(start, stop))]
+        nxt = encode_position(stop) if stop < count else None
         body = b"".join(
             (
                 b'{"items":[',
-                b",".join(got[i] for i in indices),
+                b",".join(records),
                 b'],"next_cursor":',
                 orjson.dumps(nxt),
                 b"}",

@@ -1,19 +1,28 @@
 """Subset selection: resolve a version, decide the selection over its manifest, and optionally
 read the selected cases or register them as a derived version.
 
-Only the manifest is read unless the caller asks for the cases; `register_as` writes a new
-manifest that points at the parent's packs (no case bytes are copied).
+Only the manifest is read unless the caller asks for the cases, and of it only the chunks the
+selection needs (`chunks_for_selection`: those carrying a wanted tag, the first ones for a limit,
+every one for ids); `register_as` writes a new manifest that points at the parent's packs (no
+case bytes are copied).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from caseshelf.domain.chunks import Root, concat_chunks
 from caseshelf.domain.errors import TooLarge
 from caseshelf.domain.identity import Identity
-from caseshelf.domain.manifest import column_array
-from caseshelf.domain.subset import Subset, SubsetRequest, select_subset
+from caseshelf.domain.manifest import Manifest, column_array
+from caseshelf.domain.subset import (
+    Selection,
+    Subset,
+    SubsetRequest,
+    chunks_for_selection,
+    select_subset,
+)
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.services.registry import RegisterResult, RegistryService
 
@@ -45,15 +54,38 @@ class SelectionService:
         include_deleted: bool = False,
     ) -> SubsetResult:
         rec = self.registry.get_version(identity, name, ref, include_deleted=include_deleted)
-        manifest = self.registry.manifest(rec)
         selection = request.selection()
-        subset = select_subset(manifest, selection, dataset_id=rec.name, version=rec.version)
-        case_ids = [manifest.ids[i] for i in subset.indices]
+        root = self.registry.root(rec)
+        numbers = chunks_for_selection(root, selection)
+        if numbers is None:
+            numbers = list(range(len(root.chunk_keys)))
+        starts = root.chunk_starts()
+        manifest = replace(
+            self._columns(rec, root, numbers, selection),
+            content_digest=root.content_digest,
+        )
+        positions = [p for n in numbers for p in range(starts[n], starts[n + 1])][: len(manifest)]
+        subset = select_subset(
+            manifest,
+            selection,
+            dataset_id=rec.name,
+            version=rec.version,
+            positions=positions,
+            total=len(root),
+        )
+        at = {p: i for i, p in enumerate(positions)}
+        local = [at[p] for p in subset.indices] if subset.stamp is not None else []
+        case_ids = (
+            [manifest.ids[i] for i in local] if subset.stamp is not None else self._all_ids(rec)
+        )
 
         cases = None
         if with_cases:
-            lengths = column_array(manifest.lengths)
-            size = sum(lengths[i] for i in subset.indices)
+            if subset.stamp is None:  # the whole version
+                size = root.case_bytes
+            else:
+                lengths = column_array(manifest.lengths)
+                size = sum(lengths[i] for i in local)
             if self.max_case_bytes is not None and size > self.max_case_bytes:
                 raise TooLarge(
                     f"the {len(case_ids)} selected cases are {size} bytes, over the "
@@ -85,3 +117,52 @@ class SelectionService:
                 },
             )
         return SubsetResult(rec, subset, case_ids, cases, registered)
+
+    def _columns(
+        self, rec: VersionRecord, root: Root, numbers: list[int], selection: Selection
+    ) -> Manifest:
+        """The ids, digests and lengths (and tags, when the selection names some) of the chunks
+        `numbers`, back to back. A selection by tags and a limit without a sample stops reading
+        near the chunk where the limit is reached (`_until_limit`)."""
+        wanted = set(selection.tags or ())
+        stop_at = (
+            selection.limit
+            if selection.tags is not None and selection.sample is None and selection.ids is None
+            else None
+        )
+        if stop_at is None:
+            taken = list(self.registry.read_chunks(rec, numbers))
+        else:
+            taken = self._until_limit(rec, root, numbers, wanted, stop_at)
+        return concat_chunks(
+            taken,
+            tag_names=root.tag_names,
+            locations=False,
+            tags=selection.tags is not None,
+        )
+
+    def _until_limit(
+        self, rec: VersionRecord, root: Root, numbers: list[int], wanted: set[str], limit: int
+    ) -> list[Manifest]:
+        """The chunks `numbers` (each carrying a wanted tag) in order, up to the one where
+        `limit` cases carrying one are found. Read in batches of as many chunks as the cases
+        still missing could fill (every case of a chunk may carry the tag), so reads in flight
+        never run far past the limit."""
+        taken: list[Manifest] = []
+        found, at = 0, 0
+        while at < len(numbers) and found < limit:
+            batch, room = [], 0
+            while at < len(numbers) and room < limit - found:
+                batch.append(numbers[at])
+                room += root.chunk_counts[numbers[at]]
+                at += 1
+            for chunk in self.registry.read_chunks(rec, batch):
+                taken.append(chunk)
+                tagged = {t for t, name in enumerate(chunk.tag_names) if name in wanted}
+                rows = chunk.case_tags
+                found += sum(1 for i in range(len(chunk)) if not tagged.isdisjoint(rows[i]))
+        return taken
+
+    def _all_ids(self, rec: VersionRecord) -> list[str]:
+        """Every case id of a version, chunk by chunk."""
+        return [cid for _, chunk in self.registry.iter_chunks(rec) for cid in chunk.ids]

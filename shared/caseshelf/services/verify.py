@@ -1,7 +1,8 @@
 """`verify`: re-hash everything a version references and report what is missing or damaged.
 
 Reads check each record as they serve it (`caseshelf.services.storage.read_cases`); `verify` is
-the whole-version form, for an operator: the manifest is there and parses, its content digest is
+the whole-version form, for an operator: the manifest is there and parses, every chunk its root
+names is there and hashes to its key (a broken one is named by its key), its content digest is
 the one of its ids and case digests (and of the version row), every pack and blob container is
 there, every case record and file body (and every superseded copy) hashes to its digest. Each
 container is read once, whole.
@@ -16,10 +17,12 @@ from typing import Any
 
 from caseshelf.domain import layout
 from caseshelf.domain.canonical import content_digest, sha256_hex
-from caseshelf.domain.errors import CaseshelfError, NotFound
+from caseshelf.domain.chunks import Root, chunk_from_bytes, join_chunks, superseded_from_bytes
+from caseshelf.domain.errors import CaseshelfError, Corrupt, NotFound
 from caseshelf.domain.manifest import Location, Manifest
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.ports import BlobStore, Index
+from caseshelf.services.storage import parse_root
 
 
 @dataclass(frozen=True)
@@ -105,10 +108,47 @@ def _verify_one(store: BlobStore, rec: VersionRecord, report: VerifyReport) -> N
         return
     report.objects_checked += 1
     try:
-        manifest = Manifest.from_bytes(data)
+        stored = parse_root(data)
     except CaseshelfError as exc:
         problem("corrupt", rec.manifest_key, exc.detail)
         return
+    if isinstance(stored, Manifest):
+        manifest = stored
+    else:
+        chunks = _read_chunks(store, rec.tenant, stored, report, problem)
+        if chunks is None:
+            return
+        try:
+            manifest = join_chunks(stored, chunks)
+        except CaseshelfError as exc:
+            problem("corrupt", rec.manifest_key, exc.detail)
+            return
+        if stored.superseded_key:
+            skey = layout.superseded_key(rec.tenant, stored.superseded_key)
+            try:
+                data = store.get(skey)
+            except NotFound:
+                problem("missing", skey, "the superseded copies are missing")
+                return
+            report.objects_checked += 1
+            report.bytes_hashed += len(data)
+            try:
+                if sha256_hex(data) != stored.superseded_key:
+                    raise Corrupt("the superseded copies do not hash to their key")
+                copies = superseded_from_bytes(data)
+            except CaseshelfError as exc:
+                problem("corrupt", skey, exc.detail)
+                return
+            manifest = manifest.with_superseded(list(copies.items()))
+        named = set(stored.packs)
+        unnamed = sorted({p for c in chunks for p in c.packs} - named)
+        if unnamed:
+            problem(
+                "corrupt",
+                rec.manifest_key,
+                f"the root does not list {len(unnamed)} pack(s) its chunks name: "
+                + ", ".join(unnamed[:5]),
+            )
     recomputed = content_digest(
         description=manifest.description,
         tags=manifest.tags,
@@ -142,6 +182,39 @@ def _verify_one(store: BlobStore, rec: VersionRecord, report: VerifyReport) -> N
         for container, items in sorted(groups.items()):
             key = key_of(rec.tenant, container)
             _check_container(store, key, items, report, problem)
+
+
+def _read_chunks(
+    store: BlobStore,
+    tenant: str,
+    root: Root,
+    report: VerifyReport,
+    problem: Callable[[str, str, str], None],
+) -> list[Manifest] | None:
+    """Every chunk a root names, each hashed against its key; None (with a problem naming
+    each broken key) when one is missing, damaged or unreadable."""
+    chunks: list[Manifest] = []
+    broken = False
+    for hex_digest in root.chunk_keys:
+        key = layout.chunk_key(tenant, hex_digest)
+        try:
+            data = store.get(key)
+        except NotFound:
+            problem("missing", key, "the manifest chunk is missing")
+            broken = True
+            continue
+        report.objects_checked += 1
+        report.bytes_hashed += len(data)
+        if sha256_hex(data) != hex_digest:
+            problem("corrupt", key, "the manifest chunk does not hash to its key")
+            broken = True
+            continue
+        try:
+            chunks.append(chunk_from_bytes(data))
+        except CaseshelfError as exc:
+            problem("corrupt", key, exc.detail)
+            broken = True
+    return None if broken else chunks
 
 
 def _check_container(

@@ -1,0 +1,512 @@
+"""Format 3 manifests: a small root naming content-addressed chunks of cases. Pure.
+
+A version's cases are cut into chunks by content: a chunk ends after a case whose digest meets a
+hash condition (`is_boundary`), once the chunk holds at least `MIN_CASES` cases, and at the
+latest at `MAX_CASES`. The condition depends on the case alone (its digest covers its id and
+content), so inserting, removing or changing a case moves only the boundaries of the chunk it is
+in (and, rarely, the next one, until a boundary falls where it fell before): the chunks before
+and after are the same cases as before, and a chunk of the same cases at the same locations is
+the same bytes (`chunk_bytes` depends on nothing else), so the same key. Versions that share
+cases share chunks, as lakeFS's commits share ranges; the root plays the part of its metarange.
+
+A chunk (`caseshelf.chunk/1`) is self-contained: its cases' ids, digests, pack locations and tag
+names, with its own small tables of pack names and tag names (first use order), encoded like the
+format 2 columns (one string per column). Its key is `manifests/chunks/<sha256 of its bytes>`.
+The copies of the base version's records a version keeps for diffs (`superseded`) are one more
+object (`caseshelf.superseded/1`, `manifests/superseded/<sha256>`), named by the root and read by
+a diff only.
+
+The root (`caseshelf.manifest/3`) holds what every reader needs first: the version's content
+(description, tags, shared files: the content digest is over these and the cases, never the
+layout), the case count and bytes, every tag name with each chunk's tags, each chunk's key, case
+count and first and last id, the packs the chunks name, and where file bodies live. A page of
+cases reads the root and the chunks covering the page; a diff reads only the chunks whose keys
+differ; a selection by tags reads only the chunks that carry one.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import accumulate, chain, islice, repeat
+from operator import sub
+from typing import Any
+
+import orjson
+
+from caseshelf.domain.canonical import sha256_hex
+from caseshelf.domain.errors import BadRequest
+from caseshelf.domain.manifest import (
+    CaseTags,
+    DigestColumn,
+    IntColumn,
+    Location,
+    Manifest,
+    _pack_ints,
+    _unpack_ints,
+    column_array,
+)
+
+ROOT_FORMAT = "caseshelf.manifest/3"
+CHUNK_FORMAT = "caseshelf.chunk/1"
+SUPERSEDED_FORMAT = "caseshelf.superseded/1"
+# Cases per chunk: at least MIN_CASES (bar the last), at most MAX_CASES; in between a chunk ends
+# after a case whose digest's last 8 hex digits are 0 modulo BOUNDARY_MODULUS, so chunks average
+# about MIN_CASES + BOUNDARY_MODULUS cases (~1,000: ~110 kB of chunk for GSM8K-sized ids).
+MIN_CASES = 256
+BOUNDARY_MODULUS = 768
+MAX_CASES = 4096
+
+
+def is_boundary(digest_hex: str) -> bool:
+    """Whether a chunk may end after the case of this digest (a content-defined cut point):
+    the digest's last 4 bytes, read as a little-endian integer, are 0 modulo
+    `BOUNDARY_MODULUS`."""
+    return int.from_bytes(bytes.fromhex(digest_hex[56:64]), "little") % BOUNDARY_MODULUS == 0
+
+
+def _boundaries(digests: Sequence[str]) -> list[int]:
+    """The positions of every case `is_boundary` holds for, ascending: the digests' last 4
+    bytes read at once from their binary form (one pass in C), instead of a call per case."""
+    tails = array("I", memoryview(bytes.fromhex("".join(digests))).cast("I")[7::8])
+    if sys.byteorder == "big":
+        tails.byteswap()
+    modulus = BOUNDARY_MODULUS
+    return [i for i, tail in enumerate(tails) if not tail % modulus]
+
+
+def chunk_ends(digests: Sequence[str]) -> list[int]:
+    """Where each chunk ends (exclusive positions; the last is `len(digests)`): after the first
+    boundary case once a chunk holds `MIN_CASES`, or after `MAX_CASES` cases."""
+    n = len(digests)
+    candidates = _boundaries(digests)
+    ends: list[int] = []
+    start = 0
+    while n - start > MIN_CASES:
+        at = bisect_left(candidates, start + MIN_CASES - 1)
+        end = candidates[at] + 1 if at < len(candidates) else n
+        end = min(end, start + MAX_CASES, n)
+        ends.append(end)
+        start = end
+    if start < n or not ends:
+        ends.append(n)
+    return ends
+
+
+def _intern(names: Iterable[str]) -> tuple[list[str], dict[str, int]]:
+    table: dict[str, int] = {}
+    for name in names:
+        table.setdefault(name, len(table))
+    return list(table), table
+
+
+def _renumber(column: Sequence[int]) -> tuple[list[int], array[int]]:
+    """A column of numbers into a table renumbered by first use: `(the numbers used, in first
+    use order; the column in the new numbers)`, both in C-level passes."""
+    used = list(dict.fromkeys(column))
+    local = {number: i for i, number in enumerate(used)}
+    return used, array("I", map(local.__getitem__, column))
+
+
+def chunk_bytes(m: Manifest, start: int, stop: int) -> bytes:
+    """The chunk of `m`'s cases `start:stop`: a function of those cases and their locations
+    only (ids, digests, packs, offsets, lengths, tag names), so equal inputs give equal bytes."""
+    return _chunk(m, start, stop)[0]
+
+
+def _chunk(m: Manifest, start: int, stop: int) -> tuple[bytes, list[str]]:
+    """The chunk's bytes and the tag names its cases carry."""
+    packs_used, pack_column = _renumber(column_array(m.pack_index)[start:stop])
+    starts, values = array("I", [0] * (stop - start + 1)), array("I")
+    tag_names: list[str] = []
+    rows = m.case_tags
+    if len(rows) == len(m.ids) and isinstance(rows, CaseTags):
+        all_starts = column_array(rows.starts)
+        lo, hi = all_starts[start], all_starts[stop]
+        if hi > lo:  # cases with tags: renumber them by first use in this chunk
+            tags_used, values = _renumber(column_array(rows.values)[lo:hi])
+            tag_names = [m.tag_names[t] for t in tags_used]
+            starts = array("I", [s - lo for s in all_starts[start : stop + 1]])
+    elif len(rows):
+        case_tag_names = [[m.tag_names[t] for t in rows[i]] for i in range(start, stop)]
+        tag_names, tag_no = _intern(t for row in case_tag_names for t in row)
+        starts = array("I", [0])
+        for row in case_tag_names:
+            values.extend(tag_no[t] for t in row)
+            starts.append(len(values))
+    doc = {
+        "format": CHUNK_FORMAT,
+        "count": stop - start,
+        "ids": "\n".join(m.ids[start:stop]),
+        "digests": "".join(m.digest_list()[start:stop]),
+        "packs": [m.packs[p] for p in packs_used],
+        "pack": _pack_ints(pack_column, "I"),
+        "offset": _pack_ints(array("Q", column_array(m.offsets)[start:stop]), "Q"),
+        "length": _pack_ints(array("I", column_array(m.lengths)[start:stop]), "I"),
+        "tag_names": tag_names,
+        "tag_starts": _pack_ints(starts, "I"),
+        "tag_values": _pack_ints(values, "I"),
+    }
+    return orjson.dumps(doc), tag_names
+
+
+def chunk_from_bytes(data: bytes) -> Manifest:
+    """A chunk as a `Manifest` of its cases alone (positions local to the chunk; no content)."""
+    try:
+        doc: dict[str, Any] = orjson.loads(data)
+        if doc.get("format") != CHUNK_FORMAT:
+            raise ValueError(f"not a manifest chunk (format {doc.get('format')!r})")
+        count = int(doc["count"])
+        ids = doc["ids"].split("\n") if count else []
+        tags = CaseTags(IntColumn(doc["tag_starts"], "I"), IntColumn(doc["tag_values"], "I"))
+        chunk = Manifest(
+            content_digest="",
+            description="",
+            tags=[],
+            shared_files=[],
+            ids=ids,
+            digests=DigestColumn(doc["digests"]),
+            packs=list(doc["packs"]),
+            pack_index=IntColumn(doc["pack"], "I"),
+            offsets=IntColumn(doc["offset"], "Q"),
+            lengths=IntColumn(doc["length"], "I"),
+            tag_names=list(doc["tag_names"]),
+            case_tags=tags,
+        )
+        columns = (chunk.digests, chunk.pack_index, chunk.offsets, chunk.lengths)
+        if len(ids) != count or any(len(c) != count for c in columns):
+            raise ValueError("columns of different lengths")
+        if len(tags) != count:
+            raise ValueError("tag columns of the wrong length")
+        if max(column_array(chunk.pack_index), default=-1) >= len(chunk.packs):
+            raise ValueError("a pack number out of range")
+        if max(column_array(tags.values), default=-1) >= len(chunk.tag_names):
+            raise ValueError("a tag number out of range")
+        return chunk
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise BadRequest(f"corrupt manifest chunk: {exc}") from exc
+
+
+@dataclass
+class Root:
+    """A format 3 root (`chunk_keys[n]` is the sha256 hex of chunk n's bytes)."""
+
+    content_digest: str
+    description: str
+    tags: list[str]
+    shared_files: list[dict[str, str]]
+    count: int
+    case_bytes: int
+    tag_names: list[str]
+    packs: list[str]
+    chunk_keys: list[str]
+    chunk_counts: list[int]
+    first_ids: list[str]
+    last_ids: list[str]
+    chunk_tags: list[list[int]]  # per chunk: indices into `tag_names` its cases carry
+    blob_containers: list[str] = field(default_factory=list)
+    blob_digests: list[str] = field(default_factory=list)
+    blob_container_index: Sequence[int] = field(default_factory=list)
+    blob_offsets: Sequence[int] = field(default_factory=list)
+    blob_lengths: Sequence[int] = field(default_factory=list)
+    # The copies of the base version's records this version keeps (`Manifest.with_superseded`):
+    # an object of their own (`superseded_bytes`), read by a diff only; "" when there are none.
+    superseded_key: str = ""
+    superseded_count: int = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def chunk_starts(self) -> list[int]:
+        """The position of each chunk's first case, and the case count last."""
+        return list(accumulate(self.chunk_counts, initial=0))
+
+    def to_bytes(self) -> bytes:
+        doc = {
+            "format": ROOT_FORMAT,
+            "content_digest": self.content_digest,
+            "description": self.description,
+            "tags": self.tags,
+            "shared_files": self.shared_files,
+            "count": self.count,
+            "case_bytes": self.case_bytes,
+            "tag_names": self.tag_names,
+            "packs": self.packs,
+            "chunks": {
+                "keys": "".join(self.chunk_keys),
+                "counts": _pack_ints(array("I", self.chunk_counts), "I"),
+                "first_ids": self.first_ids,
+                "last_ids": self.last_ids,
+                "tags": self.chunk_tags,
+            },
+            "blobs": {
+                "containers": self.blob_containers,
+                "digests": "".join(self.blob_digests),
+                "container": _pack_ints(self.blob_container_index, "I"),
+                "offset": _pack_ints(self.blob_offsets, "Q"),
+                "length": _pack_ints(self.blob_lengths, "Q"),
+            },
+        }
+        if self.superseded_key:  # (absent otherwise)
+            doc["superseded"] = {"key": self.superseded_key, "count": self.superseded_count}
+        return orjson.dumps(doc)
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> Root:
+        try:
+            if doc.get("format") != ROOT_FORMAT:
+                raise ValueError(f"unknown manifest format {doc.get('format')!r}")
+            chunks, blobs = doc["chunks"], doc["blobs"]
+            keys_text, blob_text = chunks["keys"], blobs["digests"]
+            if len(keys_text) % 64 or len(blob_text) % 64:
+                raise ValueError("digest column of the wrong length")
+            root = cls(
+                content_digest=doc["content_digest"],
+                description=doc["description"],
+                tags=list(doc["tags"]),
+                shared_files=list(doc["shared_files"]),
+                count=int(doc["count"]),
+                case_bytes=int(doc["case_bytes"]),
+                tag_names=list(doc["tag_names"]),
+                packs=list(doc["packs"]),
+                chunk_keys=[keys_text[i : i + 64] for i in range(0, len(keys_text), 64)],
+                chunk_counts=list(_unpack_ints(chunks["counts"], "I")),
+                first_ids=list(chunks["first_ids"]),
+                last_ids=list(chunks["last_ids"]),
+                chunk_tags=[list(map(int, row)) for row in chunks["tags"]],
+                blob_containers=list(blobs["containers"]),
+                blob_digests=[blob_text[i : i + 64] for i in range(0, len(blob_text), 64)],
+                blob_container_index=_unpack_ints(blobs["container"], "I"),
+                blob_offsets=_unpack_ints(blobs["offset"], "Q"),
+                blob_lengths=_unpack_ints(blobs["length"], "Q"),
+            )
+            superseded = doc.get("superseded")
+            if superseded is not None:
+                root.superseded_key = str(superseded["key"])
+                root.superseded_count = int(superseded["count"])
+                if len(root.superseded_key) != 64:
+                    raise ValueError("a superseded key that is no sha256")
+            n = len(root.chunk_keys)
+            per_chunk = (root.chunk_counts, root.first_ids, root.last_ids, root.chunk_tags)
+            if any(len(c) != n for c in per_chunk):
+                raise ValueError("chunk columns of different lengths")
+            if sum(root.chunk_counts) != root.count:
+                raise ValueError("chunk counts that do not add up to the case count")
+            if any(t >= len(root.tag_names) for row in root.chunk_tags for t in row):
+                raise ValueError("a tag number out of range")
+            blob_cols = (root.blob_container_index, root.blob_offsets, root.blob_lengths)
+            if any(len(c) != len(root.blob_digests) for c in blob_cols):
+                raise ValueError("blob columns of different lengths")
+            return root
+        except (KeyError, ValueError, TypeError, AttributeError) as exc:
+            raise BadRequest(f"corrupt manifest: {exc}") from exc
+
+
+def split_manifest(
+    m: Manifest,
+) -> tuple[Root, list[tuple[str, bytes]], tuple[str, bytes] | None]:
+    """`m` as a root, its chunks (`(sha256 hex, bytes)`, in order) and the object of its
+    superseded copies (None when it keeps none)."""
+    ends = chunk_ends(m.digest_list())
+    chunks: list[tuple[str, bytes]] = []
+    counts, firsts, lasts, chunk_tags = [], [], [], []
+    tag_no = {name: t for t, name in enumerate(m.tag_names)}
+    start = 0
+    for end in ends:
+        data, names = _chunk(m, start, end)
+        chunks.append((sha256_hex(data), data))
+        counts.append(end - start)
+        firsts.append(m.ids[start] if end > start else "")
+        lasts.append(m.ids[end - 1] if end > start else "")
+        chunk_tags.append(sorted(tag_no[name] for name in names))
+        start = end
+    used = [m.packs[p] for p in dict.fromkeys(column_array(m.pack_index))]
+    copies = superseded_bytes(m)
+    if copies is not None:  # the copies' packs are the version's too (gc keeps them with it)
+        used += [m.packs[p] for p in dict.fromkeys(m.superseded_pack) if m.packs[p] not in used]
+    root = Root(
+        content_digest=m.content_digest,
+        description=m.description,
+        tags=list(m.tags),
+        shared_files=list(m.shared_files),
+        count=len(m.ids),
+        case_bytes=m.case_bytes(),
+        tag_names=list(m.tag_names),
+        packs=list(used),
+        chunk_keys=[k for k, _ in chunks],
+        chunk_counts=counts,
+        first_ids=firsts,
+        last_ids=lasts,
+        chunk_tags=chunk_tags,
+        blob_containers=list(m.blob_containers),
+        blob_digests=list(m.blob_digests),
+        blob_container_index=array("I", m.blob_container_index),
+        blob_offsets=array("Q", m.blob_offsets),
+        blob_lengths=array("Q", m.blob_lengths),
+    )
+    extra = None
+    if copies is not None:
+        extra = (sha256_hex(copies), copies)
+        root.superseded_key, root.superseded_count = extra[0], len(m.superseded_digests)
+    return root, chunks, extra
+
+
+def superseded_bytes(m: Manifest) -> bytes | None:
+    """The superseded copies of `m` as an object of their own (None when there are none):
+    digests, and where each copy is (pack names of its own, offset, length)."""
+    if not m.superseded_digests:
+        return None
+    used, column = _renumber(m.superseded_pack)
+    doc = {
+        "format": SUPERSEDED_FORMAT,
+        "digests": "".join(m.superseded_digests),
+        "packs": [m.packs[p] for p in used],
+        "pack": _pack_ints(column, "I"),
+        "offset": _pack_ints(array("Q", m.superseded_offsets), "Q"),
+        "length": _pack_ints(array("Q", m.superseded_lengths), "Q"),
+    }
+    return orjson.dumps(doc)
+
+
+def superseded_from_bytes(data: bytes) -> dict[str, Location]:
+    """Where each superseded copy is, by digest hex."""
+    try:
+        doc: dict[str, Any] = orjson.loads(data)
+        if doc.get("format") != SUPERSEDED_FORMAT:
+            raise ValueError(f"not a superseded object (format {doc.get('format')!r})")
+        text, packs = doc["digests"], list(doc["packs"])
+        pack = _unpack_ints(doc["pack"], "I")
+        offset, length = _unpack_ints(doc["offset"], "Q"), _unpack_ints(doc["length"], "Q")
+        count = len(text) // 64
+        if len(text) % 64 or any(len(c) != count for c in (pack, offset, length)):
+            raise ValueError("columns of different lengths")
+        if max(pack, default=-1) >= len(packs):
+            raise ValueError("a pack number out of range")
+        return {
+            text[64 * i : 64 * i + 64]: Location(packs[pack[i]], offset[i], length[i])
+            for i in range(count)
+        }
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise BadRequest(f"corrupt superseded copies: {exc}") from exc
+
+
+def join_chunks(root: Root, chunks: Sequence[Manifest]) -> Manifest:
+    """The whole manifest of a root and its chunks (in order): what format 2 held in one
+    document, with the root's tag names and packs."""
+    if len(chunks) != len(root.chunk_keys):
+        raise BadRequest("corrupt manifest: a chunk is missing")
+    for n, chunk in enumerate(chunks):
+        if len(chunk) != root.chunk_counts[n]:
+            raise BadRequest(f"corrupt manifest: chunk {root.chunk_keys[n]} holds the wrong count")
+    joined = concat_chunks(chunks, tag_names=root.tag_names, packs=root.packs)
+    if joined.tag_names != root.tag_names:
+        raise BadRequest("corrupt manifest: a chunk carries a tag the root does not name")
+    return replace(
+        joined,
+        content_digest=root.content_digest,
+        description=root.description,
+        tags=root.tags,
+        shared_files=root.shared_files,
+        blob_containers=root.blob_containers,
+        blob_digests=root.blob_digests,
+        blob_container_index=root.blob_container_index,
+        blob_offsets=root.blob_offsets,
+        blob_lengths=root.blob_lengths,
+    )
+
+
+def concat_chunks(
+    chunks: Iterable[Manifest],
+    *,
+    tag_names: Sequence[str] = (),
+    packs: Sequence[str] = (),
+    locations: bool = True,
+    tags: bool = True,
+) -> Manifest:
+    """The cases of `chunks` back to back, as one manifest without content (positions run on
+    from chunk to chunk). Pack and tag numbers are renumbered into one table each, starting
+    from `packs` and `tag_names`, growing with any name they do not hold.
+
+    `locations=False` leaves out where the cases are (packs and offsets: lengths stay), and
+    `tags=False` their tags: what a selection that never asks for them reads is then the ids,
+    digests and lengths alone."""
+    pack_table, pack_no = _intern(packs)
+    tag_table, tag_no = _intern(tag_names)
+    ids: list[str] = []
+    digest_parts: list[str] = []
+    pack_index, offsets, lengths = array("I"), array("Q"), array("I")
+    tag_counts: list[Iterable[int]] = []  # how many tags each case has, chunk by chunk
+    tag_values = array("I")
+    for chunk in chunks:
+        ids.extend(chunk.ids)
+        digest_parts.append(chunk.digest_text())
+        lengths.extend(column_array(chunk.lengths))
+        if locations:
+            local_packs = [_number(pack_no, pack_table, name) for name in chunk.packs]
+            pack_index.extend(map(local_packs.__getitem__, column_array(chunk.pack_index)))
+            offsets.extend(column_array(chunk.offsets))
+        local_tags = [_number(tag_no, tag_table, name) for name in chunk.tag_names]
+        rows = chunk.case_tags
+        if not tags:
+            tag_counts.append(repeat(0, len(chunk.ids)))
+        elif isinstance(rows, CaseTags):
+            starts = column_array(rows.starts)
+            tag_counts.append(map(sub, islice(starts, 1, None), starts))
+            tag_values.extend(map(local_tags.__getitem__, column_array(rows.values)))
+        else:
+            filled = rows or [()] * len(chunk.ids)
+            tag_counts.append([len(row) for row in filled])
+            for row in filled:
+                tag_values.extend(local_tags[t] for t in row)
+    tag_starts = array("I", accumulate(chain.from_iterable(tag_counts), initial=0))
+    return Manifest(
+        content_digest="",
+        description="",
+        tags=[],
+        shared_files=[],
+        ids=ids,
+        digests=DigestColumn("".join(digest_parts)),
+        packs=pack_table,
+        pack_index=pack_index,
+        offsets=offsets,
+        lengths=lengths,
+        tag_names=tag_table,
+        case_tags=CaseTags(tag_starts, tag_values),
+    )
+
+
+def _number(table: dict[str, int], names: list[str], name: str) -> int:
+    number = table.get(name)
+    if number is None:
+        number = table[name] = len(names)
+        names.append(name)
+    return number
+
+
+def root_of_legacy(m: Manifest) -> Root:
+    """A format 2 manifest seen as a root of one chunk (the whole manifest), whose key stands
+    for its cases: two legacy manifests of one content digest hold the same ids and digests."""
+    present = sorted({t for i in range(len(m.case_tags)) for t in m.case_tags[i]})
+    return Root(
+        content_digest=m.content_digest,
+        description=m.description,
+        tags=m.tags,
+        shared_files=m.shared_files,
+        count=len(m),
+        case_bytes=m.case_bytes(),
+        tag_names=m.tag_names,
+        packs=m.packs,
+        chunk_keys=["legacy-" + m.content_digest.removeprefix("sha256:")],
+        chunk_counts=[len(m)],
+        first_ids=[m.ids[0] if len(m) else ""],
+        last_ids=[m.ids[-1] if len(m) else ""],
+        chunk_tags=[present],
+        blob_containers=m.blob_containers,
+        blob_digests=m.blob_digests,
+        blob_container_index=m.blob_container_index,
+        blob_offsets=m.blob_offsets,
+        blob_lengths=m.blob_lengths,
+    )

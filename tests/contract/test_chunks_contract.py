@@ -1,0 +1,317 @@
+"""Format 3 manifests on every backend: versions that share cases share chunks (written
+put-if-absent, never overwritten), readers read only the chunks they need, a crash between the
+chunk writes and the root leaves only what gc collects, gc never deletes a chunk a live root
+names, verify names a broken chunk by its key, and format 2 manifests read as they always did."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+import pytest
+
+from caseshelf.domain import chunks as chunks_module
+from caseshelf.domain.canonical import content_digest
+from caseshelf.domain.diff import plan_diff
+from caseshelf.domain.errors import Corrupt
+from caseshelf.domain.identity import Identity
+from caseshelf.domain.subset import SubsetRequest, select_subset
+from caseshelf.services.gc import collect_garbage
+from caseshelf.services.registry import RegistryService, parse_dataset
+from caseshelf.services.verify import verify_versions
+from tests.conftest import Backend
+
+pytestmark = pytest.mark.contract
+
+ME = Identity("acme", "alice")
+HOUR = 3600.0
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of 8 to 64 cases (about 24 on average), so a few hundred cases make many."""
+    monkeypatch.setattr(chunks_module, "MIN_CASES", 8)
+    monkeypatch.setattr(chunks_module, "BOUNDARY_MODULUS", 16)
+    monkeypatch.setattr(chunks_module, "MAX_CASES", 64)
+
+
+def cases(n: int, *, changed: set[int] | range = frozenset(), skip: set[int] = frozenset()) -> list:  # type: ignore[assignment]
+    return [
+        {
+            "id": f"q{i:04d}",
+            "inputs": {"user": f"How many apples are {i} and {i}?"},
+            "expectations": {"ground_truth": str(2 * i + (1 if i in changed else 0))},
+            "tags": ["even" if i % 2 == 0 else "odd"] + (["rare"] if i == 321 else []),
+        }
+        for i in range(n)
+        if i not in skip
+    ]
+
+
+def register(reg: RegistryService, version: str, docs: list[dict[str, Any]]) -> Any:
+    return reg.register(ME, parse_dataset({"id": "ds", "version": version, "cases": docs}))
+
+
+class CountingStore:
+    """Counts reads of manifest chunks and roots; can refuse the root writes (a crash)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.chunk_reads: list[str] = []
+        self.root_reads = 0
+        self.fail_roots = False
+
+    def get(self, key: str) -> bytes:
+        if "/manifests/chunks/" in key:
+            self.chunk_reads.append(key)
+        elif "/manifests/" in key:
+            self.root_reads += 1
+        return self.inner.get(key)
+
+    def put_if_absent(self, key: str, data: bytes, **kw: Any) -> bool:
+        if self.fail_roots and "/manifests/" in key and "/chunks/" not in key:
+            raise RuntimeError("crash before the root")
+        return self.inner.put_if_absent(key, data, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def chunk_keys(backend: Backend) -> set[str]:
+    return {o.key for o in backend.store.list("t/acme/manifests/chunks/")}
+
+
+def test_versions_that_share_cases_share_chunks(backend: Backend) -> None:
+    reg = backend.services.registry
+    # Given v1 of 600 cases, and v2 with a run of 20 cases changed and 3 removed
+    v1 = register(reg, "1", cases(600))
+    first = chunk_keys(backend)
+    before = {k: backend.store.get(k) for k in first}
+    v2 = register(reg, "2", cases(600, changed=range(300, 320), skip={100, 101, 102}))
+    r1, r2 = reg.root(v1.record), reg.root(v2.record)
+    # Then v1 is many chunks, and v2 names most of them again
+    assert len(r1.chunk_keys) >= 10
+    new = set(r2.chunk_keys) - set(r1.chunk_keys)
+    assert 1 <= len(new) <= 6 and len(new) < len(r2.chunk_keys) // 2
+    assert chunk_keys(backend) == first | {f"t/acme/manifests/chunks/{k}" for k in new}
+    # And no chunk v1 wrote was written over
+    assert all(backend.store.get(k) == data for k, data in before.items())
+    # And the content digest is over the cases, never the layout
+    m2 = reg.manifest(v2.record)
+    assert v2.record.content_digest == content_digest(
+        description="",
+        tags=[],
+        shared_files=[],
+        case_digests=((cid, "sha256:" + d) for _, cid, d in m2.iter_cases()),
+    )
+    again = register(reg, "2", cases(600, changed=range(300, 320), skip={100, 101, 102}))
+    assert not again.created and again.record.content_digest == v2.record.content_digest
+
+
+def test_a_page_reads_the_root_and_the_chunks_it_covers(backend: Backend) -> None:
+    counting = CountingStore(backend.store)
+    services = backend.rebuild(store=counting)  # type: ignore[arg-type]
+    reg = services.registry
+    register(reg, "1", cases(600))
+    fresh = backend.rebuild(store=counting).registry  # type: ignore[arg-type]
+    rec = fresh.get_version(ME, "ds", "1")
+    root = fresh.root(rec)
+    counting.chunk_reads.clear()
+    body, nxt = fresh.case_page_json(ME, "ds", "1", cursor=None, limit=10)
+    page = orjson.loads(body)
+    assert [c["id"] for c in page["items"]] == [f"q{i:04d}" for i in range(10)]
+    assert counting.chunk_reads == [f"t/acme/manifests/chunks/{root.chunk_keys[0]}"]
+    # A page further on, across a chunk boundary: the two chunks it covers, no more
+    start = root.chunk_starts()[3] - 2
+    counting.chunk_reads.clear()
+    got = fresh.list_cases(ME, "ds", "1", cursor=_cursor(fresh, start), limit=5)
+    assert [c["id"] for c in got.items] == [f"q{i:04d}" for i in range(start, start + 5)]
+    assert {k.rsplit("/", 1)[1] for k in counting.chunk_reads} == set(root.chunk_keys[2:4])
+    # And every case, chunk by chunk, is the whole manifest's
+    whole = fresh.manifest(rec)
+    ids = [cid for _, chunk in fresh.iter_chunks(rec) for cid in chunk.ids]
+    assert ids == whole.ids and nxt is not None
+
+
+def _cursor(reg: RegistryService, position: int) -> str:
+    from caseshelf.domain.paging import encode_position
+
+    return encode_position(position)
+
+
+def test_a_diff_reads_only_the_chunks_that_differ(backend: Backend) -> None:
+    counting = CountingStore(backend.store)
+    reg = backend.rebuild(store=counting).registry  # type: ignore[arg-type]
+    v1 = register(reg, "1", cases(600))
+    v2 = register(reg, "2", cases(620, changed=range(300, 310), skip={50}))
+    r1, r2 = reg.root(v1.record), reg.root(v2.record)
+    differing = set(r1.chunk_keys) ^ set(r2.chunk_keys)
+    fresh = backend.rebuild(store=counting)  # type: ignore[arg-type]
+    counting.chunk_reads.clear()
+    res = fresh.diff.diff_versions(ME, "ds", "1", "2")
+    read = {k.rsplit("/", 1)[1] for k in counting.chunk_reads}
+    assert read == differing and len(read) < (len(r1.chunk_keys) + len(r2.chunk_keys)) // 3
+    # And the answer is the one of the whole manifests
+    plan = plan_diff(reg.manifest(v1.record), reg.manifest(v2.record))
+    assert res.plan == plan
+    assert res.summary == {"added": 20, "removed": 1, "changed": 10, "unchanged": 589}
+    assert [c.id for c in res.changed] == [f"q{i:04d}" for i in range(300, 310)]
+    assert [c.id for c in res.removed] == ["q0050"]
+    # Either direction; and a version against itself reads no chunk
+    back = fresh.diff.diff_versions(ME, "ds", "2", "1")
+    assert back.summary == {"added": 1, "removed": 20, "changed": 10, "unchanged": 589}
+    counting.chunk_reads.clear()
+    assert fresh.diff.diff_versions(ME, "ds", "2", "2").summary["unchanged"] == 619
+    assert counting.chunk_reads == []
+
+
+def test_a_diff_sees_shared_chunks_move(backend: Backend) -> None:
+    reg = backend.services.registry
+    docs = cases(300)
+    register(reg, "1", docs)
+    register(reg, "2", docs[150:] + docs[:150])  # the same cases, halves swapped
+    res = backend.services.diff.diff_versions(ME, "ds", "1", "2")
+    assert res.summary == {"added": 0, "removed": 0, "changed": 0, "unchanged": 300}
+    assert res.plan.order_changed
+
+
+def test_a_selection_by_tag_reads_only_the_chunks_that_carry_it(backend: Backend) -> None:
+    counting = CountingStore(backend.store)
+    services = backend.rebuild(store=counting)  # type: ignore[arg-type]
+    register(services.registry, "1", cases(600))
+    fresh = backend.rebuild(store=counting)  # type: ignore[arg-type]
+    counting.chunk_reads.clear()
+    got = fresh.selection.select_subset(ME, "ds", "1", SubsetRequest(tags=["rare"]))
+    assert got.case_ids == ["q0321"]
+    assert got.subset.stamp is not None
+    assert (got.subset.stamp.selected, got.subset.stamp.total) == (1, 600)
+    assert got.subset.indices == [321] and len(counting.chunk_reads) == 1
+    counting.chunk_reads.clear()
+    first = fresh.selection.select_subset(ME, "ds", "1", SubsetRequest(limit=5, sample=2))
+    assert first.subset.stamp is not None and first.subset.stamp.selected == 2
+    assert len(counting.chunk_reads) == 1
+    # And the same answers as over the whole manifest
+    whole = fresh.registry.manifest(fresh.registry.get_version(ME, "ds", "1"))
+    for request in (SubsetRequest(tags=["odd"], sample=7), SubsetRequest(limit=70)):
+        part = fresh.selection.select_subset(ME, "ds", "1", request)
+        assert part.subset == select_subset(
+            whole, request.selection(), dataset_id="ds", version="1"
+        )
+
+
+def test_a_crash_before_the_root_leaves_only_what_gc_collects(backend: Backend) -> None:
+    counting = CountingStore(backend.store)
+    reg = backend.rebuild(store=counting).registry  # type: ignore[arg-type]
+    v1 = register(reg, "1", cases(600))
+    shared = chunk_keys(backend)
+    # Given a registration of v2 that crashes after its chunks, before its root
+    counting.fail_roots = True
+    with pytest.raises(RuntimeError):
+        register(reg, "2", cases(600, changed=range(10, 20)))
+    counting.fail_roots = False
+    orphans = chunk_keys(backend) - shared
+    assert orphans  # its new chunks are there, named by no root
+    assert [r.version for r in backend.index.list_versions("acme", "dataset", "ds")] == ["1"]
+    # When gc runs, long after
+    later = time.time() + 1000 * HOUR
+    report = collect_garbage(
+        backend.store, backend.index, now=later, grace_seconds=HOUR, delete=True
+    )
+    # Then the crashed chunks (and pack) are gone, and v1's chunks stay
+    assert report.problems == [] and orphans <= set(report.keys)
+    assert chunk_keys(backend) == shared
+    assert verify_versions(backend.store, [v1.record]).ok
+
+
+def test_gc_keeps_a_chunk_a_crashed_registration_wrote_and_a_live_root_reuses(
+    backend: Backend,
+) -> None:
+    counting = CountingStore(backend.store)
+    reg = backend.rebuild(store=counting).registry  # type: ignore[arg-type]
+    register(reg, "1", cases(200))
+    counting.fail_roots = True
+    with pytest.raises(RuntimeError):
+        register(reg, "2", cases(200, changed={5}))
+    counting.fail_roots = False
+    # Given the same v2 registered again: its chunks are already there (put-if-absent)
+    v2 = register(reg, "2", cases(200, changed={5}))
+    # When gc deletes everything unreferenced older than no time at all
+    report = collect_garbage(
+        backend.store, backend.index, now=time.time() + 10, grace_seconds=0, delete=True
+    )
+    # Then every chunk v2's root names is kept, and v2 reads whole
+    assert report.problems == []
+    names = {f"t/acme/manifests/chunks/{k}" for k in reg.root(v2.record).chunk_keys}
+    assert names <= chunk_keys(backend) and not names & set(report.keys)
+    assert verify_versions(backend.store, [v2.record]).ok
+
+
+def test_verify_names_a_broken_chunk_by_its_key(backend: Backend) -> None:
+    reg = backend.services.registry
+    v1 = register(reg, "1", cases(300))
+    keys = [f"t/acme/manifests/chunks/{k}" for k in reg.root(v1.record).chunk_keys]
+    damaged, gone = keys[1], keys[2]
+    data = backend.store.get(damaged)
+    backend.store.delete(damaged)
+    backend.store.put(damaged, data.replace(b"q0", b"x0", 1))
+    backend.store.delete(gone)
+    report = verify_versions(backend.store, [v1.record])
+    assert {(p.kind, p.key) for p in report.problems} == {("corrupt", damaged), ("missing", gone)}
+    # And a read of a page in the damaged chunk refuses it, naming the key
+    fresh = backend.rebuild().registry
+    start = fresh.root(v1.record).chunk_starts()[1]
+    with pytest.raises(Corrupt) as err:
+        fresh.list_cases(ME, "ds", "1", cursor=_cursor(fresh, start), limit=1)
+    assert err.value.fields["key"] == damaged
+
+
+def test_a_format_2_manifest_reads_as_it_always_did(backend: Backend) -> None:
+    reg = backend.services.registry
+    v1 = register(reg, "1", cases(300))
+    v2 = register(reg, "2", cases(300, changed={3, 200}))
+    # Given v1's manifest stored as format 2 (one document), as before format 3
+    whole = reg.manifest(v1.record)
+    key = v1.record.manifest_key
+    backend.store.delete(key)
+    backend.store.put(key, whole.to_bytes())
+    fresh = backend.rebuild()
+    # Then every reader reads it: pages, the whole manifest, diff, selection, verify, gc
+    assert fresh.registry.manifest(v1.record).ids == whole.ids
+    page = fresh.registry.list_cases(ME, "ds", "1", cursor=_cursor(fresh.registry, 290), limit=20)
+    assert [c["id"] for c in page.items] == [f"q{i:04d}" for i in range(290, 300)]
+    res = fresh.diff.diff_versions(ME, "ds", "1", "2")
+    assert [c.id for c in res.changed] == ["q0003", "q0200"]
+    odd = fresh.selection.select_subset(ME, "ds", "1", SubsetRequest(tags=["odd"], limit=3))
+    assert odd.case_ids == ["q0001", "q0003", "q0005"]
+    assert verify_versions(backend.store, [v1.record, v2.record]).ok
+    report = collect_garbage(
+        backend.store,
+        backend.index,
+        now=time.time() + 1000 * HOUR,
+        grace_seconds=HOUR,
+        delete=True,
+    )
+    assert report.problems == []
+    assert fresh.diff.diff_versions(ME, "ds", "2", "1").summary["changed"] == 2
+
+
+def test_superseded_copies_are_an_object_the_root_names(backend: Backend) -> None:
+    reg = backend.services.registry
+    register(reg, "1", cases(300))
+    v2 = register(reg, "2", cases(300, changed={10, 250}))
+    root = reg.root(v2.record)
+    key = f"t/acme/manifests/superseded/{root.superseded_key}"
+    assert root.superseded_count == 2 and backend.store.exists(key)
+    # gc keeps it (and the pack of the copies) with the version
+    report = collect_garbage(
+        backend.store, backend.index, now=time.time() + 1000 * HOUR, grace_seconds=HOUR, delete=True
+    )
+    assert report.problems == [] and backend.store.exists(key)
+    assert verify_versions(backend.store, [v2.record]).ok
+    # verify names it when it is damaged
+    data = backend.store.get(key)
+    backend.store.delete(key)
+    backend.store.put(key, data[:-2] + b"}}")
+    problems = verify_versions(backend.store, [v2.record]).problems
+    assert [(p.kind, p.key) for p in problems] == [("corrupt", key)]

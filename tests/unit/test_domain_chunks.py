@@ -1,0 +1,176 @@
+"""Format 3 manifests, pure: content-defined cut points, self-contained chunks, root round trip,
+the chunked diff plan against the whole-manifest plan."""
+
+from __future__ import annotations
+
+import hashlib
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from caseshelf.domain import chunks
+from caseshelf.domain.chunks import (
+    MAX_CASES,
+    MIN_CASES,
+    Root,
+    chunk_bytes,
+    chunk_ends,
+    chunk_from_bytes,
+    join_chunks,
+    split_manifest,
+)
+from caseshelf.domain.diff import ChunkPart, differing_chunks, plan_chunked_diff, plan_diff
+from caseshelf.domain.errors import BadRequest
+from caseshelf.domain.manifest import Location, Manifest, ManifestBuilder
+
+pytestmark = pytest.mark.unit
+
+
+def hx(s: str) -> str:
+    return hashlib.sha256(s.encode()).hexdigest()
+
+
+def build(cases: list[tuple[str, str]], *, tags_every: int = 7) -> Manifest:
+    """A manifest of `(id, content)` cases: digest of both; tags, pack and offset follow from
+    the id, as a case reused by a later version keeps its record's location."""
+    b = ManifestBuilder(description="d", tags=["v"], shared_files=[])
+    for case_id, content in cases:
+        key = int(hx(case_id)[:8], 16)
+        tags = ["seven"] if key % tags_every == 0 else []
+        if case_id.endswith("3"):
+            tags.append("three")
+        b.add_case(case_id, hx(case_id + content), tags, hx(f"p{key % 3}"), key % 10**6, 9)
+    b.add_blob(hx("body"), Location(hx("blobpack"), 0, 4))
+    return b.build("sha256:" + hx(repr(cases)))
+
+
+def ids(n: int, prefix: str = "c") -> list[tuple[str, str]]:
+    return [(f"{prefix}{i:06d}", "x") for i in range(n)]
+
+
+def test_chunk_ends_respect_the_bounds() -> None:
+    digests = [hx(str(i)) for i in range(20_000)]
+    ends = chunk_ends(digests)
+    sizes = [b - a for a, b in zip([0, *ends], ends, strict=False)]
+    assert ends[-1] == len(digests) and sum(sizes) == len(digests)
+    assert all(MIN_CASES <= s <= MAX_CASES for s in sizes[:-1]) and 0 < sizes[-1] <= MAX_CASES
+    assert 500 < sum(sizes) / len(sizes) < 2000  # about MIN_CASES + BOUNDARY_MODULUS
+    assert chunk_ends([]) == [0]
+
+
+def test_an_insertion_moves_only_the_chunks_around_it() -> None:
+    # Given 20,000 cases, and the same with 5 cases inserted at one place
+    base = ids(20_000)
+    edited = base[:9_000] + [(f"new{i}", "y") for i in range(5)] + base[9_000:]
+    r1, _, _ = split_manifest(build(base))
+    r2, _, _ = split_manifest(build(edited))
+    # Then all but a few chunks are the same keys
+    assert len(set(r2.chunk_keys) - set(r1.chunk_keys)) <= 3
+    assert len(set(r1.chunk_keys) & set(r2.chunk_keys)) >= len(r1.chunk_keys) - 3
+
+
+def test_a_chunk_depends_only_on_its_cases_and_their_locations() -> None:
+    # Given two manifests with other cases around the same run of cases
+    run = ids(50, "r")
+    a = build(ids(10, "a") + run, tags_every=1)
+    b = build(ids(30, "b") + run, tags_every=1)
+    # (same tags on the run's cases)
+    ta = [a.tags_of(i) for i in range(10, 60)]
+    tb = [b.tags_of(i) for i in range(30, 80)]
+    assert ta == tb
+    # Then the run's chunk is the same bytes on both
+    assert chunk_bytes(a, 10, 60) == chunk_bytes(b, 30, 80)
+    # And not once one location differs
+    moved = Manifest(**{**b.__dict__, "packs": [hx("elsewhere"), *b.packs[1:]]})
+    assert chunk_bytes(moved, 30, 80) != chunk_bytes(b, 30, 80)
+    # And it reads back as those cases, at those locations, with those tags
+    back = chunk_from_bytes(chunk_bytes(a, 10, 60))
+    assert back.ids == [c for c, _ in run]
+    assert [back.location(i) for i in range(50)] == [a.location(i) for i in range(10, 60)]
+    assert [back.tags_of(i) for i in range(50)] == ta
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(min_value=0, max_value=3000), every=st.integers(min_value=1, max_value=50))
+def test_split_and_join_give_the_manifest_back(n: int, every: int) -> None:
+    m = build(ids(n), tags_every=every)
+    root, parts, _ = split_manifest(m)
+    again = Root.from_doc(orjson.loads(root.to_bytes()))
+    assert again == root and again.count == n and sum(root.chunk_counts) == n
+    joined = join_chunks(again, [chunk_from_bytes(data) for _, data in parts])
+    assert joined.ids == m.ids and list(joined.digest_list()) == list(m.digest_list())
+    assert [joined.location(i) for i in range(n)] == [m.location(i) for i in range(n)]
+    assert [joined.tags_of(i) for i in range(n)] == [m.tags_of(i) for i in range(n)]
+    assert joined.blob_locations() == m.blob_locations()
+    assert joined.content_digest == m.content_digest and joined.case_bytes() == m.case_bytes()
+    assert all(hashlib.sha256(data).hexdigest() == key for key, data in parts)
+    # every chunk lists the tags its cases carry
+    for number, tags in enumerate(root.chunk_tags):
+        held = {t for c in parts[number : number + 1] for t in chunk_from_bytes(c[1]).tag_names}
+        assert {root.tag_names[t] for t in tags} == held
+
+
+def test_a_damaged_chunk_or_root_is_refused() -> None:
+    root, parts, _ = split_manifest(build(ids(600)))
+    doc = orjson.loads(parts[0][1])
+    doc["count"] += 1
+    with pytest.raises(BadRequest, match="chunk"):
+        chunk_from_bytes(orjson.dumps(doc))
+    with pytest.raises(BadRequest, match="chunk"):
+        chunk_from_bytes(b"[1]")
+    bad = orjson.loads(root.to_bytes())
+    bad["count"] += 1
+    with pytest.raises(BadRequest, match="add up"):
+        Root.from_doc(bad)
+    with pytest.raises(BadRequest, match="missing"):
+        join_chunks(root, [])
+
+
+def parts_of(root: Root, parts: list[tuple[str, bytes]], numbers: list[int]) -> ChunkPart:
+    starts = root.chunk_starts()
+    chunks = [chunk_from_bytes(parts[n][1]) for n in numbers]
+    part = ChunkPart.of(chunks, [starts[n] for n in numbers])
+    assert all(
+        part.location(i) == chunks[0].location(i) for i in range(len(chunks[0]) if chunks else 0)
+    )
+    return part
+
+
+edits = st.lists(
+    st.tuples(
+        st.sampled_from(["change", "change", "remove", "insert", "move", "swap"]),
+        st.integers(min_value=0, max_value=999),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(edits=edits)
+def test_the_chunked_plan_is_the_whole_manifest_plan(edits) -> None:
+    base = ids(1_000)
+    cand = list(base)
+    for kind, at in edits:
+        at = at % max(len(cand), 1)
+        if kind == "change" and cand:
+            cand[at] = (cand[at][0], cand[at][1] + "!")
+        elif kind == "remove" and cand:
+            del cand[at]
+        elif kind == "insert":
+            cand.insert(at, (f"ins{at}-{len(cand)}", "z"))
+        elif kind == "move" and cand:
+            cand.append(cand.pop(at))
+        elif kind == "swap" and len(cand) > 1:  # same ids, another order
+            cand[at], cand[at - 1] = cand[at - 1], cand[at]
+    mb, mc = build(base), build(cand)
+    with pytest.MonkeyPatch.context() as mp:  # small chunks: edits meet their edges
+        mp.setattr(chunks, "MIN_CASES", 4)
+        mp.setattr(chunks, "BOUNDARY_MODULUS", 12)
+        mp.setattr(chunks, "MAX_CASES", 40)
+        rb, pb, _ = split_manifest(mb)
+        rc, pc, _ = split_manifest(mc)
+    only_b, only_c = differing_chunks(rb, rc)
+    plan = plan_chunked_diff(rb, rc, parts_of(rb, pb, only_b), parts_of(rc, pc, only_c))
+    assert plan == plan_diff(mb, mc)
