@@ -44,6 +44,7 @@ from caseshelf.domain.paths import (
     destination_problem,
     relative_path_problem,
 )
+from caseshelf.domain.yamlwriter import dump_plain_yaml
 
 FORMAT = "case-dirs"
 FORMATS = ("case-dirs", "harbor", "inspect", "jsonl", "parquet")
@@ -66,7 +67,12 @@ _Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def render_yaml(value: Any) -> bytes:
-    """Deterministic YAML: the same value gives the same bytes (sorted keys, UTF-8 kept)."""
+    """Deterministic YAML: the same value gives the same bytes (sorted keys, UTF-8 kept).
+    JSON-shaped values (every case field) go through `dump_plain_yaml`, several times faster
+    than PyYAML's representer; anything else through PyYAML."""
+    fast = dump_plain_yaml(value)
+    if fast is not None:
+        return fast
     text = yaml.dump(
         value,
         Dumper=_Dumper,
