@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import io
 import posixpath
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -181,16 +182,21 @@ def parquet_schema() -> Any:
     )
 
 
-def _parquet_bytes(rows: list[dict[str, Any]]) -> bytes:
-    """The rows as one parquet file (zstd), built column by column: Arrow converts a list per
-    column several times faster than a list of row dicts."""
+def parquet_table(columns: Mapping[str, list[Any]]) -> Any:
+    """Rows given column by column (`ROW_COLUMNS` -> values) as an Arrow table of
+    `parquet_schema()`: Arrow converts a list per column several times faster than a list of
+    row dicts."""
     import pyarrow as pa
+
+    return pa.Table.from_pydict(dict(columns), schema=parquet_schema())
+
+
+def _parquet_bytes(columns: Mapping[str, list[Any]]) -> bytes:
+    """The rows as one parquet file (zstd)."""
     import pyarrow.parquet as pq
 
-    columns = {name: [row[name] for row in rows] for name in ROW_COLUMNS}
-    table = pa.Table.from_pydict(columns, schema=parquet_schema())
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(parquet_table(columns), sink, compression="zstd")
     return sink.getvalue()
 
 
@@ -253,25 +259,29 @@ def sample_of(
     return sample
 
 
-def plan_rows(
-    fmt: str,
-    cases: Iterable[Mapping[str, Any]],
-    shared_files: Sequence[SharedEntry],
-    warnings: list[ExportWarning],
-) -> tuple[list[PlannedFile], int]:
-    """(files, case count) of a one-row-per-case format."""
-    data: list[PlannedFile] = []
-    lines: list[bytes] = []
-    rows: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    count = 0
+@dataclass
+class RowWindow:
+    """Some consecutive cases of a one-row-per-case format: the files they add beside the row
+    file (companions under `files/`, an inspect sample's compose file), and their rows, as lines
+    of `cases.jsonl` / `samples.jsonl` or as parquet columns."""
+
+    data: list[PlannedFile] = field(default_factory=list)
+    lines: list[bytes] = field(default_factory=list)
+    columns: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in ROW_COLUMNS})
+    count: int = 0
+
+
+def plan_row_window(
+    fmt: str, cases: Iterable[Mapping[str, Any]], warnings: list[ExportWarning]
+) -> RowWindow:
+    """The rows of `cases` in format `fmt` (`jsonl`, `parquet` or `inspect`). A case the format
+    cannot carry is a `BadRequest` naming it (see `sample_of`)."""
+    window = RowWindow()
+    columns = window.columns
     for case in cases:
         case_id = case["id"]
-        if case_id in seen:
-            raise BadRequest(f"case {case_id!r} appears twice", case_id=case_id)
-        seen.add(case_id)
         files = _companions(case, warnings)
-        data.extend(f for _, f in files)
+        window.data.extend(f for _, f in files)
         if fmt == "inspect":
             own = {path for path, _ in files}
             base = f"files/{case_dir_name(case_id)}"
@@ -280,26 +290,58 @@ def plan_rows(
                     continue  # a file of the case wins, as in a case directory
                 f = PlannedFile(f"{base}/{path}", digest_of(body), len(body), body, role=ROLE_DATA)
                 files.append((path, f))
-                data.append(f)
+                window.data.append(f)
             compose = None
             if case.get("image"):
                 body = _compose(case["image"])
                 compose = f"files/{case_dir_name(case_id)}.compose.yaml"
-                data.append(PlannedFile(compose, digest_of(body), len(body), body, role=ROLE_DATA))
-            lines.append(orjson.dumps(sample_of(case, files, compose, "")) + b"\n")
+                window.data.append(
+                    PlannedFile(compose, digest_of(body), len(body), body, role=ROLE_DATA)
+                )
+            window.lines.append(orjson.dumps(sample_of(case, files, compose, "")) + b"\n")
         elif fmt == "jsonl":
-            lines.append(orjson.dumps(row_of(case, files)) + b"\n")
+            window.lines.append(orjson.dumps(row_of(case, files)) + b"\n")
         else:
-            rows.append(row_of(case, files))
-        count += 1
-    body = _parquet_bytes(rows) if fmt == "parquet" else b"".join(lines)
-    main = PlannedFile(ROW_FILES[fmt], digest_of(body), len(body), body, role=ROLE_DATA)
-    shared = [
+            for name, value in row_of(case, files).items():
+                columns[name].append(value)
+        window.count += 1
+    return window
+
+
+def row_file(fmt: str, body: bytes) -> PlannedFile:
+    """The planned row file (`cases.jsonl`, `cases.parquet`, `samples.jsonl`) of `body`."""
+    return PlannedFile(ROW_FILES[fmt], digest_of(body), len(body), body, role=ROLE_DATA)
+
+
+def shared_row_files(shared_files: Sequence[SharedEntry]) -> list[PlannedFile]:
+    """Shared files of a row format: once, under `shared/<dest>`."""
+    return [
         PlannedFile(f"shared/{s.dest}", s.digest, s.size, role=ROLE_SHARED)
         for s in shared_files
         if destination_problem(s.dest) is None
     ]
-    return [main, *shared, *data], count
+
+
+def plan_rows(
+    fmt: str,
+    cases: Iterable[Mapping[str, Any]],
+    shared_files: Sequence[SharedEntry],
+    warnings: list[ExportWarning],
+) -> tuple[list[PlannedFile], int]:
+    """(files, case count) of a one-row-per-case format, all at once: the row file first, then
+    the shared files, then the files of the cases (the order of the streamed export too)."""
+    seen: set[str] = set()
+
+    def once(cases: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+        for case in cases:
+            if case["id"] in seen:
+                raise BadRequest(f"case {case['id']!r} appears twice", case_id=case["id"])
+            seen.add(case["id"])
+            yield case
+
+    window = plan_row_window(fmt, once(cases), warnings)
+    body = _parquet_bytes(window.columns) if fmt == "parquet" else b"".join(window.lines)
+    return [row_file(fmt, body), *shared_row_files(shared_files), *window.data], window.count
 
 
 # --- harbor -----------------------------------------------------------------------------------
