@@ -76,10 +76,13 @@ def _companions(
     case: Mapping[str, Any], warnings: list[ExportWarning]
 ) -> list[tuple[str, PlannedFile]]:
     """(path in the case, planned file under `files/<case dir>/`) of each companion file."""
+    own = case.get("files")
+    if not own:
+        return []
     case_id = case["id"]
     base = f"files/{case_dir_name(case_id)}"
     out = []
-    for path, entry in sorted((case.get("files") or {}).items()):
+    for path, entry in sorted(own.items()):
         problem = relative_path_problem(path)
         if problem:
             warnings.append(ExportWarning(f"files.{path}", f"skipped: {problem}", case_id))
@@ -120,6 +123,72 @@ def row_of(case: Mapping[str, Any], files: Sequence[tuple[str, PlannedFile]]) ->
             for path, f in files
         ],
     }
+
+
+_SORTED = orjson.OPT_SORT_KEYS
+_EMPTY_MAP = b"{}"
+_EMPTY_LIST = b"[]"
+
+
+def add_parquet_rows(
+    columns: Mapping[str, list[Any]],
+    cases: Sequence[Mapping[str, Any]],
+    files: Mapping[int, Sequence[tuple[str, PlannedFile]]],
+) -> None:
+    """Append the rows of `cases` to `columns`, column by column (`files`: the companion files
+    of the cases that have any, by position): the values of `row_of`, built without a row dict
+    per case, with the JSON-text columns left as UTF-8 bytes (Arrow takes them for a string
+    column as they are) and the environment looked for with one set operation. What it buys:
+    about half the time of building a parquet export's rows (`bench/bench_export.py`,
+    `export-parquet`); `tests/unit/test_export_layout.py` checks it gives `row_of`'s values."""
+    ids, inputs_text, inputs_json = columns["id"], columns["input"], columns["inputs"]
+    targets, expectations, graders = columns["target"], columns["expectations"], columns["graders"]
+    tags, metadata, environment = columns["tags"], columns["metadata"], columns["environment"]
+    images, timeouts, file_lists = columns["image"], columns["timeout_sec"], columns["files"]
+    dumps = orjson.dumps
+    env_keys = frozenset(ENV_KEYS)
+    for i, case in enumerate(cases):
+        get = case.get
+        ids.append(case["id"])
+        inputs = get("inputs")
+        if inputs:
+            user = inputs.get("user")
+            inputs_text.append(user if type(user) is str else None)
+            inputs_json.append(dumps(inputs, option=_SORTED))
+        else:
+            inputs_text.append(None)
+            inputs_json.append(_EMPTY_MAP)
+        exp = get("expectations")
+        if exp:
+            truth = exp.get("ground_truth")
+            targets.append(truth if type(truth) is str else None)
+            expectations.append(dumps(exp, option=_SORTED))
+        else:
+            targets.append(None)
+            expectations.append(_EMPTY_MAP)
+        value = get("graders")
+        graders.append(dumps(value, option=_SORTED) if value else _EMPTY_LIST)
+        tags.append(get("tags") or [])
+        value = get("metadata")
+        metadata.append(dumps(value, option=_SORTED) if value else _EMPTY_MAP)
+        if env_keys.isdisjoint(case):
+            environment.append(None)
+            images.append(None)
+            timeouts.append(DEFAULT_TIMEOUT_SEC)
+        else:
+            env = environment_of(case)
+            environment.append(dumps(env, option=_SORTED) if env is not None else None)
+            images.append(get("image"))
+            timeouts.append(int(get("timeout_sec") or DEFAULT_TIMEOUT_SEC))
+        own = files.get(i)
+        file_lists.append(
+            [
+                {"path": path, "digest": f.digest, "size": f.size, "export_path": f.path}
+                for path, f in own
+            ]
+            if own
+            else []
+        )
 
 
 def case_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -184,11 +253,13 @@ def parquet_schema() -> Any:
 
 def parquet_table(columns: Mapping[str, list[Any]]) -> Any:
     """Rows given column by column (`ROW_COLUMNS` -> values) as an Arrow table of
-    `parquet_schema()`: Arrow converts a list per column several times faster than a list of
-    row dicts."""
+    `parquet_schema()`. Each column is converted with its type given (`Table.from_pydict` with a
+    schema infers first, then casts: several times slower)."""
     import pyarrow as pa
 
-    return pa.Table.from_pydict(dict(columns), schema=parquet_schema())
+    schema = parquet_schema()
+    arrays = [pa.array(columns[f.name], type=f.type) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def _parquet_bytes(columns: Mapping[str, list[Any]]) -> bytes:
@@ -278,10 +349,13 @@ def plan_row_window(
     cannot carry is a `BadRequest` naming it (see `sample_of`)."""
     window = RowWindow()
     columns = window.columns
+    parquet_cases: list[Mapping[str, Any]] = []
+    parquet_files: dict[int, list[tuple[str, PlannedFile]]] = {}
     for case in cases:
         case_id = case["id"]
         files = _companions(case, warnings)
-        window.data.extend(f for _, f in files)
+        if files:
+            window.data.extend(f for _, f in files)
         if fmt == "inspect":
             own = {path for path, _ in files}
             base = f"files/{case_dir_name(case_id)}"
@@ -302,9 +376,12 @@ def plan_row_window(
         elif fmt == "jsonl":
             window.lines.append(orjson.dumps(row_of(case, files)) + b"\n")
         else:
-            for name, value in row_of(case, files).items():
-                columns[name].append(value)
+            if files:
+                parquet_files[len(parquet_cases)] = files
+            parquet_cases.append(case)
         window.count += 1
+    if parquet_cases:
+        add_parquet_rows(columns, parquet_cases, parquet_files)
     return window
 
 
