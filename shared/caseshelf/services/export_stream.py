@@ -25,7 +25,6 @@ import gzip
 import hashlib
 import io
 import logging
-import os
 import shutil
 import tarfile
 import tempfile
@@ -131,13 +130,13 @@ class DirectorySink:
         for f in files:
             parent = f.path.rpartition("/")[0]
             if parent and parent not in made:
-                os.makedirs(os.path.join(self.root, parent), exist_ok=True)
+                (self.tmp / parent).mkdir(parents=True, exist_ok=True)
                 made.add(parent)
-            path = os.path.join(self.root, f.path)
+            path = f"{self.root}/{f.path}"  # a plain string: no Path object per file
             with open(path, "wb") as fh:
                 fh.write(_body(f, bodies))
             if f.mode != DEFAULT_MODE:
-                os.chmod(path, f.mode)
+                Path(path).chmod(f.mode)
 
     def _settle(self, keep: int) -> None:
         while len(self.pending) > keep:
