@@ -318,6 +318,37 @@ def test_store_export_writes_the_manifest_last_and_reuses_without_writing(svc):
     assert again.reused and store.puts == puts
 
 
+@pytest.mark.parametrize("fmt", ["harbor", "inspect"])
+def test_a_case_the_format_cannot_carry_is_refused_before_any_object_is_put(
+    tmp_path, monkeypatch, fmt
+):
+    import caseshelf.services.export_stream as stream
+
+    monkeypatch.setattr(stream, "CASE_WINDOW", 2)  # the good cases come windows before it
+    monkeypatch.setattr(stream, "ROW_WINDOW", 2)
+    # Given a version whose last case has no instruction text
+    services = build(load_settings({}, home=str(tmp_path / "home")))
+    cases = [
+        {"id": f"ok-{i}", "inputs": {"user": "Say hi."}, "expectations": {"ground_truth": "hi"}}
+        for i in range(5)
+    ]
+    cases.append(
+        {"id": "no-text", "inputs": {"user": {"ref": "p.md"}}, "files": {"p.md": {"text": "x"}}}
+    )
+    services.registry.register(ME, parse_dataset({"id": "m", "version": "1.0.0", "cases": cases}))
+    store = MemoryStore()
+    services.exports.store_for_bucket = lambda bucket: store
+    # When it is exported to a bucket in a format that needs the text
+    with pytest.raises(BadRequest) as info:
+        services.exports.export_version(
+            ME, "m", "1.0.0", ExportRequest(format=fmt), to="s3://pods/evals/m"
+        )
+    # Then the error names the case and the field, and not one object was put
+    assert info.value.fields["case_id"] == "no-text"
+    assert info.value.fields["field"] == "inputs.user"
+    assert store.puts == 0 and store.objects == {}
+
+
 def test_a_failed_store_export_leaves_no_manifest(svc):
     store = MemoryStore()
     store.fail_after = 7
