@@ -126,8 +126,15 @@ def row_of(case: Mapping[str, Any], files: Sequence[tuple[str, PlannedFile]]) ->
 
 
 _SORTED = orjson.OPT_SORT_KEYS
-_EMPTY_MAP = b"{}"
-_EMPTY_LIST = b"[]"
+_EMPTY_MAP = "{}"
+_EMPTY_LIST = "[]"
+
+
+def _json_str(value: Any) -> str:
+    """JSON text with sorted keys, as a `str`: the `bytes` orjson returns keep its whole
+    working buffer (about 4 KB each, however short the text), which a window of rows would
+    hold thousands of."""
+    return orjson.dumps(value, option=_SORTED).decode("utf-8")
 
 
 def add_parquet_rows(
@@ -137,15 +144,14 @@ def add_parquet_rows(
 ) -> None:
     """Append the rows of `cases` to `columns`, column by column (`files`: the companion files
     of the cases that have any, by position): the values of `row_of`, built without a row dict
-    per case, with the JSON-text columns left as UTF-8 bytes (Arrow takes them for a string
-    column as they are) and the environment looked for with one set operation. What it buys:
+    per case and with the environment looked for with one set operation. What it buys:
     about half the time of building a parquet export's rows (`bench/bench_export.py`,
     `export-parquet`); `tests/unit/test_export_layout.py` checks it gives `row_of`'s values."""
     ids, inputs_text, inputs_json = columns["id"], columns["input"], columns["inputs"]
     targets, expectations, graders = columns["target"], columns["expectations"], columns["graders"]
     tags, metadata, environment = columns["tags"], columns["metadata"], columns["environment"]
     images, timeouts, file_lists = columns["image"], columns["timeout_sec"], columns["files"]
-    dumps = orjson.dumps
+    dumps = _json_str
     env_keys = frozenset(ENV_KEYS)
     for i, case in enumerate(cases):
         get = case.get
@@ -154,7 +160,7 @@ def add_parquet_rows(
         if inputs:
             user = inputs.get("user")
             inputs_text.append(user if type(user) is str else None)
-            inputs_json.append(dumps(inputs, option=_SORTED))
+            inputs_json.append(dumps(inputs))
         else:
             inputs_text.append(None)
             inputs_json.append(_EMPTY_MAP)
@@ -162,22 +168,22 @@ def add_parquet_rows(
         if exp:
             truth = exp.get("ground_truth")
             targets.append(truth if type(truth) is str else None)
-            expectations.append(dumps(exp, option=_SORTED))
+            expectations.append(dumps(exp))
         else:
             targets.append(None)
             expectations.append(_EMPTY_MAP)
         value = get("graders")
-        graders.append(dumps(value, option=_SORTED) if value else _EMPTY_LIST)
+        graders.append(dumps(value) if value else _EMPTY_LIST)
         tags.append(get("tags") or [])
         value = get("metadata")
-        metadata.append(dumps(value, option=_SORTED) if value else _EMPTY_MAP)
+        metadata.append(dumps(value) if value else _EMPTY_MAP)
         if env_keys.isdisjoint(case):
             environment.append(None)
             images.append(None)
             timeouts.append(DEFAULT_TIMEOUT_SEC)
         else:
             env = environment_of(case)
-            environment.append(dumps(env, option=_SORTED) if env is not None else None)
+            environment.append(dumps(env) if env is not None else None)
             images.append(get("image"))
             timeouts.append(int(get("timeout_sec") or DEFAULT_TIMEOUT_SEC))
         own = files.get(i)
@@ -337,7 +343,7 @@ class RowWindow:
     of `cases.jsonl` / `samples.jsonl` or as parquet columns."""
 
     data: list[PlannedFile] = field(default_factory=list)
-    lines: list[bytes] = field(default_factory=list)
+    text: bytearray = field(default_factory=bytearray)  # jsonl / inspect lines, one buffer
     columns: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in ROW_COLUMNS})
     count: int = 0
 
@@ -372,9 +378,11 @@ def plan_row_window(
                 window.data.append(
                     PlannedFile(compose, digest_of(body), len(body), body, role=ROLE_DATA)
                 )
-            window.lines.append(orjson.dumps(sample_of(case, files, compose, "")) + b"\n")
+            window.text += orjson.dumps(sample_of(case, files, compose, ""))
+            window.text += b"\n"
         elif fmt == "jsonl":
-            window.lines.append(orjson.dumps(row_of(case, files)) + b"\n")
+            window.text += orjson.dumps(row_of(case, files))
+            window.text += b"\n"
         else:
             if files:
                 parquet_files[len(parquet_cases)] = files
@@ -417,7 +425,7 @@ def plan_rows(
             yield case
 
     window = plan_row_window(fmt, once(cases), warnings)
-    body = _parquet_bytes(window.columns) if fmt == "parquet" else b"".join(window.lines)
+    body = _parquet_bytes(window.columns) if fmt == "parquet" else bytes(window.text)
     return [row_file(fmt, body), *shared_row_files(shared_files), *window.data], window.count
 
 

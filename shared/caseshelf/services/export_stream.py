@@ -481,13 +481,13 @@ class _RowFile:
         else:
             self._fh = open(path, "wb")  # noqa: SIM115 - closed by close()
 
-    def add(self, lines: list[bytes], columns: Mapping[str, list[Any]], count: int) -> None:
+    def add(self, text: bytearray, columns: Mapping[str, list[Any]], count: int) -> None:
         if self._parquet is not None:
             if count:
                 self._parquet.write_table(parquet_table(columns))
         else:
             assert self._fh is not None
-            self._fh.write(b"".join(lines))
+            self._fh.write(text)
 
     def close(self) -> tuple[str, int]:
         """(digest, size) of the finished file."""
@@ -532,7 +532,7 @@ def _write_rows(
                 found: list[ExportWarning] = []
                 planned = plan_row_window(spec.fmt, window, found)
                 kept.add(found)
-                rows.add(planned.lines, planned.columns, planned.count)
+                rows.add(planned.text, planned.columns, planned.count)
                 bodies = read_bodies(_wanted(planned.data, shared_bodies))
                 size = sink.write(planned.data, {**bodies, **shared_bodies})
                 for f in planned.data:
