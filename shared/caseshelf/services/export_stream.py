@@ -467,13 +467,19 @@ def _write_case_dirs(
 
 
 class _RowFile:
-    """The row file, written as it goes: lines appended, or a parquet row group per window."""
+    """The row file, written as it goes: lines appended, or a parquet row group per window.
+
+    A window's bytes are written by one background thread while the next window is read and
+    planned: Arrow encodes and compresses a row group with the interpreter lock released, so
+    the two overlap (at most one window waits to be written)."""
 
     def __init__(self, fmt: str, path: Path) -> None:
         self.fmt = fmt
         self.path = path
         self._fh: BinaryIO | None = None
         self._parquet: Any = None
+        self._writer = ThreadPoolExecutor(max_workers=1)
+        self._last: Future[None] | None = None
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
@@ -481,22 +487,32 @@ class _RowFile:
         else:
             self._fh = open(path, "wb")  # noqa: SIM115 - closed by close()
 
+    def _wait(self) -> None:
+        if self._last is not None:
+            last, self._last = self._last, None
+            last.result()
+
     def add(self, text: bytearray, columns: Mapping[str, list[Any]], count: int) -> None:
+        self._wait()
         if self._parquet is not None:
             if count:
-                self._parquet.write_table(parquet_table(columns))
+                self._last = self._writer.submit(self._parquet.write_table, parquet_table(columns))
         else:
             assert self._fh is not None
-            self._fh.write(text)
+            self._last = self._writer.submit(self._fh.write, text)
 
     def close(self) -> tuple[str, int]:
         """(digest, size) of the finished file."""
-        if self._parquet is not None:
-            self._parquet.close()
-            self._parquet = None
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        try:
+            self._wait()
+        finally:
+            self._writer.shutdown(wait=True)
+            if self._parquet is not None:
+                self._parquet.close()
+                self._parquet = None
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
         h = hashlib.sha256()
         with open(self.path, "rb") as fh:
             while chunk := fh.read(1 << 20):
@@ -504,7 +520,7 @@ class _RowFile:
         return "sha256:" + h.hexdigest(), self.path.stat().st_size
 
     def abandon(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(Exception):
             self.close()
 
 
