@@ -479,7 +479,7 @@ class _RowFile:
         self._fh: BinaryIO | None = None
         self._parquet: Any = None
         self._writer = ThreadPoolExecutor(max_workers=1)
-        self._last: Future[None] | None = None
+        self._last: Future[Any] | None = None
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
