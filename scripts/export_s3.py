@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Export per-case directories for evaluation pods, to S3 or a local directory.
+"""Export a version or a case tree for evaluation pods and harnesses, to S3 or a local directory.
 
     python scripts/export_s3.py ID@REF --to s3://bucket/prefix [--ids a,b] [--tags x] [--limit N]
     python scripts/export_s3.py --config eval.yaml --to s3://bucket/prefix|DIR

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from caseshelf.domain.versions import VersionRecord
@@ -27,6 +28,10 @@ class BlobStore(Protocol):
 
     def put(self, key: str, data: bytes, *, content_type: str | None = None) -> None:
         """Write or replace an object (transient areas only: uploads, exports)."""
+
+    def put_file(self, key: str, path: Path, *, content_type: str | None = None) -> None:
+        """`put` of a local file's bytes, streamed from disk (an export's manifest or row file
+        can be larger than what a process should hold)."""
 
     def get(self, key: str) -> bytes:
         """The whole object; `NotFound` when absent."""

@@ -169,6 +169,22 @@ def test_transient_areas_are_tagged_for_lifecycle(backend: Backend) -> None:
     assert tags(KEY) == []
 
 
+def test_put_file_stores_the_file_as_put_would_and_tags_it(backend: Backend, tmp_path) -> None:
+    # Given a local file larger than one multipart part (boto3 splits above 8 MiB)
+    body = bytes(range(256)) * (9 * 4096)
+    path = tmp_path / "manifest.json"
+    path.write_bytes(body)
+    # When it is put from disk into an export area
+    backend.store.put_file("t/acme/exports/e2/manifest.json", path, content_type="application/json")
+    # Then the object holds its bytes, and carries the area tag the lifecycle rules filter on
+    assert backend.store.get("t/acme/exports/e2/manifest.json") == body
+    if backend.s3 is not None:
+        got = backend.s3.get_object_tagging(
+            Bucket=backend.settings.bucket, Key="t/acme/exports/e2/manifest.json"
+        )["TagSet"]
+        assert got == [{"Key": "caseshelf-area", "Value": "exports"}]
+
+
 def test_racing_put_if_absent_keeps_one_body(backend: Backend) -> None:
     # When many writers race for one key with different bodies
     bodies = [str(i).encode() * 10 for i in range(8)]

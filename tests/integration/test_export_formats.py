@@ -5,6 +5,7 @@ Face `datasets.load_dataset`, pyarrow and pandas on jsonl / parquet rows."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -18,7 +19,7 @@ from caseshelf.domain.export_formats import ROW_COLUMNS, case_from_row
 from caseshelf.domain.identity import Identity
 from caseshelf.services.exports import ExportRequest
 from caseshelf.services.registry import parse_dataset
-from tests.consumers import docker_compose_available, harbor_cli
+from tests.consumers import compose_env, harbor_cli
 from tests.integration.test_export_round_trip import register_source
 
 pytestmark = pytest.mark.integration
@@ -52,22 +53,19 @@ def _cases(svc: Any, name: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_harbor_lint_accepts_every_exported_task_package(exported, kind):
+def test_harbor_lint_accepts_every_exported_task_package(exported, kind, tmp_path):
     harbor = harbor_cli()
+    env = compose_env(tmp_path / "docker")  # packages with environment/docker-compose.yaml too
     root = exported["root"] / f"{kind}-harbor"
     packages = sorted(p for p in root.iterdir() if p.is_dir())
     assert len(packages) == len(_cases(exported["svc"], exported["names"][kind]))
-    if not docker_compose_available():
-        # harbor lint parses environment/docker-compose.yaml with `docker compose config`,
-        # which is not installable on this machine (Debian bookworm has no compose v2)
-        packages = [p for p in packages if not (p / "environment" / "docker-compose.yaml").exists()]
-    assert packages
     got = subprocess.run(
         [str(harbor), "lint", "--json", *map(str, packages)],
         capture_output=True,
         text=True,
         check=False,
         timeout=300,
+        env=env,
     )
     assert got.returncode in (0, 1), got.stderr  # 1: findings; 2: it could not lint
     findings = json.loads(got.stdout)
@@ -79,6 +77,50 @@ def test_harbor_lint_accepts_every_exported_task_package(exported, kind):
             assert (package / "instruction.md").is_file()
             assert (package / "tests" / "test.sh").stat().st_mode & 0o111
     print(Counter(f["rule"] for f in findings))
+
+
+def test_harbor_lint_reads_the_compose_files_of_the_exported_packages(exported, tmp_path):
+    # Given the exported packages that have an environment/docker-compose.yaml
+    harbor = harbor_cli()
+    env = compose_env(tmp_path / "docker")
+    composed = sorted(
+        p
+        for kind in KINDS
+        for p in (exported["root"] / f"{kind}-harbor").iterdir()
+        if (p / "environment" / "docker-compose.yaml").is_file()
+    )
+    if not composed:
+        pytest.skip("no exported package of ../shared/data has an environment/docker-compose.yaml")
+    # When harbor lints one whose compose file is broken, it says so (the check is live) ...
+    broken = tmp_path / "broken"
+    shutil.copytree(composed[0], broken)
+    (broken / "environment" / "docker-compose.yaml").write_text("services: [not, a, map]\n")
+    got = subprocess.run(
+        [str(harbor), "lint", "--json", str(broken)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env=env,
+    )
+    rules = {f["rule"] for f in json.loads(got.stdout)}
+    assert "invalid-task-config" in rules, got.stdout
+    # ... and finds nothing invalid in the exported ones
+    got = subprocess.run(
+        [str(harbor), "lint", "--json", *map(str, composed)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env=env,
+    )
+    assert got.returncode in (0, 1), got.stderr
+    bad = [
+        f
+        for f in json.loads(got.stdout)
+        if f["rule"] in ("invalid-task-config", "invalid-task-files")
+    ]
+    assert bad == [], bad
 
 
 def test_a_harbor_export_of_a_case_without_instruction_text_is_a_400_before_writing(tmp_path):

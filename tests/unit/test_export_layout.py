@@ -270,3 +270,40 @@ def test_the_root_file_names_are_the_ones_case_directories_avoid():
     from caseshelf.domain.paths import EXPORT_ROOT_FILES
 
     assert {MANIFEST_NAME, BUNDLE_NAME} == EXPORT_ROOT_FILES
+
+
+def test_parquet_columns_hold_the_values_of_row_of():
+    # Given cases of every shape a row carries (text and structured prompts, environments,
+    # graders, files, empty fields)
+    from caseshelf.domain.export_formats import (
+        ROW_COLUMNS,
+        _companions,
+        add_parquet_rows,
+        parquet_table,
+        row_of,
+    )
+
+    f = {"digest": "sha256:" + "1" * 64, "size": 3}
+    cases = [
+        {"id": "a", "inputs": {"user": "What is 2+2?"}, "expectations": {"ground_truth": "4"}},
+        {"id": "b"},
+        {
+            "id": "c",
+            "inputs": {"user": ["one", "two"], "system": "be brief"},
+            "expectations": {"ground_truth": {"x": [1, 2]}, "details": {"choices": ["a"]}},
+            "graders": [{"kind": "command", "config": {"cmd": "pytest -q"}}],
+            "tags": ["t1", "t2"],
+            "metadata": {"z": 1, "a": None},
+            "image": "python:3.12",
+            "timeout_sec": 60,
+            "files": {"tests/test_x.py": f, "a.txt": f},
+        },
+        {"id": "d", "env": {"kind": "repo", "source": {"git": "https://x"}}, "tags": []},
+    ]
+    files = [_companions(c, []) for c in cases]
+    columns: dict = {c: [] for c in ROW_COLUMNS}
+    # When the rows are added column by column
+    add_parquet_rows(columns, cases, {i: fs for i, fs in enumerate(files) if fs})
+    # Then the table holds exactly row_of's values
+    expected = [row_of(c, fs) for c, fs in zip(cases, files, strict=True)]
+    assert parquet_table(columns).to_pylist() == expected

@@ -47,6 +47,9 @@ class MemoryStore:
             self.puts += 1
             self.objects[key] = data
 
+    def put_file(self, key: str, path: Path, *, content_type: str | None = None) -> None:
+        self.put(key, path.read_bytes(), content_type=content_type)
+
     def put_if_absent(self, key: str, data: bytes) -> bool:
         if key in self.objects:
             return False
@@ -222,22 +225,58 @@ def test_a_failed_store_export_of_any_format_leaves_no_manifest(svc, fmt):
     assert store.objects == {}
 
 
-def test_the_streamed_directory_export_equals_the_planned_one(svc, tmp_path):
-    # The directory export is written a chunk of cases at a time; the store export from the
-    # whole plan: the same files and the same manifest, byte for byte
-    import caseshelf.services.exports as exports
+@pytest.mark.parametrize("fmt", ["case-dirs", "harbor", "jsonl", "inspect"])
+def test_the_streamed_export_equals_the_planned_one(svc, tmp_path, monkeypatch, fmt):
+    # The export is written a window of cases at a time; the pure plan has it all at once: the
+    # same files and the same manifest, byte for byte, in a directory and in a store
+    import caseshelf.services.export_stream as stream
+    from caseshelf.domain.export import plan_export
 
+    monkeypatch.setattr(stream, "CASE_WINDOW", 2)  # several windows for five cases
+    monkeypatch.setattr(stream, "ROW_WINDOW", 2)
     store = MemoryStore()
     svc.exports.store_for_bucket = lambda bucket: store
-    old = exports.STREAM_CHUNK
-    exports.STREAM_CHUNK = 2  # several chunks for five cases
-    try:
-        svc.exports.export_version(ME, "demo", "1.0.0", to=str(tmp_path / "d"))
-    finally:
-        exports.STREAM_CHUNK = old
-    svc.exports.export_version(ME, "demo", "1.0.0", to="s3://p/x")
+    res = svc.exports.export_version(
+        ME, "demo", "1.0.0", ExportRequest(format=fmt), to=str(tmp_path / "d")
+    )
+    svc.exports.export_version(ME, "demo", "1.0.0", ExportRequest(format=fmt), to="s3://p/x")
     pull(store, "x/", tmp_path / "pulled")
-    assert _read_tree(tmp_path / "d") == _read_tree(tmp_path / "pulled")
+    tree = _read_tree(tmp_path / "d")
+    assert tree == _read_tree(tmp_path / "pulled")
+    rec = svc.registry.get_version(ME, "demo", "1.0.0")
+    manifest = orjson.loads(tree["manifest.json"])
+    plan = plan_export(
+        dataset=manifest["dataset"],
+        content_digest=rec.content_digest,
+        cases=[c for _, c in svc.registry.case_records(rec, list(range(5)))],
+        shared_files=[
+            stream.SharedEntry(s["dest"], s["digest"], s["size"]) for s in manifest["shared_files"]
+        ],
+        fmt=fmt,
+    )
+    assert tree.pop("manifest.json") == plan.manifest_bytes()
+    planned = {f.path: f for f in plan.files()}
+    assert tree.keys() == planned.keys() and res.file_count == len(planned)
+    for path, data in tree.items():
+        assert _sha(data) == planned[path].digest, path
+
+
+def test_a_streamed_parquet_export_has_a_row_group_per_window(svc, tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    import caseshelf.services.export_stream as stream
+    from caseshelf.domain.export_formats import case_from_row, parquet_schema
+
+    monkeypatch.setattr(stream, "ROW_WINDOW", 2)
+    svc.exports.export_version(
+        ME, "demo", "1.0.0", ExportRequest(format="parquet"), to=str(tmp_path / "d")
+    )
+    got = pq.ParquetFile(tmp_path / "d" / "cases.parquet")
+    assert got.metadata.num_row_groups == 3 and got.metadata.num_rows == 5
+    assert got.schema_arrow == parquet_schema()
+    rec = svc.registry.get_version(ME, "demo", "1.0.0")
+    cases = [c for _, c in svc.registry.case_records(rec, list(range(5)))]
+    assert [case_from_row(r) for r in got.read().to_pylist()] == cases
 
 
 # --- store prefix -----------------------------------------------------------------------------
@@ -277,6 +316,37 @@ def test_store_export_writes_the_manifest_last_and_reuses_without_writing(svc):
     puts = store.puts
     again = svc.exports.export_version(ME, "demo", "1.0.0", request, to="s3://pods/evals/demo")
     assert again.reused and store.puts == puts
+
+
+@pytest.mark.parametrize("fmt", ["harbor", "inspect"])
+def test_a_case_the_format_cannot_carry_is_refused_before_any_object_is_put(
+    tmp_path, monkeypatch, fmt
+):
+    import caseshelf.services.export_stream as stream
+
+    monkeypatch.setattr(stream, "CASE_WINDOW", 2)  # the good cases come windows before it
+    monkeypatch.setattr(stream, "ROW_WINDOW", 2)
+    # Given a version whose last case has no instruction text
+    services = build(load_settings({}, home=str(tmp_path / "home")))
+    cases = [
+        {"id": f"ok-{i}", "inputs": {"user": "Say hi."}, "expectations": {"ground_truth": "hi"}}
+        for i in range(5)
+    ]
+    cases.append(
+        {"id": "no-text", "inputs": {"user": {"ref": "p.md"}}, "files": {"p.md": {"text": "x"}}}
+    )
+    services.registry.register(ME, parse_dataset({"id": "m", "version": "1.0.0", "cases": cases}))
+    store = MemoryStore()
+    services.exports.store_for_bucket = lambda bucket: store
+    # When it is exported to a bucket in a format that needs the text
+    with pytest.raises(BadRequest) as info:
+        services.exports.export_version(
+            ME, "m", "1.0.0", ExportRequest(format=fmt), to="s3://pods/evals/m"
+        )
+    # Then the error names the case and the field, and not one object was put
+    assert info.value.fields["case_id"] == "no-text"
+    assert info.value.fields["field"] == "inputs.user"
+    assert store.puts == 0 and store.objects == {}
 
 
 def test_a_failed_store_export_leaves_no_manifest(svc):

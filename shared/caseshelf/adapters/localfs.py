@@ -17,6 +17,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -149,6 +150,15 @@ class LocalBlobStore:
         try:
             tmp.write_bytes(data)
             tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def put_file(self, key: str, path: Path, *, content_type: str | None = None) -> None:
+        dest = self._path(key)
+        tmp = self._tmp(dest)
+        try:
+            shutil.copyfile(path, tmp)
+            tmp.replace(dest)
         finally:
             tmp.unlink(missing_ok=True)
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from boto3.exceptions import S3UploadFailedError
 from botocore.exceptions import ClientError
 
 from caseshelf.domain.errors import NotFound, TooLarge, Upstream
@@ -95,6 +97,20 @@ class S3BlobStore:
             self.client.put_object(Body=data, **self._write_args(key, content_type))
         except ClientError as exc:
             raise _translate(exc, key) from exc
+
+    def put_file(self, key: str, path: Path, *, content_type: str | None = None) -> None:
+        """A multipart upload above boto3's threshold, so the file is never read whole."""
+        args = self._write_args(key, content_type)
+        extra = {k: v for k, v in args.items() if k not in ("Bucket", "Key")}
+        try:
+            self.client.upload_file(str(path), self.bucket, key, ExtraArgs=extra or None)
+        except ClientError as exc:
+            raise _translate(exc, key) from exc
+        except S3UploadFailedError as exc:
+            cause = exc.__context__
+            if isinstance(cause, ClientError):
+                raise _translate(cause, key) from exc
+            raise Upstream(f"upload of {key} failed: {exc}", key=key) from exc
 
     def get(self, key: str) -> bytes:
         try:

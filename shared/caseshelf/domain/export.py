@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 import yaml
@@ -44,6 +44,7 @@ from caseshelf.domain.paths import (
     destination_problem,
     relative_path_problem,
 )
+from caseshelf.domain.yamlwriter import dump_plain_yaml
 
 FORMAT = "case-dirs"
 FORMATS = ("case-dirs", "harbor", "inspect", "jsonl", "parquet")
@@ -66,7 +67,12 @@ _Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def render_yaml(value: Any) -> bytes:
-    """Deterministic YAML: the same value gives the same bytes (sorted keys, UTF-8 kept)."""
+    """Deterministic YAML: the same value gives the same bytes (sorted keys, UTF-8 kept).
+    JSON-shaped values (every case field) go through `dump_plain_yaml`, several times faster
+    than PyYAML's representer; anything else through PyYAML."""
+    fast = dump_plain_yaml(value)
+    if fast is not None:
+        return fast
     text = yaml.dump(
         value,
         Dumper=_Dumper,
@@ -207,10 +213,27 @@ class ManifestWriter:
     the eager `ExportPlan.manifest_bytes` goes through the same pieces, so both give the same
     bytes (compact JSON, one line)."""
 
-    def __init__(self, sink: Callable[[bytes], object], head: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        sink: Callable[[bytes], object],
+        head: Mapping[str, Any],
+        more_files: BinaryIO | None = None,
+    ) -> None:
+        """`more_files`: further entries of the head's `files` map, already encoded
+        (`"path":{...}`, comma-separated), read from a file: a streamed row format's files,
+        listed after its row file, whose digest is known only at the end."""
         self.sink = sink
         self.first = True
-        sink(orjson.dumps(dict(head))[:-1] + b',"cases":{')
+        data = orjson.dumps(dict(head))
+        if more_files is None:
+            sink(data[:-1] + b',"cases":{')
+            return
+        sink(data[:-2])  # the head ends with its `files` map and the closing brace: reopened
+        comma = not data.endswith(b"{}}")
+        while chunk := more_files.read(1 << 20):
+            sink(b"," + chunk if comma else chunk)
+            comma = False
+        sink(b'},"cases":{')
 
     def case(self, plan: CasePlan) -> None:
         entry = {

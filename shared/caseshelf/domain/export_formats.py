@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import io
 import posixpath
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -75,10 +76,13 @@ def _companions(
     case: Mapping[str, Any], warnings: list[ExportWarning]
 ) -> list[tuple[str, PlannedFile]]:
     """(path in the case, planned file under `files/<case dir>/`) of each companion file."""
+    own = case.get("files")
+    if not own:
+        return []
     case_id = case["id"]
     base = f"files/{case_dir_name(case_id)}"
     out = []
-    for path, entry in sorted((case.get("files") or {}).items()):
+    for path, entry in sorted(own.items()):
         problem = relative_path_problem(path)
         if problem:
             warnings.append(ExportWarning(f"files.{path}", f"skipped: {problem}", case_id))
@@ -119,6 +123,78 @@ def row_of(case: Mapping[str, Any], files: Sequence[tuple[str, PlannedFile]]) ->
             for path, f in files
         ],
     }
+
+
+_SORTED = orjson.OPT_SORT_KEYS
+_EMPTY_MAP = "{}"
+_EMPTY_LIST = "[]"
+
+
+def _json_str(value: Any) -> str:
+    """JSON text with sorted keys, as a `str`: the `bytes` orjson returns keep its whole
+    working buffer (about 4 KB each, however short the text), which a window of rows would
+    hold thousands of."""
+    return orjson.dumps(value, option=_SORTED).decode("utf-8")
+
+
+def add_parquet_rows(
+    columns: Mapping[str, list[Any]],
+    cases: Sequence[Mapping[str, Any]],
+    files: Mapping[int, Sequence[tuple[str, PlannedFile]]],
+) -> None:
+    """Append the rows of `cases` to `columns`, column by column (`files`: the companion files
+    of the cases that have any, by position): the values of `row_of`, built without a row dict
+    per case and with the environment looked for with one set operation. What it buys:
+    about half the time of building a parquet export's rows (`bench/bench_export.py`,
+    `export-parquet`); `tests/unit/test_export_layout.py` checks it gives `row_of`'s values."""
+    ids, inputs_text, inputs_json = columns["id"], columns["input"], columns["inputs"]
+    targets, expectations, graders = columns["target"], columns["expectations"], columns["graders"]
+    tags, metadata, environment = columns["tags"], columns["metadata"], columns["environment"]
+    images, timeouts, file_lists = columns["image"], columns["timeout_sec"], columns["files"]
+    dumps = _json_str
+    env_keys = frozenset(ENV_KEYS)
+    for i, case in enumerate(cases):
+        get = case.get
+        ids.append(case["id"])
+        inputs = get("inputs")
+        if inputs:
+            user = inputs.get("user")
+            inputs_text.append(user if type(user) is str else None)
+            inputs_json.append(dumps(inputs))
+        else:
+            inputs_text.append(None)
+            inputs_json.append(_EMPTY_MAP)
+        exp = get("expectations")
+        if exp:
+            truth = exp.get("ground_truth")
+            targets.append(truth if type(truth) is str else None)
+            expectations.append(dumps(exp))
+        else:
+            targets.append(None)
+            expectations.append(_EMPTY_MAP)
+        value = get("graders")
+        graders.append(dumps(value) if value else _EMPTY_LIST)
+        tags.append(get("tags") or [])
+        value = get("metadata")
+        metadata.append(dumps(value) if value else _EMPTY_MAP)
+        if env_keys.isdisjoint(case):
+            environment.append(None)
+            images.append(None)
+            timeouts.append(DEFAULT_TIMEOUT_SEC)
+        else:
+            env = environment_of(case)
+            environment.append(dumps(env) if env is not None else None)
+            images.append(get("image"))
+            timeouts.append(int(get("timeout_sec") or DEFAULT_TIMEOUT_SEC))
+        own = files.get(i)
+        file_lists.append(
+            [
+                {"path": path, "digest": f.digest, "size": f.size, "export_path": f.path}
+                for path, f in own
+            ]
+            if own
+            else []
+        )
 
 
 def case_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -181,16 +257,23 @@ def parquet_schema() -> Any:
     )
 
 
-def _parquet_bytes(rows: list[dict[str, Any]]) -> bytes:
-    """The rows as one parquet file (zstd), built column by column: Arrow converts a list per
-    column several times faster than a list of row dicts."""
+def parquet_table(columns: Mapping[str, list[Any]]) -> Any:
+    """Rows given column by column (`ROW_COLUMNS` -> values) as an Arrow table of
+    `parquet_schema()`. Each column is converted with its type given (`Table.from_pydict` with a
+    schema infers first, then casts: several times slower)."""
     import pyarrow as pa
+
+    schema = parquet_schema()
+    arrays = [pa.array(columns[f.name], type=f.type) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _parquet_bytes(columns: Mapping[str, list[Any]]) -> bytes:
+    """The rows as one parquet file (zstd)."""
     import pyarrow.parquet as pq
 
-    columns = {name: [row[name] for row in rows] for name in ROW_COLUMNS}
-    table = pa.Table.from_pydict(columns, schema=parquet_schema())
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(parquet_table(columns), sink, compression="zstd")
     return sink.getvalue()
 
 
@@ -253,25 +336,32 @@ def sample_of(
     return sample
 
 
-def plan_rows(
-    fmt: str,
-    cases: Iterable[Mapping[str, Any]],
-    shared_files: Sequence[SharedEntry],
-    warnings: list[ExportWarning],
-) -> tuple[list[PlannedFile], int]:
-    """(files, case count) of a one-row-per-case format."""
-    data: list[PlannedFile] = []
-    lines: list[bytes] = []
-    rows: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    count = 0
+@dataclass
+class RowWindow:
+    """Some consecutive cases of a one-row-per-case format: the files they add beside the row
+    file (companions under `files/`, an inspect sample's compose file), and their rows, as lines
+    of `cases.jsonl` / `samples.jsonl` or as parquet columns."""
+
+    data: list[PlannedFile] = field(default_factory=list)
+    text: bytearray = field(default_factory=bytearray)  # jsonl / inspect lines, one buffer
+    columns: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in ROW_COLUMNS})
+    count: int = 0
+
+
+def plan_row_window(
+    fmt: str, cases: Iterable[Mapping[str, Any]], warnings: list[ExportWarning]
+) -> RowWindow:
+    """The rows of `cases` in format `fmt` (`jsonl`, `parquet` or `inspect`). A case the format
+    cannot carry is a `BadRequest` naming it (see `sample_of`)."""
+    window = RowWindow()
+    columns = window.columns
+    parquet_cases: list[Mapping[str, Any]] = []
+    parquet_files: dict[int, list[tuple[str, PlannedFile]]] = {}
     for case in cases:
         case_id = case["id"]
-        if case_id in seen:
-            raise BadRequest(f"case {case_id!r} appears twice", case_id=case_id)
-        seen.add(case_id)
         files = _companions(case, warnings)
-        data.extend(f for _, f in files)
+        if files:
+            window.data.extend(f for _, f in files)
         if fmt == "inspect":
             own = {path for path, _ in files}
             base = f"files/{case_dir_name(case_id)}"
@@ -280,26 +370,63 @@ def plan_rows(
                     continue  # a file of the case wins, as in a case directory
                 f = PlannedFile(f"{base}/{path}", digest_of(body), len(body), body, role=ROLE_DATA)
                 files.append((path, f))
-                data.append(f)
+                window.data.append(f)
             compose = None
             if case.get("image"):
                 body = _compose(case["image"])
                 compose = f"files/{case_dir_name(case_id)}.compose.yaml"
-                data.append(PlannedFile(compose, digest_of(body), len(body), body, role=ROLE_DATA))
-            lines.append(orjson.dumps(sample_of(case, files, compose, "")) + b"\n")
+                window.data.append(
+                    PlannedFile(compose, digest_of(body), len(body), body, role=ROLE_DATA)
+                )
+            window.text += orjson.dumps(sample_of(case, files, compose, ""))
+            window.text += b"\n"
         elif fmt == "jsonl":
-            lines.append(orjson.dumps(row_of(case, files)) + b"\n")
+            window.text += orjson.dumps(row_of(case, files))
+            window.text += b"\n"
         else:
-            rows.append(row_of(case, files))
-        count += 1
-    body = _parquet_bytes(rows) if fmt == "parquet" else b"".join(lines)
-    main = PlannedFile(ROW_FILES[fmt], digest_of(body), len(body), body, role=ROLE_DATA)
-    shared = [
+            if files:
+                parquet_files[len(parquet_cases)] = files
+            parquet_cases.append(case)
+        window.count += 1
+    if parquet_cases:
+        add_parquet_rows(columns, parquet_cases, parquet_files)
+    return window
+
+
+def row_file(fmt: str, body: bytes) -> PlannedFile:
+    """The planned row file (`cases.jsonl`, `cases.parquet`, `samples.jsonl`) of `body`."""
+    return PlannedFile(ROW_FILES[fmt], digest_of(body), len(body), body, role=ROLE_DATA)
+
+
+def shared_row_files(shared_files: Sequence[SharedEntry]) -> list[PlannedFile]:
+    """Shared files of a row format: once, under `shared/<dest>`."""
+    return [
         PlannedFile(f"shared/{s.dest}", s.digest, s.size, role=ROLE_SHARED)
         for s in shared_files
         if destination_problem(s.dest) is None
     ]
-    return [main, *shared, *data], count
+
+
+def plan_rows(
+    fmt: str,
+    cases: Iterable[Mapping[str, Any]],
+    shared_files: Sequence[SharedEntry],
+    warnings: list[ExportWarning],
+) -> tuple[list[PlannedFile], int]:
+    """(files, case count) of a one-row-per-case format, all at once: the row file first, then
+    the shared files, then the files of the cases (the order of the streamed export too)."""
+    seen: set[str] = set()
+
+    def once(cases: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+        for case in cases:
+            if case["id"] in seen:
+                raise BadRequest(f"case {case['id']!r} appears twice", case_id=case["id"])
+            seen.add(case["id"])
+            yield case
+
+    window = plan_row_window(fmt, once(cases), warnings)
+    body = _parquet_bytes(window.columns) if fmt == "parquet" else bytes(window.text)
+    return [row_file(fmt, body), *shared_row_files(shared_files), *window.data], window.count
 
 
 # --- harbor -----------------------------------------------------------------------------------

@@ -27,16 +27,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gzip
-import io
 import logging
 import re
 import secrets
-import shutil
-import tarfile
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,24 +42,31 @@ from caseshelf.domain.canonical import canonical_json, content_digest, digest_of
 from caseshelf.domain.errors import BadRequest, Conflict, NotFound
 from caseshelf.domain.export import (
     BUNDLE_SUFFIX,
-    DEFAULT_MODE,
     FORMAT,
     MANIFEST_NAME,
     ExportPlan,
-    ExportWarning,
-    PlannedFile,
     SharedEntry,
     check_format,
     export_id,
     merge_shared,
     parse_manifest,
-    plan_export,
 )
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.models import SharedFileInput, Strict
 from caseshelf.domain.paths import relative_path_problem
 from caseshelf.domain.subset import SubsetRequest
 from caseshelf.ports import BlobStore
+from caseshelf.services.export_stream import (
+    REFUSING_FORMATS,
+    BodyReader,
+    DirectorySink,
+    StoreSink,
+    StreamSpec,
+    Windows,
+    check_cases,
+    window_size,
+    write_stream,
+)
 from caseshelf.services.pull import Progress, current_progress
 from caseshelf.services.registry import RegistryService
 from caseshelf.services.selection import SelectionService
@@ -269,37 +271,6 @@ def read_case_tree(config: EvalConfig, *, warn: Callable[[str], None]) -> TreeSo
     return TreeSource(cases, shared, bodies, cdigest, config.name)
 
 
-# --- writing ----------------------------------------------------------------------------------
-
-
-def build_bundle(plan: ExportPlan, body_of: Callable[[str], bytes], manifest: bytes) -> bytes:
-    """The bundle: every file plus the manifest, as regular files with fixed metadata, so the
-    same export always gives the same bytes."""
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        dirs: set[str] = set()
-        for f in plan.files():
-            parts = f.path.split("/")
-            for i in range(1, len(parts)):
-                d = "/".join(parts[:i])
-                if d not in dirs:
-                    dirs.add(d)
-                    info = tarfile.TarInfo(d)
-                    info.type = tarfile.DIRTYPE
-                    info.mode = 0o755
-                    tar.addfile(info)
-            data = f.body if f.body is not None else body_of(f.digest)
-            info = tarfile.TarInfo(f.path)
-            info.size = len(data)
-            info.mode = f.mode
-            tar.addfile(info, io.BytesIO(data))
-        info = tarfile.TarInfo(MANIFEST_NAME)
-        info.size = len(manifest)
-        info.mode = 0o644
-        tar.addfile(info, io.BytesIO(manifest))
-    return gzip.compress(raw.getvalue(), compresslevel=6, mtime=0)
-
-
 class ExportService:
     def __init__(
         self,
@@ -400,107 +371,35 @@ class ExportService:
             "description": rec.description,
             "tags": list(rec.tags),
         }
-        progress = progress or current_progress()
-        if target.directory is not None and request.format in STREAMED_FORMATS:
-            stream = _Stream(rec, indices, stamp, shared, request.format, dataset, eid)
-            return self._stream_to_directory(
-                stream, locations, extra_bodies, target.directory, progress
-            )
-        plan = plan_export(
+        spec = StreamSpec(
+            export_id=eid,
+            fmt=request.format,
             dataset=dataset,
             content_digest=rec.content_digest,
-            cases=(case for _, case in self.registry.case_records(rec, list(indices))),
-            shared_files=shared,
             subset=stamp,
-            fmt=request.format,
+            shared=shared,
+            case_count=len(indices),
         )
-        wanted = {h: locations[h] for h in plan.blob_digests() if h not in extra_bodies}
-        bodies = dict(extra_bodies)
-        bodies.update(read_blobs(self.store, rec.tenant, wanted))
-        return self.write(
-            plan, bodies, target, secret_ref=secret_ref, bundle=request.bundle, progress=progress
-        )
+        size = window_size(request.format)
 
-    def _stream_to_directory(
-        self,
-        stream: _Stream,
-        locations: Mapping[str, Any],
-        extra_bodies: Mapping[str, bytes],
-        dest: Path,
-        progress: Progress,
-    ) -> ExportResult:
-        """A per-case export to a directory, a chunk of cases at a time: read, planned,
-        written and entered in the manifest (written as it goes, inside the hidden temporary
-        directory), so memory does not grow with the version. The same files and the same
-        manifest bytes as the eager plan (`plan_export`)."""
-        from caseshelf.domain.export import ManifestWriter, manifest_head, plan_case
-        from caseshelf.domain.export_formats import plan_harbor_case
+        def windows() -> Iterator[list[dict[str, Any]]]:
+            # The registry's ranged reads, a window of cases at a time: only the window is held.
+            for start in range(0, len(indices), size):
+                chunk = list(indices[start : start + size])
+                yield [case for _, case in self.registry.case_records(rec, chunk)]
 
-        planner = plan_case if stream.fmt == FORMAT else plan_harbor_case
-        rec = stream.record
-        tmp = self._directory_staging(dest)
-        warnings: list[str] = []
-        warning_count = 0
-        shared_bodies = {h: b for h, b in extra_bodies.items()}
-        shared_digests = {s.digest[7:] for s in stream.shared}
-        files = nbytes = 0
-        progress.start(len(stream.indices), 0, 0)
-        try:
-            with open(tmp / MANIFEST_NAME, "wb") as sink:
-                head = manifest_head(
-                    export_id=stream.export_id,
-                    fmt=stream.fmt,
-                    dataset=stream.dataset,
-                    content_digest=rec.content_digest,
-                    subset=stream.stamp,
-                    shared_files=stream.shared,
-                    case_count=len(stream.indices),
-                )
-                writer = ManifestWriter(sink.write, head)
-                for start in range(0, len(stream.indices), STREAM_CHUNK):
-                    chunk = list(stream.indices[start : start + STREAM_CHUNK])
-                    found: list[ExportWarning] = []
-                    plans = [
-                        planner(case, stream.shared, found)
-                        for _, case in self.registry.case_records(rec, chunk)
-                    ]
-                    for w in found:
-                        self.warn(str(w))
-                        if len(warnings) < MAX_REPORTED_WARNINGS:
-                            warnings.append(str(w))
-                    warning_count += len(found)
-                    wanted = {
-                        f.digest[7:]
-                        for plan in plans
-                        for f in plan.files
-                        if f.body is None and f.digest[7:] not in shared_bodies
-                    }
-                    bodies = read_blobs(self.store, rec.tenant, {h: locations[h] for h in wanted})
-                    for h in shared_digests & bodies.keys():
-                        shared_bodies[h] = bodies[h]  # every case has them: read once
-                    bodies.update(shared_bodies)
-                    for plan in plans:
-                        n, size = _write_files(tmp, plan.files, bodies, set())
-                        files += n
-                        nbytes += size
-                        writer.case(plan)
-                        progress.advance(n, size, 1)
-                writer.finish(files, nbytes)
-            self._directory_commit(tmp, dest)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return ExportResult(
-            export_id=stream.export_id,
-            prefix=str(dest),
-            case_count=len(stream.indices),
-            file_count=files,
-            manifest_key=str(dest / MANIFEST_NAME),
-            reused=False,
-            warnings=warnings,
-            warning_count=warning_count,
-            format=stream.fmt,
-            bytes=nbytes,
+        def read_bodies(wanted: set[str]) -> Mapping[str, bytes]:
+            return read_blobs(self.store, rec.tenant, {h: locations[h] for h in wanted})
+
+        return self._stream(
+            spec,
+            windows,
+            read_bodies,
+            extra_bodies,
+            target,
+            secret_ref=secret_ref,
+            bundle=request.bundle,
+            progress=progress,
         )
 
     def _secret_ref(self, request: ExportRequest) -> str | None:
@@ -530,7 +429,9 @@ class ExportService:
         found = self._existing(target, eid, secret_ref, bundle)
         if found is not None:
             return found
-        plan = plan_export(
+        spec = StreamSpec(
+            export_id=eid,
+            fmt=fmt,
             dataset={
                 "id": source.name,
                 "version": None,
@@ -539,34 +440,90 @@ class ExportService:
                 "tags": [],
             },
             content_digest=source.content_digest,
-            cases=source.cases,
-            shared_files=source.shared,
-            fmt=fmt,
+            subset=None,
+            shared=source.shared,
+            case_count=len(source.cases),
         )
-        return self.write(
-            plan, source.bodies, target, secret_ref=secret_ref, bundle=bundle, progress=progress
+        size = window_size(fmt)
+
+        def windows() -> Iterator[list[dict[str, Any]]]:
+            for start in range(0, len(source.cases), size):
+                yield source.cases[start : start + size]
+
+        def read_bodies(wanted: set[str]) -> Mapping[str, bytes]:
+            return {h: source.bodies[h] for h in wanted}
+
+        return self._stream(
+            spec,
+            windows,
+            read_bodies,
+            {},
+            target,
+            secret_ref=secret_ref,
+            bundle=bundle,
+            progress=progress,
         )
 
-    # -- applying a plan -------------------------------------------------------------------
+    # -- writing -------------------------------------------------------------------------
 
-    def write(
+    def _stream(
         self,
-        plan: ExportPlan,
-        bodies: Mapping[str, bytes],
+        spec: StreamSpec,
+        windows: Windows,
+        read_bodies: BodyReader,
+        shared_bodies: Mapping[str, bytes],
         target: Target,
         *,
-        secret_ref: str | None = None,
-        bundle: bool = False,
-        progress: Progress | None = None,
+        secret_ref: str | None,
+        bundle: bool,
+        progress: Progress | None,
     ) -> ExportResult:
+        """Write the export a window of cases at a time (`caseshelf.services.export_stream`).
+        A format that can refuse a case, or a prefix that already holds objects, gets a first
+        pass over the cases, so that the refusal comes before anything is written."""
         progress = progress or current_progress()
-        for w in plan.warnings:
-            self.warn(str(w))
-        progress.start(plan.case_count, plan.file_count(), plan.total_bytes())
+        sink: DirectorySink | StoreSink
+        reused = False
         if target.directory is not None:
-            self._write_directory(plan, bodies, target.directory, progress)
-            return self._result(plan, target, reused=False)
-        return self._write_store(plan, bodies, target, secret_ref, bundle, progress)
+            if spec.fmt in REFUSING_FORMATS:
+                check_cases(spec, windows, None)
+            sink = DirectorySink(self._directory_staging(target.directory), target.directory)
+        else:
+            store, prefix = target.store, target.prefix
+            assert store is not None
+            if store.exists(prefix + MANIFEST_NAME):
+                # this same export (checked by `_existing`), asked for the bundle it lacks
+                reused = True
+                sink = StoreSink(
+                    store,
+                    prefix,
+                    concurrency=self.concurrency,
+                    bundle_key=bundle_key(prefix),
+                    bundle_only=True,
+                )
+            else:
+                existing = {info.key[len(prefix) :] for info in store.list(prefix)}
+                if existing or spec.fmt in REFUSING_FORMATS:
+                    check_cases(spec, windows, existing)
+                sink = StoreSink(
+                    store,
+                    prefix,
+                    concurrency=self.concurrency,
+                    bundle_key=bundle_key(prefix) if bundle else None,
+                )
+        done = write_stream(spec, windows, read_bodies, shared_bodies, sink, progress, self.warn)
+        result = self._result(
+            None,
+            target,
+            reused=reused,
+            eid=spec.export_id,
+            counts=(spec.case_count, done.file_count),
+            fmt=spec.fmt,
+            secret_ref=secret_ref,
+            bundled=bundle or None,
+            nbytes=done.nbytes,
+        )
+        return replace(result, warnings=done.warnings or [], warning_count=done.warning_count)
 
     def _existing(
         self, target: Target, eid: str, secret_ref: str | None, bundle: bool
@@ -618,22 +575,6 @@ class ExportService:
                     f"{target.prefix!r} is inside the export at {outer!r}: a pod listing that "
                     "export would download this one too; choose a prefix outside it",
                     prefix=outer,
-                )
-
-    def _check_only_ours(self, plan: ExportPlan, target: Target) -> None:
-        """Every object already under the prefix must be a file of this export (what a failed
-        attempt left): anything else would land in every pod that lists the prefix."""
-        assert target.store is not None
-        ours = {f.path for f in plan.files()}
-        ours.add(MANIFEST_NAME)
-        for info in target.store.list(target.prefix):
-            rel = info.key[len(target.prefix) :]
-            if rel not in ours:
-                raise Conflict(
-                    f"{target.prefix!r} holds {rel!r}, which is not part of this export (another "
-                    "export's files, or other data): EvalHub downloads every object under the "
-                    "prefix; choose an empty prefix",
-                    key=info.key,
                 )
 
     def _result(
@@ -702,122 +643,6 @@ class ExportService:
         tmp = dest.parent / f".{dest.name}.export-{secrets.token_hex(6)}"
         tmp.mkdir()
         return tmp
-
-    @staticmethod
-    def _directory_commit(tmp: Path, dest: Path) -> None:
-        if dest.exists():
-            dest.rmdir()  # empty, checked at staging; rename needs the name free
-        tmp.rename(dest)
-
-    def _write_directory(
-        self, plan: ExportPlan, bodies: Mapping[str, bytes], dest: Path, progress: Progress
-    ) -> None:
-        tmp = self._directory_staging(dest)
-        try:
-            made: set[str] = set()
-            for f in plan.files():
-                _write_files(tmp, (f,), bodies, made)
-                progress.advance(1, f.size)
-            (tmp / MANIFEST_NAME).write_bytes(plan.manifest_bytes())
-            self._directory_commit(tmp, dest)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-
-    def _write_store(
-        self,
-        plan: ExportPlan,
-        bodies: Mapping[str, bytes],
-        target: Target,
-        secret_ref: str | None,
-        bundle: bool,
-        progress: Progress,
-    ) -> ExportResult:
-        store = target.store
-        assert store is not None
-        prefix = target.prefix
-        self._check_only_ours(plan, target)
-
-        def body_of(digest: str) -> bytes:
-            return bodies[digest[7:]]
-
-        written: list[str] = []  # list.append is atomic: safe from the worker threads
-
-        def put(path: str, data: bytes) -> int:
-            store.put(prefix + path, data)
-            written.append(prefix + path)
-            return len(data)
-
-        manifest_there = store.exists(prefix + MANIFEST_NAME)
-        try:
-            if not manifest_there:
-                with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-                    futures = [
-                        pool.submit(
-                            put, f.path, f.body if f.body is not None else body_of(f.digest)
-                        )
-                        for f in plan.files()
-                    ]
-                    for fut in as_completed(futures):
-                        if fut.exception() is not None:
-                            for other in futures:
-                                other.cancel()
-                        progress.advance(1, fut.result())
-            manifest = plan.manifest_bytes()
-            if bundle:
-                key = bundle_key(prefix)
-                store.put(
-                    key, build_bundle(plan, body_of, manifest), content_type="application/gzip"
-                )
-                written.append(key)
-            if not manifest_there:
-                store.put(prefix + MANIFEST_NAME, manifest, content_type="application/json")
-        except BaseException:
-            for key in written:
-                try:
-                    store.delete(key)
-                except Exception:  # best effort: the manifest was never written
-                    log.warning("export: could not remove %s", key)
-            raise
-        return self._result(
-            plan, target, reused=manifest_there, secret_ref=secret_ref, bundled=bundle or None
-        )
-
-
-STREAMED_FORMATS = ("case-dirs", "harbor")
-STREAM_CHUNK = 2048
-
-
-@dataclass(frozen=True)
-class _Stream:
-    """What a streamed export needs to know before its first case is read."""
-
-    record: Any  # the VersionRecord
-    indices: Sequence[int]  # a range for the whole version: no list of a million ints
-    stamp: dict[str, Any] | None
-    shared: list[SharedEntry]
-    fmt: str
-    dataset: dict[str, Any]
-    export_id: str
-
-
-def _write_files(
-    root: Path, files: Sequence[PlannedFile], bodies: Mapping[str, bytes], made: set[str]
-) -> tuple[int, int]:
-    """Write `files` under `root` (their directories made once each); (count, bytes)."""
-    total = 0
-    for f in files:
-        parent = f.path.rpartition("/")[0]
-        if parent and parent not in made:
-            (root / parent).mkdir(parents=True, exist_ok=True)
-            made.add(parent)
-        data = f.body if f.body is not None else bodies[f.digest[7:]]
-        with open(root / f.path, "wb") as fh:
-            fh.write(data)
-        if f.mode != DEFAULT_MODE:
-            (root / f.path).chmod(f.mode)
-        total += len(data)
-    return len(files), total
 
 
 def _request_shared(
