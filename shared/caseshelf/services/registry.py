@@ -530,7 +530,7 @@ class RegistryService:
             builder.add_blob(sf["digest"][7:], blob_locs[sf["digest"][7:]])
         manifest = builder.build(prep.content_digest)
         manifest, copied = self._keep_superseded(tenant, base, manifest)
-        mkey = write_manifest(self.store, tenant, manifest).key
+        mkey = write_manifest(self.store, tenant, manifest, workers=self.read_workers).key
 
         rec = self.versions.new_record(
             identity,
@@ -656,7 +656,7 @@ class RegistryService:
             case_digests=((src.ids[i], src.case_digest(i)) for i in indices),
         )
         manifest = builder.build(cdigest)
-        mkey = write_manifest(self.store, tenant, manifest).key
+        mkey = write_manifest(self.store, tenant, manifest, workers=self.read_workers).key
         return self._commit_manifest(
             identity,
             name,
@@ -829,7 +829,7 @@ class RegistryService:
             builder.resolve_pending(packs.digest_of_pack)
             manifest = builder.build(cdigest)
             manifest, copied = self._keep_superseded(tenant, base, manifest)
-            mkey = write_manifest(self.store, tenant, manifest).key
+            mkey = write_manifest(self.store, tenant, manifest, workers=self.read_workers).key
         stats = WriteStats(
             case_bytes_written=packs.bytes_written + copied.bytes_written,
             pack_objects_written=packs.objects_written + copied.objects_written,
