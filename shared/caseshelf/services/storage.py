@@ -165,19 +165,30 @@ class ManifestWritten:
     chunks: int
 
 
-def write_manifest(store: BlobStore, tenant: str, manifest: Manifest) -> ManifestWritten:
+def write_manifest(
+    store: BlobStore, tenant: str, manifest: Manifest, *, workers: int = 1
+) -> ManifestWritten:
     """Store `manifest` as a format 3 root and its chunks (`caseshelf.domain.chunks`): every
     chunk (and the object of its superseded copies, if it keeps any) first, put-if-absent under
     the sha256 of its bytes (a chunk another version stored is reused, never overwritten), the
     root last, put-if-absent at the version's manifest key. A crash in between leaves only
-    chunks no root names, which `gc` collects."""
+    chunks no root names, which `gc` collects. `workers` above 1 (a remote store, where a PUT
+    waits on the network) writes that many chunks at once: ~100 chunks of a 100,000-case
+    version one at a time against S3 would add ~100 round trips to the registration."""
     root, chunks, copies = split_manifest(manifest)
     written = objects = 0
     keyed = [(layout.chunk_key(tenant, hex_digest), data) for hex_digest, data in chunks]
     if copies is not None:
         keyed.append((layout.superseded_key(tenant, copies[0]), copies[1]))
-    for key, data in keyed:
-        if store.put_if_absent(key, data):
+    if workers > 1 and len(keyed) > 1:
+        with ThreadPoolExecutor(
+            max_workers=min(workers, len(keyed)), thread_name_prefix="caseshelf-chunk"
+        ) as pool:
+            wrote = list(pool.map(lambda item: store.put_if_absent(*item), keyed))
+    else:
+        wrote = [store.put_if_absent(key, data) for key, data in keyed]
+    for (_, data), new in zip(keyed, wrote, strict=True):
+        if new:
             written += len(data)
             objects += 1
     key = layout.manifest_key(tenant, manifest.content_digest)
