@@ -224,6 +224,20 @@ class Root:
         """The position of each chunk's first case, and the case count last."""
         return list(accumulate(self.chunk_counts, initial=0))
 
+    def blob_locations(self) -> dict[str, Location]:
+        """Where each file body of the version lives, by digest hex (`Manifest.blob_locations`:
+        the root carries them, so a reader of files needs no chunk)."""
+        return {
+            d: Location(self.blob_containers[c], o, n)
+            for d, c, o, n in zip(
+                self.blob_digests,
+                self.blob_container_index,
+                self.blob_offsets,
+                self.blob_lengths,
+                strict=True,
+            )
+        }
+
     def to_bytes(self) -> bytes:
         doc = {
             "format": ROOT_FORMAT,

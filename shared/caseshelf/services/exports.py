@@ -348,14 +348,14 @@ class ExportService:
         else:
             rec = self.registry.get_version(identity, name, ref)
             chosen_indices, stamp = None, None
-        manifest = self.registry.manifest(rec)
-        indices: Sequence[int] = (
-            chosen_indices if chosen_indices is not None else range(len(manifest))
-        )
-        locations = manifest.blob_locations()
+        # The root alone (count, shared files, where file bodies are): the cases are read a
+        # window at a time below, each window from the chunks that cover it.
+        root = self.registry.root(rec)
+        indices: Sequence[int] = chosen_indices if chosen_indices is not None else range(len(root))
+        locations = root.blob_locations()
         base = [
             SharedEntry(s["dest"], s["digest"], locations[hex_of(s["digest"])].length)
-            for s in manifest.shared_files
+            for s in root.shared_files
         ]
         extra, extra_bodies = _request_shared(request.shared_files, locations)
         shared = merge_shared(base, extra)
@@ -383,7 +383,8 @@ class ExportService:
         size = window_size(request.format)
 
         def windows() -> Iterator[list[dict[str, Any]]]:
-            # The registry's ranged reads, a window of cases at a time: only the window is held.
+            # The registry's ranged reads, a window of cases at a time (and the chunks of the
+            # manifest that cover it): only the window is held.
             for start in range(0, len(indices), size):
                 chunk = list(indices[start : start + size])
                 yield [case for _, case in self.registry.case_records(rec, chunk)]
