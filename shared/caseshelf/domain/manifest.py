@@ -20,8 +20,7 @@ import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import accumulate, chain, compress, count, islice
-from operator import not_
+from itertools import accumulate, chain, islice
 from typing import Any
 
 import orjson
@@ -429,7 +428,7 @@ def superseded_indices(base: Manifest, new: Manifest) -> list[int]:
     removed cases and the earlier form of its changed ones (a digest covers the id too). These
     are what a diff of the two reads from the base."""
     held = set(new.digest_list())
-    return list(compress(count(), map(not_, map(held.__contains__, base.digest_list()))))
+    return [i for i, digest in enumerate(base.digest_list()) if digest not in held]
 
 
 class ManifestBuilder:
