@@ -31,6 +31,7 @@ def test_the_page_has_a_snippet_per_operation() -> None:
     for op in (
         "connect(",
         ".register(",
+        ".register_file(",
         ".validate(",
         ".get(",
         ".cases(",
@@ -85,6 +86,7 @@ def test_every_snippet_runs(
     assert "1 id" in out  # the DataFrame's row and column
     assert "1 inputs.user b" in out  # a case the API refused, named by row and column
     assert "succeeded uploaded sha256:" in out  # a dataset upload on the embedded store
+    assert "100 True" in out  # a dataset file registered as it is
     assert namespace["d"].summary.added == 1
     assert namespace["same"].content_digest == namespace["v"].content_digest
     assert (tmp_path / "exported" / "manifest.json").is_file()
