@@ -406,6 +406,27 @@ def progress(description: str, total: float | None = None) -> Iterator[Progress]
 # -- entry point ------------------------------------------------------------------------------
 
 
+def failed(exc: BaseException) -> int | None:
+    """A command's failure as the CLI words it: `error: <detail>` on stderr and the exit code
+    (1, or 130 when interrupted); None for an exception that is a bug (its traceback shows).
+    The one wording for the typer app and the start-up path (`caseshelf.cli.fast`)."""
+    if isinstance(exc, CaseshelfError):
+        fail(exc.detail)
+        return 1
+    if isinstance(exc, KeyboardInterrupt):
+        fail("interrupted")
+        return 130
+    if isinstance(exc, OSError):
+        fail(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+        return 1
+    # AWS client failures that are not answers (no credentials, no endpoint) come from
+    # botocore, which is imported only when AWS is used: name them without a traceback.
+    if type(exc).__module__.startswith("botocore"):
+        fail(f"AWS: {exc}")
+        return 1
+    return None
+
+
 def command_name(argv: Sequence[str]) -> str | None:
     """The command `argv` names (its first word that is no option or option value)."""
     words = iter(argv)

@@ -19,7 +19,7 @@ from caseshelf.cli import (
     begin,
     client,
     emit,
-    fail,
+    failed,
     note,
     short,
     table,
@@ -177,18 +177,9 @@ def run_fast(argv: Sequence[str]) -> int | None:
     begin(**common)
     try:
         command(**args)
-    except CaseshelfError as exc:
-        fail(exc.detail)
-        return 1
-    except KeyboardInterrupt:
-        fail("interrupted")
-        return 130
-    except OSError as exc:
-        fail(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
-        return 1
-    except Exception as exc:
-        if type(exc).__module__.startswith("botocore"):  # as the typer app names them
-            fail(f"AWS: {exc}")
-            return 1
-        raise
+    except (Exception, KeyboardInterrupt) as exc:
+        code = failed(exc)  # as the typer app words it
+        if code is None:
+            raise
+        return code
     return 0

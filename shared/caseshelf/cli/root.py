@@ -24,9 +24,9 @@ from caseshelf.cli import (
     begin,
     command_name,
     fail,
+    failed,
     state,
 )
-from caseshelf.domain.errors import CaseshelfError
 
 try:  # typer vendors click and names its exception base TyperException; older ones use click's
     from typer import TyperException as CliError
@@ -184,22 +184,11 @@ def run_app(argv: Sequence[str] | None = None) -> int:
     except typer.Abort:
         fail("aborted")
         return 1
-    except CaseshelfError as exc:
-        fail(exc.detail)
-        return 1
-    except KeyboardInterrupt:
-        fail("interrupted")
-        return 130
-    except OSError as exc:
-        fail(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
-        return 1
-    except Exception as exc:
-        # AWS client failures that are not answers (no credentials, no endpoint) come from
-        # botocore, which is imported only when AWS is used: name them without a traceback.
-        if type(exc).__module__.startswith("botocore"):
-            fail(f"AWS: {exc}")
-            return 1
-        raise
+    except (Exception, KeyboardInterrupt) as exc:
+        code = failed(exc)
+        if code is None:
+            raise
+        return code
     return rv if isinstance(rv, int) else 0
 
 

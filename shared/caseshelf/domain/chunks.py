@@ -47,6 +47,7 @@ from caseshelf.domain.manifest import (
     Manifest,
     _pack_ints,
     _unpack_ints,
+    blob_locations,
     column_array,
 )
 
@@ -225,18 +226,9 @@ class Root:
         return list(accumulate(self.chunk_counts, initial=0))
 
     def blob_locations(self) -> dict[str, Location]:
-        """Where each file body of the version lives, by digest hex (`Manifest.blob_locations`:
-        the root carries them, so a reader of files needs no chunk)."""
-        return {
-            d: Location(self.blob_containers[c], o, n)
-            for d, c, o, n in zip(
-                self.blob_digests,
-                self.blob_container_index,
-                self.blob_offsets,
-                self.blob_lengths,
-                strict=True,
-            )
-        }
+        """Where each file body of the version lives, by digest hex (the root carries them,
+        so a reader of files needs no chunk)."""
+        return blob_locations(self)
 
     def to_bytes(self) -> bytes:
         doc = {

@@ -21,7 +21,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import accumulate, chain, islice
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -169,6 +169,30 @@ class DigestColumn(Sequence[str]):
     __hash__ = None  # type: ignore[assignment]
 
 
+class HasBlobs(Protocol):
+    """What holds a version's file bodies' places: a `Manifest`, or a format 3 root."""
+
+    blob_containers: list[str]
+    blob_digests: list[str]
+    blob_container_index: Sequence[int]
+    blob_offsets: Sequence[int]
+    blob_lengths: Sequence[int]
+
+
+def blob_locations(holder: HasBlobs) -> dict[str, Location]:
+    """Where each file body lives, by digest hex."""
+    return {
+        d: Location(holder.blob_containers[c], o, n)
+        for d, c, o, n in zip(
+            holder.blob_digests,
+            holder.blob_container_index,
+            holder.blob_offsets,
+            holder.blob_lengths,
+            strict=True,
+        )
+    }
+
+
 @dataclass
 class Manifest:
     """In memory: lists of ids and digests, compact integer arrays for the rest.
@@ -256,16 +280,7 @@ class Manifest:
         }
 
     def blob_locations(self) -> dict[str, Location]:
-        return {
-            d: Location(self.blob_containers[c], o, n)
-            for d, c, o, n in zip(
-                self.blob_digests,
-                self.blob_container_index,
-                self.blob_offsets,
-                self.blob_lengths,
-                strict=True,
-            )
-        }
+        return blob_locations(self)
 
     def superseded_locations(self) -> dict[str, Location]:
         """Where the copies of the base version's superseded records are, by digest hex."""

@@ -70,8 +70,8 @@ from caseshelf.services.imports import (
 from caseshelf.services.versioned import Clock, iso, utc_now
 
 if TYPE_CHECKING:
-    from caseshelf.services.registry import RegistryService
-    from caseshelf.services.tasks import TaskImportService
+    from caseshelf.services.registry import RegisterResult, RegistryService
+    from caseshelf.services.tasks import TaskImportResult, TaskImportService
 
 log = logging.getLogger("caseshelf.jobs")
 
@@ -584,15 +584,7 @@ class JobService:
         done = self.imports.run(
             identity, req, via=job.get("via", "upload"), reader=self.object_reader, upload=upload
         )
-        rec = done.result.record
-        return {
-            "id": rec.name,
-            "version": rec.version,
-            "content_digest": rec.content_digest,
-            "case_count": rec.case_count,
-            "created": done.result.created,
-            "rows_read": done.rows_read,
-        }
+        return {**_registered(done.result), "rows_read": done.rows_read}
 
     def _register_dataset(
         self, job: dict[str, Any], identity: Identity, spec: DatasetUpload
@@ -630,15 +622,7 @@ class JobService:
                 "case_count": checked.case_count,
                 "version": checked.version,
             }
-        res = self.registry.register_stream(identity, head, stream.batches)
-        rec = res.record
-        return {
-            "id": rec.name,
-            "version": rec.version,
-            "content_digest": rec.content_digest,
-            "case_count": rec.case_count,
-            "created": res.created,
-        }
+        return _registered(self.registry.register_stream(identity, head, stream.batches))
 
     def _import_tasks(
         self, job: dict[str, Any], identity: Identity, spec: TasksUpload
@@ -655,13 +639,8 @@ class JobService:
             bump=spec.bump,
             via=job.get("via", "upload"),
         )
-        rec = res.record
         return {
-            "id": rec.name,
-            "version": rec.version,
-            "content_digest": rec.content_digest,
-            "case_count": rec.case_count,
-            "created": res.created,
+            **_registered(res),
             "skipped": [{"task": s.task, "reason": s.reason} for s in res.skipped],
             "warnings": list(res.warnings),
         }
@@ -729,3 +708,15 @@ def _plain(value: Any) -> bool:
     if isinstance(value, list):
         return all(isinstance(v, str | int) for v in value)
     return isinstance(value, str | int)
+
+
+def _registered(res: RegisterResult | TaskImportResult) -> dict[str, Any]:
+    """A job's result for the version it registered: what `POST /datasets` answers."""
+    rec = res.record
+    return {
+        "id": rec.name,
+        "version": rec.version,
+        "content_digest": rec.content_digest,
+        "case_count": rec.case_count,
+        "created": res.created,
+    }
