@@ -124,39 +124,16 @@ def load_body(
     base: str | None,
 ) -> dict[str, Any]:
     """The dataset document from `file`, with the command-line overrides applied."""
-    from caseshelf.services.loaders import load_dataset
+    from caseshelf.services.loaders import load_dataset, with_overrides
 
     if version is not None and bump is not None:
         raise typer.BadParameter("give either --version or --bump, not both")
     doc, notices = load_dataset(file)
     for line in notices:  # deprecated shapes still load; say so once per file and code
         warn(line)
-    return with_overrides(file, doc, dataset=dataset, version=version, bump=bump, base=base)
-
-
-def with_overrides(
-    file: Path,
-    doc: dict[str, Any],
-    *,
-    dataset: str | None,
-    version: str | None,
-    bump: BumpKind | str | None,
-    base: str | None,
-) -> dict[str, Any]:
-    """A dataset document (or its head) with the command-line overrides applied."""
-    if version is not None and bump is not None:
-        raise typer.BadParameter("give either --version or --bump, not both")
-    body = dict(doc)
-    if dataset is not None:
-        body["id"] = dataset
-    if version is not None:
-        body["version"] = version
-        body.pop("bump", None)
-    if bump is not None:
-        body["bump"] = str(bump)
-        body.pop("version", None)
-    if base is not None:
-        body["base"] = base
+    body = with_overrides(
+        doc, dataset=dataset, version=version, bump=None if bump is None else str(bump), base=base
+    )
     if "id" not in body:
         raise typer.BadParameter(f"{file} names no dataset id; give --dataset ID")
     if body.get("version") is None and body.get("bump") is None:

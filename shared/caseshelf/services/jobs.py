@@ -596,22 +596,14 @@ class JobService:
         its streamed entry (`register_stream`). The result is the route's answer
         (`RegisterOut`); with `dry_run`, `POST /datasets/validate`'s (`ValidateOut`), and
         nothing is stored."""
-        from caseshelf.services.loaders import stream_dataset_from
+        from caseshelf.services.loaders import stream_dataset_from, with_overrides
         from caseshelf.services.objectio import open_object
         from caseshelf.services.registry import parse_head
 
         stream = stream_dataset_from(open_object(self.store, job["key"]), spec.filename)
-        raw = dict(stream.head)
-        if spec.dataset is not None:
-            raw["id"] = spec.dataset
-        if spec.version is not None:
-            raw["version"] = spec.version
-            raw.pop("bump", None)
-        if spec.bump is not None:
-            raw["bump"] = spec.bump
-            raw.pop("version", None)
-        if spec.base is not None:
-            raw["base"] = spec.base
+        raw = with_overrides(
+            stream.head, dataset=spec.dataset, version=spec.version, bump=spec.bump, base=spec.base
+        )
         head = parse_head(raw)
         if spec.dry_run:
             checked = self.registry.validate_stream(identity, head, stream.batches)

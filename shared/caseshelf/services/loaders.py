@@ -310,6 +310,31 @@ STREAM_CASES = 1000  # cases per window
 STREAM_BYTES = 8 << 20  # a window of large cases closes early
 
 
+def with_overrides(
+    doc: dict[str, Any],
+    *,
+    dataset: str | None = None,
+    version: str | None = None,
+    bump: str | None = None,
+    base: str | None = None,
+) -> dict[str, Any]:
+    """A dataset document (or a streamed one's head) with `dataset`, `version`, `bump` and
+    `base` put over its own, as the CLI's options and a dataset upload's fields give them: a
+    version given drops the document's bump, and a bump its version."""
+    body = dict(doc)
+    if dataset is not None:
+        body["id"] = dataset
+    if version is not None:
+        body["version"] = version
+        body.pop("bump", None)
+    if bump is not None:
+        body["bump"] = bump
+        body.pop("version", None)
+    if base is not None:
+        body["base"] = base
+    return body
+
+
 @dataclass
 class DatasetStream:
     """A dataset file read a window of cases at a time: the document without its cases
