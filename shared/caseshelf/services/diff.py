@@ -14,6 +14,7 @@ earlier forms in one span instead of one request each, scattered through the bas
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
@@ -34,6 +35,7 @@ from caseshelf.domain.diff import (
 )
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.manifest import Location
+from caseshelf.domain.paging import check_limit, decode_diff_position, encode_diff_position
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.ports import BlobStore
 from caseshelf.services.registry import RegistryService
@@ -72,6 +74,8 @@ class DiffResult:
     removed: list[CaseBrief] | None
     changed: list[CaseChanges] | None
     stats: ReadStats
+    # The cursor of the next page of entries; None on the last page and in summary mode.
+    next_cursor: str | None = None
 
     @property
     def summary(self) -> dict[str, int]:
@@ -137,10 +141,22 @@ class DiffService:
         candidate_name: str | None = None,
         summary_only: bool = False,
         include_deleted: bool = False,
+        cursor: str | None = None,
+        limit: int | None = None,
     ) -> DiffResult:
         """Diff `name@base_ref` against `candidate_name@candidate_ref` (`candidate_name`
-        defaults to `name`). Tombstoned versions take part only with `include_deleted`."""
+        defaults to `name`). Tombstoned versions take part only with `include_deleted`.
+
+        Paged (`limit` or `cursor` given): the entries are the changed cases, then the added
+        ones (both in candidate order), then the removed ones (in base order), and a page holds
+        `limit` of them (default 100, at most 1000) with the summary of the whole diff; only
+        the page's cases are read and compared. A cursor pins both versions by content digest:
+        with one, the versions are the ones it names, not what the refs name now. Without
+        `limit` and `cursor`, every entry is in one answer (for small diffs and the library)."""
         reg = self.registry
+        start = 0
+        if cursor:
+            base_ref, candidate_ref, start = decode_diff_position(cursor)
         base = reg.get_version(identity, name, base_ref, include_deleted=include_deleted)
         candidate = reg.get_version(
             identity, candidate_name or name, candidate_ref, include_deleted=include_deleted
@@ -155,13 +171,23 @@ class DiffService:
         if summary_only:
             return DiffResult(base, candidate, plan, None, None, None, ReadStats())
 
+        changed_pos, added_pos, removed_pos = plan.changed, plan.added, plan.removed
+        next_cursor = None
+        if cursor or limit is not None:
+            stop = start + check_limit(limit)
+            changed_pos, added_pos, removed_pos, more = _page_of(plan, start, stop)
+            if more:
+                next_cursor = encode_diff_position(
+                    base.content_digest, candidate.content_digest, stop
+                )
+
         counter = _CountingReads(reg.store)
         store = cast(BlobStore, counter)
-        base_at = {p: i for i, p in enumerate(base_part.positions)}
-        cand_at = {p: j for j, p in enumerate(cand_part.positions)}
+        base_at = partial(_index_in, base_part.positions)
+        cand_at = partial(_index_in, cand_part.positions)
         base_m, cand_m = base_part, cand_part
-        base_want = [base_at[i] for i in plan.removed] + [base_at[i] for i, _ in plan.changed]
-        cand_want = [cand_at[j] for j in plan.added] + [cand_at[j] for _, j in plan.changed]
+        base_want = [base_at(i) for i in removed_pos] + [base_at(i) for i, _ in changed_pos]
+        cand_want = [cand_at(j) for j in added_pos] + [cand_at(j) for _, j in changed_pos]
         # Either version may keep copies of the other's records (the later one registered
         # against the earlier): the changed cases' earlier forms, back to back.
         copies = {**reg.superseded(base), **reg.superseded(candidate)} if self.read_copies else {}
@@ -169,19 +195,18 @@ class DiffService:
         cand_bodies = self._read(store, candidate, cand_m, cand_want, copies)
 
         added = [
-            CaseBrief(cand_m.ids[cand_at[j]], user_text(cand_bodies[cand_at[j]]))
-            for j in plan.added
+            CaseBrief(cand_m.ids[cand_at(j)], user_text(cand_bodies[cand_at(j)])) for j in added_pos
         ]
         removed = [
-            CaseBrief(base_m.ids[base_at[i]], user_text(base_bodies[base_at[i]]))
-            for i in plan.removed
+            CaseBrief(base_m.ids[base_at(i)], user_text(base_bodies[base_at(i)]))
+            for i in removed_pos
         ]
         changed = [
             CaseChanges(
-                cand_m.ids[cand_at[j]],
-                field_changes(base_bodies[base_at[i]], cand_bodies[cand_at[j]]),
+                cand_m.ids[cand_at(j)],
+                field_changes(base_bodies[base_at(i)], cand_bodies[cand_at(j)]),
             )
-            for i, j in plan.changed
+            for i, j in changed_pos
         ]
         return DiffResult(
             base,
@@ -191,6 +216,7 @@ class DiffService:
             removed,
             changed,
             ReadStats(objects_read=counter.objects, bytes_read=counter.bytes),
+            next_cursor,
         )
 
     def _part(self, rec: VersionRecord, root: Root, numbers: list[int]) -> ChunkPart:
@@ -233,3 +259,23 @@ class DiffService:
             what = f"case {part.ids[i]!r}"
             check_record(raw[i], digests[i], pack_key(loc.container), loc, what)
         return {i: orjson.loads(data) for i, data in raw.items()}
+
+
+def _index_in(positions: list[int], position: int) -> int:
+    """Where the case at `position` of the version is in a part (`ChunkPart.positions` is
+    ascending): a search instead of a dict over every case of the part."""
+    return bisect_left(positions, position)
+
+
+def _page_of(
+    plan: DiffPlan, start: int, stop: int
+) -> tuple[list[tuple[int, int]], list[int], list[int], bool]:
+    """The entries `start` to `stop` of a diff, in its page order (changed, added, removed),
+    and whether more follow."""
+    c, a = len(plan.changed), len(plan.added)
+    total = c + a + len(plan.removed)
+
+    def part(items: list[Any], offset: int) -> list[Any]:
+        return items[max(start - offset, 0) : max(stop - offset, 0)]
+
+    return part(plan.changed, 0), part(plan.added, c), part(plan.removed, c + a), stop < total
