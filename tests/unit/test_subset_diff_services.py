@@ -386,3 +386,31 @@ def test_a_diff_limit_out_of_range_is_400(svc, limit):
     with pytest.raises(BadRequest) as err:
         diff(svc, "1.0.0", "1.0.0", limit=limit)
     assert err.value.fields["field"] == "limit"
+
+
+def test_the_next_page_of_a_series_reuses_the_kept_plan_and_only_that(svc, monkeypatch):
+    # Given a paged diff, and the plans the service makes counted
+    register(svc, ME, "1.0.0", [case(i) for i in range(12)])
+    register(svc, ME, "2.0.0", [case(i, inputs={"user": f"q{i}"}) for i in range(12)])
+    register(svc, ME, "3.0.0", [case(i) for i in range(5)])
+    made: list[str] = []
+    plan = svc.diff._plan
+
+    def counted(base: Any, cand: Any) -> Any:
+        made.append(f"{base.version}->{cand.version}")
+        return plan(base, cand)
+
+    monkeypatch.setattr(svc.diff, "_plan", counted)
+    pages = _pages(svc, "1.0.0", "2.0.0", 5)
+    # Then the series made one plan for its three pages, with the same answers as planning
+    # each page afresh
+    assert len(pages) == 3 and made == ["1.0.0->2.0.0"]
+    svc.diff._last_plan = None
+    fresh = _pages(svc, "1.0.0", "2.0.0", 5)
+    assert [_entries(p) for p in fresh] == [_entries(p) for p in pages]
+    assert len(made) == 4
+    # And another pair is planned anew, not answered from the kept plan
+    svc.diff._last_plan = type(svc.diff)(svc.registry)._last_plan
+    assert diff(svc, "1.0.0", "2.0.0", limit=5).summary["changed"] == 12
+    assert diff(svc, "1.0.0", "3.0.0", limit=5).summary["removed"] == 7
+    assert made[-2:] == ["1.0.0->2.0.0", "1.0.0->3.0.0"]
