@@ -15,7 +15,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from caseshelf import bootstrap
 from caseshelf.api import dto
 from caseshelf.api.app import count, current_identity, instrumented, make_resolver, problems
-from caseshelf.api.routes import DatasetIdPath
+from caseshelf.api.routes import Cursor, DatasetIdPath
 from caseshelf.domain.models import DATASET_ID_PATTERN
 
 app = make_resolver(
@@ -41,7 +41,12 @@ Ref = Annotated[
     "are read. Each change is `{path, before, after}` with an RFC 6901 pointer; `before` or "
     "`after` is left out where that side has no such key (null is a value). "
     "`candidate_id` diffs against another dataset of the same tenant. With `summary=true` "
-    "only the counts and the version metadata changes are computed (no case is read).",
+    "only the counts and the version metadata changes are computed (no case is read). "
+    "The entries are paged: the changed cases, then the added ones (candidate order), then the "
+    "removed ones (base order), `limit` entries a page across the three lists; `summary` and "
+    "`meta` cover the whole diff on every page, and only the page's cases are read. "
+    "`next_cursor` pins both versions by content digest: with `cursor`, the versions are the "
+    "ones it names.",
     tags=TAGS,
     responses=problems(400, 403, 404),
 )
@@ -55,6 +60,10 @@ def diff(
     ] = None,
     summary: Annotated[bool, Query(description="Counts and metadata changes only.")] = False,
     include_deleted: Annotated[bool, Query(description="Allow tombstoned versions.")] = False,
+    cursor: Cursor = None,
+    limit: Annotated[
+        int, Query(ge=1, le=1000, description="Entries a page, across the three lists.")
+    ] = 100,
 ) -> dto.DiffOut:
     res = bootstrap.services().diff.diff_versions(
         current_identity(app),
@@ -64,6 +73,8 @@ def diff(
         candidate_name=candidate_id,
         summary_only=summary,
         include_deleted=include_deleted,
+        cursor=cursor,
+        limit=limit,
     )
     count("DiffsComputed")
     return dto.diff_out(res)

@@ -111,3 +111,34 @@ def test_subset_register_as_and_diff_over_http(work: Path, server: str) -> None:
     diff = json.loads(got.stdout)
     assert diff["summary"] == {"added": 0, "removed": 2, "changed": 0, "unchanged": 4}
     assert diff["candidate"]["id"] == "qa-odd"
+
+
+def test_diff_streams_pages_as_json_lines_and_as_a_table(work: Path, server: str) -> None:
+    # Given v1 and v2 over the API: 1 changed, 1 added, 1 removed (3 entries)
+    home = work / "unused-home"
+    for doc in ("v1.json", "v2.json"):
+        assert cli(home, work, "--api", server, "register", doc).returncode == 0
+    # When streamed a page of one entry at a time as JSON Lines
+    got = cli(
+        home, work, "--api", server, "diff", "qa@1.0.0", "1.1.0", "--jsonl", "--page-size", "1"
+    )
+    assert got.returncode == 0, got.stderr
+    lines = [json.loads(line) for line in got.stdout.splitlines()]
+    # Then a head line, then every entry once, changed first, then added, then removed
+    assert lines[0]["kind"] == "diff"
+    assert lines[0]["summary"] == {"added": 1, "removed": 1, "changed": 1, "unchanged": 4}
+    assert [(d["kind"], d["id"]) for d in lines[1:]] == [
+        ("changed", "c1"),
+        ("added", "c7"),
+        ("removed", "c0"),
+    ]
+    assert lines[1]["changes"] == [{"path": "/timeout_sec", "after": 60}]
+    # And the table, read in pages of one, shows each entry once and the summary once
+    got = cli(home, work, "--api", server, "diff", "qa@1.0.0", "1.1.0", "--page-size", "1")
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.count("+ c7") == 1 and got.stdout.count("- c0") == 1
+    assert got.stdout.count("diff qa@1.0.0") == 1
+    assert got.stdout.count("1 added, 1 removed, 1 changed, 4 unchanged") == 1
+    # And --json joins the pages into the one document it always printed
+    out = json.loads(cli(home, work, "--api", server, "diff", "qa@1.0.0", "1.1.0", "--json").stdout)
+    assert [b["id"] for b in out["added"]] == ["c7"] and out["next_cursor"] is None

@@ -257,6 +257,36 @@ def test_walk_list_dataset_version_case_and_diff_shows_the_apis_counts(
     assert page.text('[data-count="changed"] .n') == str(diff["summary"]["changed"])
 
 
+def test_a_long_diff_is_read_a_page_at_a_time_with_show_more(page: Page, server: str) -> None:
+    # Given 130 changed, 20 added and 5 removed cases (155 entries: two pages of 100)
+    v1 = [{"id": f"c{i:03d}", "inputs": {"user": f"q{i}"}} for i in range(135)]
+    v2 = [{"id": f"c{i:03d}", "inputs": {"user": f"Q{i}"}} for i in range(5, 135)]
+    v2 += [{"id": f"n{i:02d}", "inputs": {"user": "new"}} for i in range(20)]
+    register(server, {"id": "long", "version": "1.0.0", "cases": v1})
+    register(server, {"id": "long", "version": "2.0.0", "cases": v2})
+    # When the diff page opens
+    page.goto("/datasets/long/diff?base=1.0.0&candidate=2.0.0")
+    page.tab.wait_for_selector("#changed-h")
+    # Then the counts are the whole diff's, and the first page's entries are shown
+    assert page.text("#changed-h") == "Changed (130)"
+    assert page.text("#added-h") == "Added (20)"
+    assert page.text("#removed-h") == "Removed (5)"
+    changed = page.tab.locator("section[aria-labelledby=changed-h] details[data-case]")
+    assert changed.count() == 100
+    assert page.text('[data-shown="changed"]') == "100 of 130 shown"
+    assert page.tab.locator("section[aria-labelledby=added-h] li").count() == 0
+    # And "Show more" reads the next page, through the cursor, to the end
+    more = page.tab.locator("button[data-more]")
+    assert more.inner_text() == "Show 55 more of 55"
+    more.click()
+    page.tab.wait_for_selector("section[aria-labelledby=removed-h] li[data-case=c004]")
+    assert changed.count() == 130
+    assert page.tab.locator("section[aria-labelledby=added-h] li").count() == 20
+    assert page.tab.locator("section[aria-labelledby=removed-h] li").count() == 5
+    assert more.is_hidden()
+    assert page.tab.locator('[data-shown="changed"]').is_hidden()
+
+
 def test_tag_delete_and_revive_from_the_dataset_page(page: Page, server: str) -> None:
     two_versions(server, "acts")
     page.accept_dialogs = True

@@ -111,6 +111,30 @@ def test_every_read_and_change_of_a_version(cs: Client) -> None:
     assert derived.registered is not None and derived.registered.case_count == 2
 
 
+def test_diff_pages_lazily_and_joins_them(cs: Client) -> None:
+    # Given v2 with every case of v1 changed and 3 more (7 changed, 3 added)
+    cs.register("paged", cases=CASES, version="1.0.0")
+    v2 = [{**c, "metadata": {"n": i}} for i, c in enumerate(CASES)]
+    v2 += [{"id": f"n{i}", "inputs": {"user": "new"}} for i in range(3)]
+    cs.register("paged", cases=v2, version="2.0.0")
+    # When paged 4 entries at a time
+    pages = cs.diff_pages("paged@1.0.0", "2.0.0", limit=4)
+    first = next(pages)
+    # Then each page is asked for when the previous one is consumed, with the whole summary
+    assert len(first.changed or ()) == 4 and first.next_cursor
+    rest = list(pages)
+    assert len(rest) == 2 and rest[-1].next_cursor is None
+    assert all(p.summary == first.summary for p in rest)
+    entries = list(cs.diff_entries("paged@1.0.0", "2.0.0", limit=3))
+    assert [k for k, _ in entries] == ["changed"] * 7 + ["added"] * 3
+    assert [e.id for _, e in entries] == [c["id"] for c in CASES] + ["n0", "n1", "n2"]
+    # And `diff` joins the pages into one answer, as it always was
+    whole = cs.diff("paged@1.0.0", "2.0.0")
+    assert [c.id for c in whole.changed or ()] == [c["id"] for c in CASES]
+    assert len(whole.added or ()) == 3 and whole.next_cursor is None
+    assert cs.diff("paged@1.0.0", "2.0.0", summary=True).changed is None
+
+
 def test_the_same_answers_in_process_and_over_http(local: Client, remote: Client) -> None:
     # Given the same content registered through both
     for c in (local, remote):

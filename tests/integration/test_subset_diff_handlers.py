@@ -184,3 +184,48 @@ def test_diff_needs_both_refs(services):
     )
     assert status == 400
     assert "candidate" in json.dumps(problem)
+
+
+def test_diff_pages_with_a_cursor_on_moto(services):
+    # Given 1.1.0 with 3 changed, 2 added and 1 removed case
+    register(services, "1.0.0", [case(i) for i in range(8)])
+    v2 = [case(i, inputs={"user": f"q{i}"}) if i < 4 else case(i) for i in range(1, 8)]
+    register(services, "1.1.0", [*v2, case(20), case(21)])
+    # When paged 3 entries at a time over the Lambda
+    seen: list[tuple[str, str]] = []
+    cursor = None
+    summaries = []
+    while True:
+        q = {"base": "1.0.0", "candidate": "1.1.0", "limit": "3"}
+        if cursor:
+            q["cursor"] = cursor
+        status, body = call_function("diff", event("diff_get.json", queryStringParameters=q))
+        assert status == 200
+        summaries.append(body["summary"])
+        for kind in ("changed", "added", "removed"):
+            seen += [(kind, e["id"]) for e in body[kind]]
+        cursor = body["next_cursor"]
+        if not cursor:
+            break
+    # Then two pages hold every entry once, in order, each with the whole summary
+    assert len(summaries) == 2
+    assert all(s == {"added": 2, "removed": 1, "changed": 3, "unchanged": 4} for s in summaries)
+    assert seen == [
+        ("changed", "c01"),
+        ("changed", "c02"),
+        ("changed", "c03"),
+        ("added", "c20"),
+        ("added", "c21"),
+        ("removed", "c00"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "query", [{"limit": "0"}, {"limit": "1001"}, {"cursor": "bm90LWEtY3Vyc29y"}]
+)
+def test_diff_bad_limit_or_cursor_is_400(services, query):
+    register(services, "1.0.0", [case(1)])
+    q = {"base": "1.0.0", "candidate": "1.0.0", **query}
+    status, problem = call_function("diff", event("diff_get.json", queryStringParameters=q))
+    assert status == 400
+    assert next(iter(query)) in json.dumps(problem)

@@ -292,3 +292,125 @@ def test_subset_cases_over_the_answer_limit_are_too_large(svc):
     with pytest.raises(TooLarge, match="register the selection"):
         bounded.select_subset(ME, "qa", "1.0.0", request, with_cases=True)
     assert len(bounded.select_subset(ME, "qa", "1.0.0", request).case_ids) == 8
+
+
+# -- diff pages --------------------------------------------------------------------------
+
+
+def _pages(svc: Services, base: str, cand: str, limit: int, **kw: Any) -> list[Any]:
+    pages = [diff(svc, base, cand, limit=limit, **kw)]
+    while pages[-1].next_cursor:
+        pages.append(diff(svc, base, cand, cursor=pages[-1].next_cursor, limit=limit, **kw))
+    return pages
+
+
+def _entries(res: Any) -> list[tuple[str, str]]:
+    return (
+        [("changed", c.id) for c in res.changed]
+        + [("added", b.id) for b in res.added]
+        + [("removed", b.id) for b in res.removed]
+    )
+
+
+def test_diff_pages_list_changed_then_added_then_removed_and_join_to_the_whole_diff(svc):
+    # Given v2 with 7 changed, 5 added and 4 removed cases among 40
+    v1 = [case(i) for i in range(40)]
+    v2 = [case(i, inputs={"user": f"q{i}"}) if i % 5 == 0 else case(i) for i in range(4, 40)]
+    v2 += [case(100 + i) for i in range(5)]
+    register(svc, ME, "1.0.0", v1)
+    register(svc, ME, "2.0.0", v2)
+    whole = diff(svc, "1.0.0", "2.0.0")
+    # When paged 3 entries at a time
+    pages = _pages(svc, "1.0.0", "2.0.0", 3)
+    # Then the pages hold every entry once, in the documented order, and each page carries
+    # the whole diff's summary
+    assert len(pages) == 6  # 7 + 5 + 4 = 16 entries
+    assert all(len(_entries(p)) == 3 for p in pages[:-1]) and len(_entries(pages[-1])) == 1
+    got = [e for p in pages for e in _entries(p)]
+    assert got == _entries(whole)
+    assert [k for k, _ in got] == ["changed"] * 7 + ["added"] * 5 + ["removed"] * 4
+    assert all(p.summary == whole.summary for p in pages)
+    assert pages[-1].next_cursor is None
+    joined = [c for p in pages for c in p.changed]
+    assert [(c.id, c.changes) for c in joined] == [(c.id, c.changes) for c in whole.changed]
+
+
+def test_a_diff_page_reads_only_its_own_cases(svc):
+    # Given two versions where every case changed
+    register(svc, ME, "1.0.0", [case(i) for i in range(60)])
+    register(svc, ME, "2.0.0", [case(i, inputs={"user": f"q{i}"}) for i in range(60)])
+    # When one page of 5 is asked for
+    res = diff(svc, "1.0.0", "2.0.0", limit=5)
+    # Then 5 cases of each side are read, not 60
+    assert len(res.changed) == 5 and res.summary["changed"] == 60
+    whole = diff(svc, "1.0.0", "2.0.0")
+    assert 0 < res.stats.bytes_read * 6 < whole.stats.bytes_read
+
+
+def test_a_diff_cursor_pins_both_versions(svc):
+    # Given a diff of 1.0.0 against `latest` (2.0.0), paged
+    register(svc, ME, "1.0.0", [case(i) for i in range(10)])
+    register(svc, ME, "2.0.0", [case(i, inputs={"user": f"q{i}"}) for i in range(10)])
+    first = diff(svc, "1.0.0", "latest", limit=4)
+    assert first.next_cursor
+    # When `latest` moves before the next page
+    register(svc, ME, "3.0.0", [case(i) for i in range(3)])
+    nxt = diff(svc, "1.0.0", "latest", cursor=first.next_cursor, limit=4)
+    # Then the next page is still of 2.0.0
+    assert nxt.candidate.version == "2.0.0"
+    assert nxt.summary == first.summary
+    assert [c.id for c in nxt.changed] == ["c004", "c005", "c006", "c007"]
+
+
+@pytest.mark.parametrize("cursor", ["bogus", "cG9zOjQ", "ZGlmZjp4Ong6MQ"])
+def test_a_bad_diff_cursor_is_400_naming_the_cursor(svc, cursor):
+    register(svc, ME, "1.0.0", [case(1)])
+    with pytest.raises(BadRequest) as err:
+        diff(svc, "1.0.0", "1.0.0", cursor=cursor)
+    assert err.value.fields["field"] == "cursor"
+
+
+def test_a_diff_cursor_of_another_dataset_is_not_found(svc):
+    register(svc, ME, "1.0.0", [case(1)])
+    register(svc, ME, "2.0.0", [case(2)])
+    register(svc, ME, "1.0.0", [case(7)], name="other")
+    cursor = diff(svc, "1.0.0", "2.0.0", limit=1).next_cursor
+    assert cursor
+    with pytest.raises(NotFound):
+        diff(svc, "1.0.0", "1.0.0", name="other", cursor=cursor)
+
+
+@pytest.mark.parametrize("limit", [0, 1001])
+def test_a_diff_limit_out_of_range_is_400(svc, limit):
+    register(svc, ME, "1.0.0", [case(1)])
+    with pytest.raises(BadRequest) as err:
+        diff(svc, "1.0.0", "1.0.0", limit=limit)
+    assert err.value.fields["field"] == "limit"
+
+
+def test_the_next_page_of_a_series_reuses_the_kept_plan_and_only_that(svc, monkeypatch):
+    # Given a paged diff, and the plans the service makes counted
+    register(svc, ME, "1.0.0", [case(i) for i in range(12)])
+    register(svc, ME, "2.0.0", [case(i, inputs={"user": f"q{i}"}) for i in range(12)])
+    register(svc, ME, "3.0.0", [case(i) for i in range(5)])
+    made: list[str] = []
+    plan = svc.diff._plan
+
+    def counted(base: Any, cand: Any) -> Any:
+        made.append(f"{base.version}->{cand.version}")
+        return plan(base, cand)
+
+    monkeypatch.setattr(svc.diff, "_plan", counted)
+    pages = _pages(svc, "1.0.0", "2.0.0", 5)
+    # Then the series made one plan for its three pages, with the same answers as planning
+    # each page afresh
+    assert len(pages) == 3 and made == ["1.0.0->2.0.0"]
+    svc.diff._last_plan = None
+    fresh = _pages(svc, "1.0.0", "2.0.0", 5)
+    assert [_entries(p) for p in fresh] == [_entries(p) for p in pages]
+    assert len(made) == 4
+    # And another pair is planned anew, not answered from the kept plan
+    svc.diff._last_plan = type(svc.diff)(svc.registry)._last_plan
+    assert diff(svc, "1.0.0", "2.0.0", limit=5).summary["changed"] == 12
+    assert diff(svc, "1.0.0", "3.0.0", limit=5).summary["removed"] == 7
+    assert made[-2:] == ["1.0.0->2.0.0", "1.0.0->3.0.0"]

@@ -275,7 +275,9 @@ class DiffMetaOut(Wire):
 
 
 class DiffOut(Wire):
-    """`added`, `removed` and `changed` are null in summary mode."""
+    """`added`, `removed` and `changed` are null in summary mode. Otherwise they hold one page
+    of the diff's entries (changed, then added, then removed); `summary` counts the whole
+    diff on every page."""
 
     base: VersionRefOut
     candidate: VersionRefOut
@@ -284,6 +286,12 @@ class DiffOut(Wire):
     removed: list[CaseBriefOut] | None
     changed: list[CaseChangesOut] | None
     meta: DiffMetaOut
+    next_cursor: str | None = Field(
+        default=None,
+        pattern=CURSOR_PATTERN,
+        description="Pass as `cursor` for the next page of entries; null on the last one. It "
+        "pins both versions by content digest.",
+    )
 
 
 SHORT_TEXT = 120
@@ -359,6 +367,7 @@ def diff_out(res: DiffResult) -> DiffOut:
             changes=[change_out(ch) for ch in res.plan.meta],
             case_order_changed=res.plan.order_changed,
         ),
+        next_cursor=res.next_cursor,
     )
 
 

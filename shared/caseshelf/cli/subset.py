@@ -12,14 +12,16 @@ view; `--json` prints the wire answer of either.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import orjson
 import typer
 from rich.markup import escape
 
-from caseshelf.cli import client, command, emit, note, say, short, wire
+from caseshelf.cli import client, command, emit, json_mode, note, say, short, wire
 from caseshelf.cli.registry import BumpKind, parse_ref, parse_version
+from caseshelf.domain.paging import MAX_PAGE
 
 # A display value longer than this is cut (the whole value is in `--json`).
 VALUE_WIDTH = 160
@@ -88,7 +90,7 @@ def _clip(text: str, width: int = VALUE_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _render_diff(d: dict[str, Any]) -> None:
+def _render_diff_head(d: dict[str, Any]) -> None:
     b, c = d["base"], d["candidate"]
     same_id = b["id"] == c["id"]
     cand_name = c["version"] if same_id else f"{c['id']}@{c['version']}"
@@ -101,19 +103,39 @@ def _render_diff(d: dict[str, Any]) -> None:
         _render_change(ch, indent="")
     if meta["case_order_changed"]:
         say("[yellow]~ the cases come in another order[/]")
-    for item in d["added"] or []:
-        say(f"[green]+ {escape(item['id'])}[/]  {escape(item['user'] or '')}")
-    for item in d["removed"] or []:
-        say(f"[red]- {escape(item['id'])}[/]  {escape(item['user'] or '')}")
+
+
+def _render_diff_entries(d: dict[str, Any]) -> None:
+    """The entries of one page, in the diff's order: changed, added, removed."""
     for entry in d["changed"] or []:
         say(f"[yellow]~ {escape(entry['id'])}[/]")
         for ch in entry["changes"]:
             _render_change(ch, indent="    ")
+    for item in d["added"] or []:
+        say(f"[green]+ {escape(item['id'])}[/]  {escape(item['user'] or '')}")
+    for item in d["removed"] or []:
+        say(f"[red]- {escape(item['id'])}[/]  {escape(item['user'] or '')}")
+
+
+def _render_diff_summary(d: dict[str, Any]) -> None:
     s = d["summary"]
     say(
         f"[green]{s['added']} added[/], [red]{s['removed']} removed[/], "
         f"[yellow]{s['changed']} changed[/], {s['unchanged']} unchanged"
     )
+
+
+def _diff_lines(pages: Iterator[Any]) -> Iterator[bytes]:
+    """JSON Lines of a diff: a head line (`kind: "diff"`: versions, summary, meta), then one
+    line an entry (`kind` `changed`, `added` or `removed`), a page at a time."""
+    for n, page in enumerate(pages):
+        d = wire(page)
+        if n == 0:
+            head = {k: d[k] for k in ("base", "candidate", "summary", "meta")}
+            yield orjson.dumps({"kind": "diff", **head})
+        for kind in ("changed", "added", "removed"):
+            for entry in d[kind] or ():
+                yield orjson.dumps({"kind": kind, **entry})
 
 
 def _render_change(ch: dict[str, Any], *, indent: str) -> None:
@@ -205,14 +227,46 @@ def register_commands(app: typer.Typer) -> None:
         include_deleted: Annotated[
             bool, typer.Option("--include-deleted", help="Allow tombstoned versions.")
         ] = False,
+        jsonl: Annotated[
+            bool,
+            typer.Option(
+                "--jsonl",
+                help="JSON Lines, streamed a page at a time: a head line, then one an entry.",
+            ),
+        ] = False,
+        page_size: Annotated[
+            int,
+            typer.Option("--page-size", min=1, max=MAX_PAGE, help="Entries asked for a request."),
+        ] = MAX_PAGE,
     ) -> None:
-        """What changed between two versions: added, removed, changed (field by field)."""
+        """What changed between two versions: changed (field by field), added, removed.
+
+        Read and printed a page of entries at a time (`--jsonl` for JSON Lines); `--json`
+        prints one document with every entry."""
         parse_ref(base, what="A@REF")
         if "@" in candidate:
             parse_ref(candidate, what="[B@]REF")
         else:
             parse_ref(f"{base.partition('@')[0]}@{candidate}", what="[B@]REF")
-        out = wire(
-            client().diff(base, candidate, summary=summary_only, include_deleted=include_deleted)
+        if json_mode():  # one document, as the API's one answer was: every entry joined
+            out = client().diff(
+                base, candidate, summary=summary_only, include_deleted=include_deleted
+            )
+            emit(wire(out))
+            return
+        pages = client().diff_pages(
+            base, candidate, summary=summary_only, include_deleted=include_deleted, limit=page_size
         )
-        emit(out, _render_diff)
+        if jsonl:
+            for line in _diff_lines(pages):
+                sys.stdout.write(line.decode() + "\n")
+            sys.stdout.flush()
+            return
+        last: dict[str, Any] | None = None
+        for n, page in enumerate(pages):  # one page held at a time
+            last = wire(page)
+            if n == 0:
+                _render_diff_head(last)
+            _render_diff_entries(last)
+        if last is not None:
+            _render_diff_summary(last)

@@ -21,12 +21,15 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 from caseshelf.client.refs import parse_ref, parse_version
 from caseshelf.client.transport import Http, InProcess, Request, Transport
 from caseshelf.domain.errors import BadRequest, Corrupt, TooLarge, Upstream
+from caseshelf.domain.paging import MAX_PAGE
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from caseshelf.api.browse_dto import CaseSearchPageOut, MeOut, VersionStatsOut
     from caseshelf.api.dto import (
+        CaseBriefOut,
+        CaseChangesOut,
         DatasetOut,
         DiffOut,
         ExportOut,
@@ -847,7 +850,42 @@ class Client:
         include_deleted: bool = False,
     ) -> DiffOut:
         """What changed from `base` to `candidate` (`ID@REF` each; a bare REF as the candidate
-        means the base's dataset): added, removed, changed field by field."""
+        means the base's dataset): added, removed, changed field by field, every entry in one
+        answer (the pages of `diff_pages` joined: for diffs that fit in memory; iterate
+        `diff_pages` or `diff_entries` for large ones)."""
+        pages = self.diff_pages(
+            base, candidate, summary=summary, include_deleted=include_deleted, limit=MAX_PAGE
+        )
+        first = next(pages)
+        if summary:
+            return first
+        added, removed, changed = (
+            list(first.added or ()),
+            list(first.removed or ()),
+            list(first.changed or ()),
+        )
+        for page in pages:
+            added.extend(page.added or ())
+            removed.extend(page.removed or ())
+            changed.extend(page.changed or ())
+        return first.model_copy(
+            update={"added": added, "removed": removed, "changed": changed, "next_cursor": None}
+        )
+
+    def diff_pages(
+        self,
+        base: str,
+        candidate: str,
+        *,
+        summary: bool = False,
+        include_deleted: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[DiffOut]:
+        """The diff's answers page by page, each asked for when the previous one is consumed
+        (one page held at a time): `summary` and `meta` of the whole diff on every page, and
+        `limit` entries (server default 100, at most 1000) across `changed`, `added` and
+        `removed`, in that order. The series is of the two versions the first page resolved,
+        whatever `latest` or a tag names meanwhile (the cursor pins their content digests)."""
         from caseshelf.api.dto import DiffOut
 
         name, base_ref = parse_ref(base, what="base")
@@ -855,14 +893,40 @@ class Client:
             cand_name, cand_ref = parse_ref(candidate, what="candidate")
         else:
             cand_name, cand_ref = name, parse_ref(f"{name}@{candidate}", what="candidate")[1]
-        query = {
+        query: dict[str, Any] = {
             "base": base_ref,
             "candidate": cand_ref,
             "candidate_id": cand_name if cand_name != name else None,
             "summary": summary,
             "include_deleted": include_deleted,
+            "limit": limit,
         }
-        return self._as(DiffOut, self.call("GET", "datasets", name, "diff", query=query))
+        cursor: str | None = None
+        while True:
+            data = self.call("GET", "datasets", name, "diff", query={**query, "cursor": cursor})
+            page = self._as(DiffOut, data)
+            yield page
+            cursor = page.next_cursor
+            if not cursor:
+                return
+
+    def diff_entries(
+        self,
+        base: str,
+        candidate: str,
+        *,
+        include_deleted: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[tuple[str, CaseBriefOut | CaseChangesOut]]:
+        """Every entry of the diff as `(kind, entry)`, kind `changed`, `added` or `removed`,
+        in the diff's order, read a page at a time (`diff_pages`)."""
+        for page in self.diff_pages(base, candidate, include_deleted=include_deleted, limit=limit):
+            for c in page.changed or ():
+                yield "changed", c
+            for b in page.added or ():
+                yield "added", b
+            for b in page.removed or ():
+                yield "removed", b
 
     def export(
         self,

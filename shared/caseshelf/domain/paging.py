@@ -26,9 +26,38 @@ def decode_position(cursor: str | None) -> int:
         raise BadRequest(f"invalid cursor {cursor!r}", field="cursor") from None
 
 
-def check_limit(limit: int, default: int = 100) -> int:
+def check_limit(limit: int | None, default: int = 100) -> int:
     if limit is None:
         return default
     if limit < 1 or limit > MAX_PAGE:
         raise BadRequest(f"limit must be between 1 and {MAX_PAGE}", field="limit")
     return limit
+
+
+_HEX64 = frozenset("0123456789abcdef")
+
+
+def _hex_of(digest: str) -> str:
+    hex_part = digest.removeprefix("sha256:")
+    if len(hex_part) != 64 or not set(hex_part) <= _HEX64:
+        raise ValueError(digest)
+    return hex_part
+
+
+def encode_diff_position(base_digest: str, candidate_digest: str, n: int) -> str:
+    """A cursor into a diff's entries that pins both versions by content digest: every page
+    of a series is of the same two versions, whatever `latest` or a tag names meanwhile."""
+    raw = f"diff:{_hex_of(base_digest)}:{_hex_of(candidate_digest)}:{n}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_diff_position(cursor: str) -> tuple[str, str, int]:
+    """`(base content digest, candidate content digest, position)` of a diff cursor."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        tag, base_hex, cand_hex, num = raw.split(":")
+        if tag != "diff" or not num.isdigit():
+            raise ValueError(raw)
+        return f"sha256:{_hex_of(base_hex)}", f"sha256:{_hex_of(cand_hex)}", int(num)
+    except ValueError:
+        raise BadRequest(f"invalid cursor {cursor!r}", field="cursor") from None

@@ -1,6 +1,7 @@
 // The diff of two refs: the summary counts first (`summary=true`, no case read), then the
-// added, removed and changed cases; each changed case's field changes side by side, long
-// strings as a line diff, and links to both sides of the case.
+// changed, added and removed cases, a page of the API's answer at a time ("Show more"); each
+// changed case's field changes side by side, long strings as a line diff, and links to both
+// sides of the case.
 
 import { get, paths } from "../api.js";
 import { field, fmtInt, h, replace, uid } from "../dom.js";
@@ -8,7 +9,7 @@ import { jsonBlock } from "../highlight.js";
 import { lineDiff, sideBySide } from "../linediff.js";
 import { errorBox, navigate } from "../app.js";
 
-const SHOWN = 50;
+const PAGE = 100; // entries a page asks for, across the three lists
 
 function isLong(value) {
   return typeof value === "string" && (value.includes("\n") || value.length > 100);
@@ -43,39 +44,34 @@ export function changeView(change) {
   return h("div", { class: "change", "data-path": change.path }, h("div", null, h("span", { class: "path" }, change.path || "/"), " ", h("span", { class: "badge" }, kind)), body);
 }
 
-function briefList(items, id, ref, label) {
-  if (!items || !items.length) return h("p", { class: "muted" }, `No ${label} cases.`);
-  let shown = SHOWN;
-  const list = h("ul");
-  const more = h("button", { type: "button", class: "secondary" });
-  const draw = () => {
-    replace(list, items.slice(0, shown).map((b) => h("li", { "data-case": b.id }, h("a", { href: paths.kase(id, ref, b.id) }, b.id), b.user ? h("span", { class: "muted" }, ` — ${b.user}`) : null)));
-    more.hidden = shown >= items.length;
-    more.textContent = `Show ${fmtInt(Math.min(SHOWN, items.length - shown))} more of ${fmtInt(items.length - shown)}`;
-  };
-  more.addEventListener("click", () => { shown += SHOWN; draw(); });
-  draw();
-  return h("div", null, list, more);
+function briefItem(b, id, ref) {
+  return h("li", { "data-case": b.id }, h("a", { href: paths.kase(id, ref, b.id) }, b.id), b.user ? h("span", { class: "muted" }, ` — ${b.user}`) : null);
 }
 
-function changedList(items, d) {
-  if (!items || !items.length) return h("p", { class: "muted" }, "No changed cases.");
-  let shown = Math.min(SHOWN, items.length);
-  const list = h("div");
-  const more = h("button", { type: "button", class: "secondary" });
-  const one = (c) => h("details", { class: "panel", open: items.length <= 10, "data-case": c.id },
+function changedItem(c, d, open) {
+  return h("details", { class: "panel", open, "data-case": c.id },
     h("summary", null, h("strong", null, c.id), ` — ${c.changes.length} field change${c.changes.length === 1 ? "" : "s"} `,
       h("a", { href: paths.kase(d.base.id, d.base.version, c.id) }, `base`), " · ",
       h("a", { href: paths.kase(d.candidate.id, d.candidate.version, c.id) }, `candidate`)),
     c.changes.map(changeView));
-  const draw = () => {
-    replace(list, items.slice(0, shown).map(one));
-    more.hidden = shown >= items.length;
-    more.textContent = `Show ${fmtInt(Math.min(SHOWN, items.length - shown))} more of ${fmtInt(items.length - shown)}`;
+}
+
+// One list of the diff (changed, added or removed), filled a page of the API's answer at a
+// time: its count is the summary's, and "shown" says how much of it the pages read so far hold.
+function section(kind, label, total) {
+  const list = kind === "changed" ? h("div") : h("ul");
+  const shown = h("p", { class: "muted", "data-shown": kind });
+  const empty = h("p", { class: "muted" }, `No ${label.toLowerCase()} cases.`);
+  let n = 0;
+  const el = h("section", { "aria-labelledby": `${kind}-h` }, h("h2", { id: `${kind}-h` }, `${label} (${fmtInt(total)})`), total ? [list, shown] : empty);
+  const add = (items) => {
+    for (const item of items) list.append(item);
+    n += items.length;
+    shown.textContent = n < total ? `${fmtInt(n)} of ${fmtInt(total)} shown` : "";
+    shown.hidden = n >= total;
   };
-  more.addEventListener("click", () => { shown += SHOWN; draw(); });
-  draw();
-  return h("div", null, list, more);
+  add([]);
+  return { el, add };
 }
 
 function card(kind, n) {
@@ -146,16 +142,36 @@ export async function diffRoute(ctx) {
   );
   ctx.ready();
 
-  try {
-    const full = await get(`${paths.dataset(id)}/diff`, q);
+  // The entries come a page at a time (changed, then added, then removed), the next page when
+  // asked for: the cursor pins both versions, so the pages are of one diff.
+  const lists = {
+    changed: section("changed", "Changed", s.changed),
+    added: section("added", "Added", s.added),
+    removed: section("removed", "Removed", s.removed),
+  };
+  const more = h("button", { type: "button", class: "secondary", "data-more": "" });
+  const raw = h("details", null, h("summary", null, "The diff as the API answers it (first page)"), h("p", { class: "muted" }, `GET /datasets/${id}/diff?base=${base}&candidate=${candidate}`));
+  let loaded = 0;
+  const total = s.changed + s.added + s.removed;
+  const load = async (cursor) => {
+    more.disabled = true;
+    const page = await get(`${paths.dataset(id)}/diff`, { ...q, limit: PAGE, cursor });
     if (!ctx.alive()) return;
-    replace(
-      detail,
-      h("section", { "aria-labelledby": "added-h" }, h("h2", { id: "added-h" }, `Added (${fmtInt(full.added.length)})`), briefList(full.added, full.candidate.id, full.candidate.version, "added")),
-      h("section", { "aria-labelledby": "removed-h" }, h("h2", { id: "removed-h" }, `Removed (${fmtInt(full.removed.length)})`), briefList(full.removed, full.base.id, full.base.version, "removed")),
-      h("section", { "aria-labelledby": "changed-h" }, h("h2", { id: "changed-h" }, `Changed (${fmtInt(full.changed.length)})`), changedList(full.changed, full)),
-      h("details", null, h("summary", null, "The diff as the API answers it"), h("p", { class: "muted" }, `GET /datasets/${id}/diff?base=${base}&candidate=${candidate}`), full.changed.length <= 200 ? jsonBlock(full) : h("p", { class: "muted" }, "(too long to show here)")),
-    );
+    if (!cursor) raw.append(page.changed.length <= 200 ? jsonBlock(page) : h("p", { class: "muted" }, "(too long to show here)"));
+    const open = s.changed <= 10;
+    lists.changed.add(page.changed.map((c) => changedItem(c, page, open)));
+    lists.added.add(page.added.map((b) => briefItem(b, page.candidate.id, page.candidate.version)));
+    lists.removed.add(page.removed.map((b) => briefItem(b, page.base.id, page.base.version)));
+    loaded += page.changed.length + page.added.length + page.removed.length;
+    more.hidden = !page.next_cursor;
+    more.disabled = false;
+    more.textContent = `Show ${fmtInt(Math.min(PAGE, total - loaded))} more of ${fmtInt(total - loaded)}`;
+    more.onclick = () => load(page.next_cursor).catch((err) => { if (ctx.alive()) replace(detail, errorBox(err)); });
+  };
+  try {
+    await load(undefined);
+    if (!ctx.alive()) return;
+    replace(detail, lists.changed.el, lists.added.el, lists.removed.el, more, raw);
   } catch (err) {
     if (ctx.alive()) replace(detail, errorBox(err));
   }
