@@ -296,16 +296,13 @@ class Client:
         time, so neither side holds the whole file: the way in for files of any size, the same
         in process and over HTTP. The answer and the errors are those of `POST /datasets`
         (`/validate`)."""
-        import re
-
         from caseshelf.api.dto import RegisterOut, ValidateOut
-        from caseshelf.client.transport import job_error, put_url
+        from caseshelf.client.transport import job_error
 
         p = Path(path)
         if not p.is_file():
             raise BadRequest(f"{p}: no such file", field="file")
-        name = re.sub(r"[^A-Za-z0-9._-]", "-", p.name).lstrip(".-") or "dataset.json"
-        request: dict[str, Any] = {"kind": "dataset", "filename": name}
+        request: dict[str, Any] = {"kind": "dataset", "filename": _upload_name(p, "dataset.json")}
         overrides = {"dataset": dataset, "version": version, "bump": bump, "base": base}
         request.update({k: v for k, v in overrides.items() if v is not None})
         if dry_run:
@@ -316,12 +313,7 @@ class Client:
                 "this API gives no upload URL, so a dataset file cannot be sent as it is: "
                 "register it as a document (`register(...)`)"
             )
-        size = p.stat().st_size
-        with p.open("rb") as fh:
-            if isinstance(self.transport, InProcess) and self.transport.serves(up.upload_url):
-                self.transport.put_url(up.upload_url, cast(BinaryIO, _counting(fh, progress)), size)
-            else:
-                put_url(up.upload_url, fh, size=size, progress=progress)
+        self._put_file(up.upload_url, p, progress)
         job = self.wait_for_job(up.job_id, wait=wait)
         if job.state == "failed":
             raise job_error(up.job_id, job.error)
@@ -1212,15 +1204,10 @@ class Client:
         and wait for its import job to end. `body` is the upload request without `filename`
         (`{kind: benchmark, recipe, ...}` or `{kind: tasks, format, ...}`). A failed job is an
         `Upstream` error naming its detail."""
-        import re
-
-        from caseshelf.client.transport import put_url
-
         p = Path(path)
         if not p.is_file():
             raise BadRequest(f"{p}: no such file", field="source")
-        name = re.sub(r"[^A-Za-z0-9._-]", "-", p.name).lstrip(".-") or "upload"
-        up = self.create_upload({"filename": name, **body})
+        up = self.create_upload({"filename": _upload_name(p, "upload"), **body})
         if not up.upload_url:
             raise BadRequest(
                 "this API gives no upload URL (an embedded store no server publishes): import "
@@ -1228,17 +1215,24 @@ class Client:
             )
         if on_upload is not None:
             on_upload(up)
-        size = p.stat().st_size
-        with p.open("rb") as fh:
-            if isinstance(self.transport, InProcess) and self.transport.serves(up.upload_url):
-                self.transport.put_url(up.upload_url, fh, size)
-            else:
-                put_url(up.upload_url, fh, size=size)
+        self._put_file(up.upload_url, p, None)
         job = self.wait_for_job(up.job_id, wait=wait)
         if job.state == "failed":
             detail = (job.error or {}).get("detail") if isinstance(job.error, dict) else None
             raise Upstream(f"import job {up.job_id} failed: {detail}", job_id=up.job_id)
         return job
+
+    def _put_file(self, url: str, path: Path, progress: Progress | None) -> None:
+        """Send the file at `path` to an upload URL, 1 MiB at a time (`progress(n)` per piece):
+        served by this transport itself for an embedded store's URL, else PUT over HTTP."""
+        from caseshelf.client.transport import put_url
+
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            if isinstance(self.transport, InProcess) and self.transport.serves(url):
+                self.transport.put_url(url, cast(BinaryIO, _counting(fh, progress)), size)
+            else:
+                put_url(url, fh, size=size, progress=progress)
 
     def wait_for_job(self, job_id: str, *, wait: float = 900.0) -> JobOut:
         """The job once it has ended (`succeeded` or `failed`); `Upstream` naming it when it
@@ -1258,6 +1252,13 @@ class Client:
 
 
 # -- helpers --------------------------------------------------------------------------------------
+
+
+def _upload_name(path: Path, default: str) -> str:
+    """The file's name as an upload may carry it: letters, digits, `.`, `_` and `-`."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]", "-", path.name).lstrip(".-") or default
 
 
 def _large_file(cases: Any) -> bool:
