@@ -1,12 +1,41 @@
-"""Integration-test set-up: the one slow external build starts as soon as it is collected."""
+"""Integration-test set-up: the one slow external build starts as soon as it is collected; and
+the Python client on a fresh embedded store (`local`), on the local server over HTTP (`remote`),
+and both in turn (`cs`)."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+import caseshelf
+from caseshelf.client import Client
+from tests.helpers import dev_server
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def local(home: Path) -> Iterator[Client]:
+    with caseshelf.connect(home=home, tenant="acme", principal="alice") as cs:
+        yield cs
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Iterator[Client]:
+    with dev_server(tmp_path / "srv") as srv, caseshelf.connect(srv.url) as cs:
+        yield cs
+
+
+@pytest.fixture(params=["in-process", "http"])
+def cs(request: pytest.FixtureRequest) -> Client:
+    return request.getfixturevalue("local" if request.param == "in-process" else "remote")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

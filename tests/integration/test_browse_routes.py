@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,23 +41,6 @@ def cases(n: int = 40) -> list[dict[str, object]]:
 
 def digest_of(body: bytes) -> str:
     return "sha256:" + hashlib.sha256(body).hexdigest()
-
-
-@pytest.fixture
-def local(tmp_path: Path) -> Iterator[Client]:
-    with caseshelf.connect(home=tmp_path / "home", tenant="acme", principal="alice") as cs:
-        yield cs
-
-
-@pytest.fixture
-def remote(tmp_path: Path) -> Iterator[Client]:
-    with dev_server(tmp_path / "srv") as srv, caseshelf.connect(srv.url) as cs:
-        yield cs
-
-
-@pytest.fixture(params=["in-process", "http"])
-def cs(request: pytest.FixtureRequest) -> Client:
-    return request.getfixturevalue("local" if request.param == "in-process" else "remote")
 
 
 def register(cs: Client) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,28 +24,6 @@ CASES = [
     for i in range(7)
 ]
 CASES[3]["expectations"] = {"ground_truth": "6"}
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    return tmp_path / "home"
-
-
-@pytest.fixture
-def local(home: Path) -> Iterator[Client]:
-    with caseshelf.connect(home=home, tenant="acme", principal="alice") as cs:
-        yield cs
-
-
-@pytest.fixture
-def remote(tmp_path: Path) -> Iterator[Client]:
-    with dev_server(tmp_path / "srv") as srv, caseshelf.connect(srv.url) as cs:
-        yield cs
-
-
-@pytest.fixture(params=["in-process", "http"])
-def cs(request: pytest.FixtureRequest) -> Client:
-    return request.getfixturevalue("local" if request.param == "in-process" else "remote")
 
 
 def test_connect_reads_the_environment(tmp_path: Path) -> None:
