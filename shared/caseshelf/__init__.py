@@ -9,7 +9,10 @@ that importing a submodule (the CLI, a Lambda handler) pays nothing for them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+# `typing.TYPE_CHECKING` without importing typing (the CLI's start-up path imports this).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 

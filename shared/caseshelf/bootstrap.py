@@ -269,10 +269,11 @@ def build_adapters(settings: Settings) -> tuple[BlobStore, Index]:
         return S3BlobStore(s3, settings.bucket), DynamoIndex(ddb, settings.table)
     from caseshelf.adapters.localfs import LocalBlobStore
     from caseshelf.adapters.sqlite import SqliteIndex
+    from caseshelf.adapters.sqlite_stamp import INDEX_FILE
 
     home = settings.home.expanduser()
     store = LocalBlobStore(home / "objects", public_url=settings.public_url)
-    return store, SqliteIndex(home / "index.sqlite")
+    return store, SqliteIndex(home / INDEX_FILE)
 
 
 def s3_store(settings: Settings, bucket: str) -> BlobStore:

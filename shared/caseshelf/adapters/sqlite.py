@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from caseshelf.adapters.sqlite_stamp import ensure_stamp
 from caseshelf.domain import keys
 from caseshelf.domain.errors import BadRequest, Conflict, NotFound
 from caseshelf.domain.versions import VersionRecord
@@ -44,6 +45,7 @@ class SqliteIndex:
         self._local = threading.local()
         with self._conn() as conn:
             conn.executescript(_SCHEMA)
+            ensure_stamp(conn)
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)

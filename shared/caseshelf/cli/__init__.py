@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from functools import cache
-from typing import TYPE_CHECKING, Any
 
 # The command owns its process: pydantic's plugin discovery (a scan of every installed
 # distribution's entry points, a tenth of a second of every start-up) is skipped unless asked for.
@@ -35,7 +32,13 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 from caseshelf.domain.errors import CaseshelfError
 
+# `typing.TYPE_CHECKING` without importing typing: this module is on every command's start-up
+# path, which imports only what the command runs (`caseshelf.cli.answers`).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+    from typing import Any
+
     from rich.console import Console
 
     from caseshelf.bootstrap import Settings
@@ -146,16 +149,16 @@ def __getattr__(name: str) -> Any:
 # -- the options' state and the client --------------------------------------------------------
 
 
-@dataclass
 class State:
     """What the common options chose, shared by the root callback and every command."""
 
-    api: str | None = None
-    tenant: str | None = None
-    principal: str | None = None
-    roles: str | None = None
-    json_out: bool = False
-    _client: Client | None = field(default=None, repr=False)
+    def __init__(self) -> None:
+        self.api: str | None = None
+        self.tenant: str | None = None
+        self.principal: str | None = None
+        self.roles: str | None = None
+        self.json_out = False
+        self._client: Client | None = None
 
     def merge(self, **values: Any) -> None:
         for name, value in values.items():
@@ -351,13 +354,18 @@ def short(digest: str | None, n: int = 12) -> str:
     return digest[: 7 + n]
 
 
-@dataclass
 class Progress:
     """A handle on one progress task; a no-op where nothing is drawn."""
 
-    _advance: Callable[[float], None] = lambda _n: None
-    _total: Callable[[float | None], None] = lambda _t: None
-    _restart: Callable[[str, float | None], None] = lambda _d, _t: None
+    def __init__(
+        self,
+        advance: Callable[[float], None] = lambda _n: None,
+        total: Callable[[float | None], None] = lambda _t: None,
+        restart: Callable[[str, float | None], None] = lambda _d, _t: None,
+    ) -> None:
+        self._advance = advance
+        self._total = total
+        self._restart = restart
 
     def advance(self, n: float = 1) -> None:
         self._advance(n)

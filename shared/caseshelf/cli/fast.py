@@ -11,8 +11,6 @@ typer app, which parses it and words its usage errors as for every command.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from typing import Any
 
 from caseshelf.cli import (
     api_hint,
@@ -22,10 +20,17 @@ from caseshelf.cli import (
     failed,
     note,
     short,
+    state,
     table,
     wire,
 )
 from caseshelf.domain.errors import CaseshelfError
+
+# `typing.TYPE_CHECKING` without importing typing (the CLI's start-up path imports this).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
 
 PAGE_MAX = 1000
 
@@ -61,36 +66,45 @@ def clip(value: Any, width: int = 60) -> str:
 
 
 def ls(*, shared: bool, limit: int | None, cursor: str | None) -> None:
-    """`caseshelf ls`: every page of datasets, or one page with `limit` or `cursor`."""
-    c = client()
-    if limit is not None or cursor is not None:
-        out = wire(c.list_datasets(shared=shared, cursor=cursor, limit=limit or 50))
-    else:
-        out = wire(list(c.datasets(shared=shared)))
+    """`caseshelf ls`: every page of datasets, or one page with `limit` or `cursor`. On the
+    embedded store an answer the handler gave is printed again while the store and the code
+    are unchanged (`caseshelf.cli.answers`)."""
+    from caseshelf.cli import answers
 
-    def render(o: dict[str, Any]) -> None:
-        if not o["items"]:
-            note("no datasets" + (" in _shared" if shared else ""))
+    kept = answers.key(state(), "ls", {"shared": shared, "limit": limit, "cursor": cursor})
+    out = answers.find(kept) if kept else None
+    if out is None:
+        c = client()
+        if limit is not None or cursor is not None:
+            out = wire(c.list_datasets(shared=shared, cursor=cursor, limit=limit or 50))
         else:
-            table(
-                ("id", "latest", "digest", "cases", "versions", "updated", "description"),
-                [
-                    [
-                        d["id"],
-                        d.get("latest") or "",
-                        short(d.get("latest_digest")),
-                        d.get("case_count"),
-                        d["version_count"],
-                        when(d["updated_at"]),
-                        clip(d.get("description"), 40),
-                    ]
-                    for d in o["items"]
-                ],
-            )
-        if o.get("next_cursor"):
-            note(f"more: caseshelf ls --cursor {o['next_cursor']}{api_hint()}")
+            out = wire(list(c.datasets(shared=shared)))
+        if kept:
+            answers.keep(kept, out, state().settings())
+    emit(out, lambda o: _render_ls(o, shared=shared))
 
-    emit(out, render)
+
+def _render_ls(o: dict[str, Any], *, shared: bool) -> None:
+    if not o["items"]:
+        note("no datasets" + (" in _shared" if shared else ""))
+    else:
+        table(
+            ("id", "latest", "digest", "cases", "versions", "updated", "description"),
+            [
+                [
+                    d["id"],
+                    d.get("latest") or "",
+                    short(d.get("latest_digest")),
+                    d.get("case_count"),
+                    d["version_count"],
+                    when(d["updated_at"]),
+                    clip(d.get("description"), 40),
+                ]
+                for d in o["items"]
+            ],
+        )
+    if o.get("next_cursor"):
+        note(f"more: caseshelf ls --cursor {o['next_cursor']}{api_hint()}")
 
 
 def _ls_args(words: Sequence[str]) -> dict[str, Any] | None:

@@ -3,7 +3,10 @@ decides a status code, and nothing decides one by reading message text."""
 
 from __future__ import annotations
 
-from typing import Any
+# `typing.TYPE_CHECKING` without importing typing (the CLI's start-up path imports this).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class CaseshelfError(Exception):
