@@ -100,6 +100,11 @@ def test_the_kept_answer_is_only_for_the_same_options_identity_and_environment(
     assert ls_process(home, "--json", "ls", env=setting)[1] == "HANDLER"
     # And the same question again is answered from what was kept for it
     assert ls_process(home, "--json", "ls", env=setting)[1] == "KEPT"
+    # And no credential in the environment is written down with it
+    secrets = {"HF_TOKEN": "hf-secret-1234", "AWS_SECRET_ACCESS_KEY": "aws-secret-5678"}
+    ls_process(home, "--json", "ls", env={**setting, **secrets})
+    kept = (home / "cli" / "ls.json").read_text()
+    assert "hf-secret-1234" not in kept and "aws-secret-5678" not in kept
 
 
 def test_changed_code_or_a_damaged_file_asks_the_handler(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ key naming everything the answer depends on:
 - the command's options as read (`--shared`, `--limit`, `--cursor`) and the identity (tenant,
   principal, roles), from the options or the environment;
 - the store's directory and every environment variable the settings read (`CASESHELF_*`,
-  `AWS_*`, `HF_*`);
+  `AWS_*`, `HF_*`), credentials (tokens, keys, secrets) left out: they do not change what the
+  embedded store lists, and they are not written to disk;
 - the index's change stamp (`caseshelf.adapters.sqlite_stamp`), which the index renews in the
   same transaction as every row written, updated or deleted;
 - the caseshelf modules that made the answer (path, size, modification time), so changed or
@@ -44,8 +45,10 @@ if TYPE_CHECKING:
     from caseshelf.bootstrap import Settings
     from caseshelf.cli import State
 
-# What the settings read from the environment (`caseshelf.bootstrap._ENV`), by prefix.
+# What the settings read from the environment (`caseshelf.bootstrap._ENV`), by prefix; minus
+# credentials, which never change what the embedded store lists and are not written to disk.
 _ENV_PREFIXES = ("CASESHELF_", "AWS_", "HF_")
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL", "SESSION")
 _FORMAT = 1
 
 
@@ -77,7 +80,9 @@ def key(state: State, command: str, options: dict[str, Any]) -> dict[str, Any] |
         "identity": [state.tenant, state.principal, state.roles],
         "home": home,
         "env": sorted(
-            [name, value] for name, value in os.environ.items() if name.startswith(_ENV_PREFIXES)
+            [name, value]
+            for name, value in os.environ.items()
+            if name.startswith(_ENV_PREFIXES) and not any(w in name for w in _SECRET_WORDS)
         ),
         "stamp": stamp,
     }
