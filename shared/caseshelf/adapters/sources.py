@@ -26,13 +26,13 @@ import queue
 import socket
 import sys
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from itertools import islice
 from pathlib import Path
-from typing import IO, Any, Generic, TypeVar
+from typing import IO, Any, Generic, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
@@ -69,12 +69,9 @@ WORKER_MIN_BYTES = 4 << 20
 WORKER_QUEUE_ITEMS = 16
 # How long the importing process waits for an item before it checks that the worker still runs.
 WORKER_SILENCE_S = 1.0
-# Of a large plain jsonl file, the importing process maps this first share of the rows itself
-# (at most HEAD_MAX_BYTES of them) while the worker maps the rest: per row, the worker's part of
-# the work (parse, map, canonicalise) costs more than the importer's (hash, store), so the
-# importer has time to spare for a slice of rows of its own.
-HEAD_SHARE = 0.3
-HEAD_MAX_BYTES = 32 << 20
+# A large plain jsonl file is cut at line ends into blocks of about this many bytes; the
+# importing process and the worker each take the next block neither has taken (`split_jsonl`).
+SPLIT_BLOCK_BYTES = 2 << 20
 
 
 display_name = display_url
@@ -241,8 +238,8 @@ class SourceReader:
     def offload(self, source: FileSource, *, limit: int | None = None) -> Offload | None:
         """A way to run work over this source's rows (at most `limit`) in a second process,
         when that pays: a large local jsonl or csv file, and a spare core to run it on. None
-        otherwise. Without a limit, a plain (uncompressed) jsonl file is split: this process
-        works on the first rows while the worker works on the rest (`split_jsonl`)."""
+        otherwise. Without a limit, a plain (uncompressed) jsonl file is shared: this process
+        and the worker each work on blocks of it (`split_jsonl`)."""
         url = source.url if getattr(source, "text", None) is None else None
         if (
             url is None
@@ -327,19 +324,33 @@ def _lines(fh: IO[bytes], end: int | None = None) -> Iterator[list[bytes]]:
         yield [tail]
 
 
+@dataclass
+class Tally:
+    """Where a reader of a jsonl stream is: the lines and the rows (lines that are not blank)
+    before it."""
+
+    lines: int = 0
+    rows: int = 0
+
+
 def _jsonl(
-    open_stream: Callable[[], IO[bytes]], name: str, start: int = 0, end: int | None = None
+    open_stream: Callable[[], IO[bytes]],
+    name: str,
+    start: int = 0,
+    end: int | None = None,
+    at: Tally | None = None,
 ) -> Rows:
     """The rows of a jsonl stream; with `start` and `end` (each 0, the end, or just past a line
-    end), those between these bytes, numbered as in the whole stream: the lines before `start`
-    are counted first, and so are the rows among them. One generator for it all: every row
-    passes through it, so a second one in between would cost a resume per row."""
+    end), those between these bytes, numbered as in the whole stream: `at` says how many lines
+    and rows lie before `start`, and is moved on as the rows are read (so once they are all
+    read, it says where `end` is). One generator for it all: every row passes through it, so a
+    second one in between would cost a resume per row."""
     loads = orjson.loads
+    at = at if at is not None else Tally()
     with _reading(name), open_stream() as fh:
-        line_no = index = 0
-        for lines in _lines(fh, start):
-            line_no += len(lines)
-            index += sum(map(bool, map(bytes.strip, lines)))  # blank lines are no rows
+        if start:
+            fh.seek(start)
+        line_no, index = at.lines, at.rows
         for lines in _lines(fh, None if end is None else end - start):
             first = line_no + 1
             rows: list[Any] = []
@@ -365,6 +376,7 @@ def _jsonl(
                 if row is not None:
                     yield index, row
                     index += 1
+        at.lines, at.rows = line_no, index
 
 
 def _json(records_path: str | None, open_stream: Callable[[], IO[bytes]], name: str) -> Rows:
@@ -595,29 +607,142 @@ def in_worker(items: Iterator[T]) -> Iterator[T]:
 
 
 def split_jsonl(path: Path, name: str, size: int, work: Work) -> Iterator[Any]:
-    """`work` over the rows of a plain jsonl file, in two processes: a worker takes the rows
-    after the first `HEAD_SHARE` of the file (cut at a line end), this process takes the rows
-    before it, then passes on the worker's output. Items come in file order, and errors name
-    the same line or row as a single pass would: the worker counts the lines and rows before
-    its share first."""
-    cut = _line_end_after(path, min(int(size * HEAD_SHARE), HEAD_MAX_BYTES), size)
-    if cut is None:  # one line, or too few lines to share
+    """`work` over the rows of a plain jsonl file, in two processes. The file is cut at line
+    ends into blocks of about `SPLIT_BLOCK_BYTES` (`block_starts`); this process and a worker
+    each take the first block neither has taken yet (`BlockClaims`), so each does as much as
+    its share of the machine lets it, and both hash what they map. Items come in file order:
+    this process passes on the worker's blocks as the worker sends them (at most
+    `WORKER_QUEUE_ITEMS` items ahead), and holds the items of the block it works on until the
+    worker's blocks before it are passed on. Ids and errors are those of one pass: each process
+    counts the lines and rows of the blocks the other takes (`count_block`), and an error in a
+    block is raised after the items of the blocks before it."""
+    starts = block_starts(path, size, SPLIT_BLOCK_BYTES)
+    if len(starts) < 3:  # one block: nothing to share
         yield from in_worker(work(_jsonl_part(path, name, 0)))
         return
-    worker = Worker(work(_jsonl_part(path, name, cut)))
+    blocks = len(starts) - 1
+    claims = BlockClaims(blocks)
+    worker = Worker(_worker_blocks(path, name, starts, claims, work))
     try:
-        yield from work(_jsonl_part(path, name, 0, cut))
-        yield from worker.results()
+        theirs = worker.results()
+        at = Tally()
+        done = 0  # the blocks passed on so far
+        while done < blocks:
+            mine = claims.take_first(done, BlockClaims.HERE)
+            if mine == done:  # the next block is this process's: its items go straight on
+                yield from work(_jsonl_part(path, name, starts[mine], starts[mine + 1], at))
+                done += 1
+                continue
+            # The worker has the next blocks: work on the first free one meanwhile, counting
+            # the worker's blocks before it to know where it starts.
+            held: list[Any] = []
+            failed: CaseshelfError | None = None
+            if mine is not None:
+                ahead = Tally(at.lines, at.rows)
+                for block in range(done, mine):
+                    count_block(path, starts[block], starts[block + 1], ahead)
+                held, failed = _held(
+                    work(_jsonl_part(path, name, starts[mine], starts[mine + 1], ahead))
+                )
+            for block in range(done, blocks if mine is None else mine):
+                at = yield from _pass_on(theirs, block)
+            yield from held
+            if failed is not None:
+                raise failed
+            if mine is not None:
+                at, done = ahead, mine + 1
+            else:
+                done = blocks
     finally:
         worker.close()
 
 
+def _held(items: Iterator[T]) -> tuple[list[T], CaseshelfError | None]:
+    """`items` collected, up to the error that ended them, if any (raised by the caller once
+    the items of earlier blocks are passed on)."""
+    got: list[T] = []
+    try:
+        for item in items:
+            got.append(item)
+    except CaseshelfError as exc:
+        return got, exc
+    return got, None
+
+
+def _pass_on(theirs: Iterator[Any], block: int) -> Generator[Any, None, Tally]:
+    """The worker's items of `block`, up to its `BlockDone`; answers where the block ends."""
+    for item in theirs:
+        if isinstance(item, BlockDone):
+            if item.block != block:
+                raise WorkerFailed(f"the import worker sent block {item.block}, not {block}")
+            return Tally(item.lines, item.rows)
+        yield item
+    raise WorkerFailed(f"the import worker ended before block {block}")
+
+
+class BlockDone(NamedTuple):
+    """The worker's last item of a block: where the block ends, in lines and rows."""
+
+    block: int
+    lines: int
+    rows: int
+
+
+def _worker_blocks(
+    path: Path, name: str, starts: list[int], claims: BlockClaims, work: Work
+) -> Iterator[Any]:  # pragma: no cover - runs in the worker process
+    """The worker's side of `split_jsonl`: the items of every block it takes, each block's
+    followed by a `BlockDone`; the blocks the other process takes are only counted."""
+    at = Tally()
+    done = 0
+    while (mine := claims.take_first(done, BlockClaims.WORKER)) is not None:
+        for block in range(done, mine):
+            count_block(path, starts[block], starts[block + 1], at)
+        yield from work(_jsonl_part(path, name, starts[mine], starts[mine + 1], at))
+        yield BlockDone(mine, at.lines, at.rows)
+        done = mine + 1
+
+
+class BlockClaims:
+    """Which process works on each block of a shared file: the first to take it. Shared
+    memory, inherited by the forked worker, with a lock around each take."""
+
+    HERE, WORKER = 1, 2
+
+    def __init__(self, blocks: int) -> None:
+        import multiprocessing
+
+        self._owners: Any = multiprocessing.get_context("fork").Array("b", blocks)
+
+    def take_first(self, start: int, who: int) -> int | None:
+        """Take the first block from `start` on that nobody has taken, for `who`: its number,
+        or None when every one is taken."""
+        with self._owners.get_lock():
+            for block in range(start, len(self._owners)):
+                if self._owners[block] == 0:
+                    self._owners[block] = who
+                    return block
+        return None
+
+
+def block_starts(path: Path, size: int, block_bytes: int) -> list[int]:
+    """Offsets that cut a file into blocks of about `block_bytes`, each just past a line end:
+    `[0, ..., size]`."""
+    starts = [0]
+    while (cut := _line_end_after(path, starts[-1] + block_bytes, size)) is not None:
+        starts.append(cut)
+    starts.append(size)
+    return starts
+
+
 def _line_end_after(path: Path, offset: int, size: int) -> int | None:
     """The offset just past the first line end at or after `offset`, if a line follows it."""
+    if offset >= size:
+        return None
     with path.open("rb") as fh:
         fh.seek(offset)
         at = offset
-        while chunk := fh.read(READ_CHUNK):
+        while chunk := fh.read(1 << 16):
             found = chunk.find(b"\n")
             if found >= 0:
                 at += found + 1
@@ -626,9 +751,31 @@ def _line_end_after(path: Path, offset: int, size: int) -> int | None:
     return None
 
 
-def _jsonl_part(path: Path, name: str, start: int, end: int | None = None) -> Rows:
+# Bytes after a line end that may begin a blank line (one `bytes.strip` empties).
+_BLANK_STARTS = tuple(b"\n" + bytes([c]) for c in b" \t\n\r\x0b\x0c")
+
+
+def count_block(path: Path, start: int, end: int, at: Tally) -> None:
+    """Move `at` past the lines and rows between `start` and `end` of a jsonl file, without
+    parsing them: lines by counting line ends, and when a line may be blank (a line end
+    followed by white space), rows by stripping each line."""
+    with path.open("rb") as fh:
+        fh.seek(start)
+        data = fh.read(end - start)
+    lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    if data[:1].isspace() or any(blank in data for blank in _BLANK_STARTS):
+        rows = sum(1 for line in data.split(b"\n") if line.strip())
+    else:
+        rows = lines
+    at.lines += lines
+    at.rows += rows
+
+
+def _jsonl_part(
+    path: Path, name: str, start: int, end: int | None = None, at: Tally | None = None
+) -> Rows:
     """The rows of a plain jsonl file between bytes `start` and `end` (`_jsonl`)."""
-    return _jsonl(lambda: path.open("rb"), name, start, end)
+    return _jsonl(lambda: path.open("rb"), name, start, end, at)
 
 
 class Worker(Generic[T]):
