@@ -612,10 +612,16 @@ def split_jsonl(path: Path, name: str, size: int, work: Work) -> Iterator[Any]:
     each take the first block neither has taken yet (`BlockClaims`), so each does as much as
     its share of the machine lets it, and both hash what they map. Items come in file order:
     this process passes on the worker's blocks as the worker sends them (at most
-    `WORKER_QUEUE_ITEMS` items ahead), and holds the items of the block it works on until the
-    worker's blocks before it are passed on. Ids and errors are those of one pass: each process
-    counts the lines and rows of the blocks the other takes (`count_block`), and an error in a
-    block is raised after the items of the blocks before it."""
+    `WORKER_QUEUE_ITEMS` items ahead), and holds the items of a block it works on ahead until
+    the worker's blocks before it are passed on.
+
+    Ids and errors are those of one pass. To start a block, a process needs the lines and rows
+    before it, so it counts the line ends of the blocks the other process takes, taking every
+    line for a row (`count_lines`): counting blank lines too would cost about as much as
+    parsing. The guess is checked against the true figures once they are known: this process
+    works on its block again when it was wrong, and drops a worker that was, doing the rest
+    itself. A file with blank lines in it is then read in one process from the first one
+    that misled a guess on; the others never pay for the check."""
     starts = block_starts(path, size, SPLIT_BLOCK_BYTES)
     if len(starts) < 3:  # one block: nothing to share
         yield from in_worker(work(_jsonl_part(path, name, 0)))
@@ -623,43 +629,52 @@ def split_jsonl(path: Path, name: str, size: int, work: Work) -> Iterator[Any]:
     blocks = len(starts) - 1
     claims = BlockClaims(blocks)
     worker = Worker(_worker_blocks(path, name, starts, claims, work))
+
+    def part(block: int, at: Tally) -> Rows:
+        return _jsonl_part(path, name, starts[block], starts[block + 1], at)
+
     try:
         theirs = worker.results()
-        at = Tally()
+        at = Tally()  # where block `done` starts
         done = 0  # the blocks passed on so far
+        alone = False  # the worker was dropped
         while done < blocks:
-            mine = claims.take_first(done, BlockClaims.HERE)
+            mine = done if alone else claims.take_first(done, BlockClaims.HERE)
             if mine == done:  # the next block is this process's: its items go straight on
-                yield from work(_jsonl_part(path, name, starts[mine], starts[mine + 1], at))
+                yield from work(part(done, at))
                 done += 1
                 continue
-            # The worker has the next blocks: work on the first free one meanwhile, counting
-            # the worker's blocks before it to know where it starts.
-            held: list[Any] = []
-            failed: CaseshelfError | None = None
+            # The worker has the next blocks: meanwhile, work on the first free one after them.
             if mine is not None:
-                ahead = Tally(at.lines, at.rows)
+                guess = Tally(at.lines, at.rows)
                 for block in range(done, mine):
-                    count_block(path, starts[block], starts[block + 1], ahead)
-                held, failed = _held(
-                    work(_jsonl_part(path, name, starts[mine], starts[mine + 1], ahead))
-                )
+                    count_lines(path, starts[block], starts[block + 1], guess)
+                ahead = Tally(guess.lines, guess.rows)
+                held, failed = _held(work(part(mine, ahead)))
             for block in range(done, blocks if mine is None else mine):
-                at = yield from _pass_on(theirs, block)
-            yield from held
-            if failed is not None:
-                raise failed
-            if mine is not None:
-                at, done = ahead, mine + 1
+                passed = yield from _pass_on(theirs, block, at)
+                if passed is None:  # the worker's guess was wrong: this process goes on alone
+                    worker.close()
+                    alone = True
+                    break
+                at, done = passed, block + 1
+            if alone or mine is None:
+                continue
+            if at != guess:  # this process's guess was wrong: its block again, from here
+                yield from work(part(mine, at))
             else:
-                done = blocks
+                yield from held
+                if failed is not None:
+                    raise failed
+                at = ahead
+            done = mine + 1
     finally:
         worker.close()
 
 
 def _held(items: Iterator[T]) -> tuple[list[T], CaseshelfError | None]:
     """`items` collected, up to the error that ended them, if any (raised by the caller once
-    the items of earlier blocks are passed on)."""
+    the items of the blocks before them are passed on)."""
     got: list[T] = []
     try:
         for item in items:
@@ -669,37 +684,44 @@ def _held(items: Iterator[T]) -> tuple[list[T], CaseshelfError | None]:
     return got, None
 
 
-def _pass_on(theirs: Iterator[Any], block: int) -> Generator[Any, None, Tally]:
-    """The worker's items of `block`, up to its `BlockDone`; answers where the block ends."""
+def _pass_on(theirs: Iterator[Any], block: int, at: Tally) -> Generator[Any, None, Tally | None]:
+    """The worker's items of `block`, which starts `at`; answers where the block ends, or None
+    (passing on nothing) when the worker started the block somewhere else."""
+    started = next(theirs, None)
+    if not isinstance(started, BlockMark) or started.block != block:
+        raise WorkerFailed(f"the import worker did not send block {block}")
+    if started.at != at:
+        return None
     for item in theirs:
-        if isinstance(item, BlockDone):
+        if isinstance(item, BlockMark):
             if item.block != block:
                 raise WorkerFailed(f"the import worker sent block {item.block}, not {block}")
-            return Tally(item.lines, item.rows)
+            return item.at
         yield item
-    raise WorkerFailed(f"the import worker ended before block {block}")
+    raise WorkerFailed(f"the import worker ended within block {block}")
 
 
-class BlockDone(NamedTuple):
-    """The worker's last item of a block: where the block ends, in lines and rows."""
+class BlockMark(NamedTuple):
+    """The worker's first and last item of each block it takes: where the block starts (as it
+    guessed) and where it ends."""
 
     block: int
-    lines: int
-    rows: int
+    at: Tally
 
 
 def _worker_blocks(
     path: Path, name: str, starts: list[int], claims: BlockClaims, work: Work
 ) -> Iterator[Any]:  # pragma: no cover - runs in the worker process
-    """The worker's side of `split_jsonl`: the items of every block it takes, each block's
-    followed by a `BlockDone`; the blocks the other process takes are only counted."""
+    """The worker's side of `split_jsonl`: the items of every block it takes, between two
+    `BlockMark`s; the blocks the other process takes are only counted."""
     at = Tally()
     done = 0
     while (mine := claims.take_first(done, BlockClaims.WORKER)) is not None:
         for block in range(done, mine):
-            count_block(path, starts[block], starts[block + 1], at)
+            count_lines(path, starts[block], starts[block + 1], at)
+        yield BlockMark(mine, Tally(at.lines, at.rows))
         yield from work(_jsonl_part(path, name, starts[mine], starts[mine + 1], at))
-        yield BlockDone(mine, at.lines, at.rows)
+        yield BlockMark(mine, Tally(at.lines, at.rows))
         done = mine + 1
 
 
@@ -751,24 +773,15 @@ def _line_end_after(path: Path, offset: int, size: int) -> int | None:
     return None
 
 
-# Bytes after a line end that may begin a blank line (one `bytes.strip` empties).
-_BLANK_STARTS = tuple(b"\n" + bytes([c]) for c in b" \t\n\r\x0b\x0c")
-
-
-def count_block(path: Path, start: int, end: int, at: Tally) -> None:
-    """Move `at` past the lines and rows between `start` and `end` of a jsonl file, without
-    parsing them: lines by counting line ends, and when a line may be blank (a line end
-    followed by white space), rows by stripping each line."""
+def count_lines(path: Path, start: int, end: int, at: Tally) -> None:
+    """Move `at` past the lines between `start` and `end` of a jsonl file, taking each for a
+    row (a guess: a blank line is no row). Line ends are counted in one pass in C."""
     with path.open("rb") as fh:
         fh.seek(start)
         data = fh.read(end - start)
     lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-    if data[:1].isspace() or any(blank in data for blank in _BLANK_STARTS):
-        rows = sum(1 for line in data.split(b"\n") if line.strip())
-    else:
-        rows = lines
     at.lines += lines
-    at.rows += rows
+    at.rows += lines
 
 
 def _jsonl_part(
