@@ -196,14 +196,23 @@ def alternating(monkeypatch):
     monkeypatch.setattr(sources, "SPLIT_BLOCK_BYTES", 64)
     taken = []
 
+    def mine(block, who):
+        return (block % 2 == 0) == (who == sources.BlockClaims.HERE)
+
+    def take(self, block, who):
+        if mine(block, who):
+            taken.append((block, who))
+            return True
+        return False
+
     def take_first(self, start, who):
         for block in range(start, len(self._owners)):
-            mine = (block % 2 == 0) == (who == sources.BlockClaims.HERE)
-            if mine:
+            if mine(block, who):
                 taken.append((block, who))
                 return block
         return None
 
+    monkeypatch.setattr(sources.BlockClaims, "take", take)
     monkeypatch.setattr(sources.BlockClaims, "take_first", take_first)
     return taken
 

@@ -612,8 +612,11 @@ def split_jsonl(path: Path, name: str, size: int, work: Work) -> Iterator[Any]:
     each take the first block neither has taken yet (`BlockClaims`), so each does as much as
     its share of the machine lets it, and both hash what they map. Items come in file order:
     this process passes on the worker's blocks as the worker sends them (at most
-    `WORKER_QUEUE_ITEMS` items ahead), and holds the items of a block it works on ahead until
-    the worker's blocks before it are passed on.
+    `WORKER_QUEUE_ITEMS` items ahead). When the next block is the worker's and nothing of it
+    has come yet, this process works on the first free block after it instead of waiting,
+    holding its items until the worker's blocks before it are passed on; when the worker's
+    items are waiting, it passes them on first, so that the worker never waits on a full
+    queue while this process works.
 
     Ids and errors are those of one pass. To start a block, a process needs the lines and rows
     before it, so it counts the line ends of the blocks the other process takes, taking every
@@ -639,19 +642,20 @@ def split_jsonl(path: Path, name: str, size: int, work: Work) -> Iterator[Any]:
         done = 0  # the blocks passed on so far
         alone = False  # the worker was dropped
         while done < blocks:
-            mine = done if alone else claims.take_first(done, BlockClaims.HERE)
-            if mine == done:  # the next block is this process's: its items go straight on
+            if alone or claims.take(done, BlockClaims.HERE):  # the next block is this one's
                 yield from work(part(done, at))
                 done += 1
                 continue
-            # The worker has the next blocks: meanwhile, work on the first free one after them.
+            # The worker has the next block. While it is still on it (nothing of it has come),
+            # work on the first free block after it rather than wait.
+            mine = None if worker.ready() else claims.take_first(done + 1, BlockClaims.HERE)
             if mine is not None:
                 guess = Tally(at.lines, at.rows)
                 for block in range(done, mine):
                     count_lines(path, starts[block], starts[block + 1], guess)
                 ahead = Tally(guess.lines, guess.rows)
                 held, failed = _held(work(part(mine, ahead)))
-            for block in range(done, blocks if mine is None else mine):
+            for block in range(done, done + 1 if mine is None else mine):
                 passed = yield from _pass_on(theirs, block, at)
                 if passed is None:  # the worker's guess was wrong: this process goes on alone
                     worker.close()
@@ -736,6 +740,13 @@ class BlockClaims:
 
         self._owners: Any = multiprocessing.get_context("fork").Array("b", blocks)
 
+    def take(self, block: int, who: int) -> bool:
+        """Take `block` for `who` unless the other process has: whether `who` has it."""
+        with self._owners.get_lock():
+            if self._owners[block] == 0:
+                self._owners[block] = who
+            return bool(self._owners[block] == who)
+
     def take_first(self, start: int, who: int) -> int | None:
         """Take the first block from `start` on that nobody has taken, for `who`: its number,
         or None when every one is taken."""
@@ -815,6 +826,10 @@ class Worker(Generic[T]):
             self.queue.close()
             self.process = None
             self.items = items
+
+    def ready(self) -> bool:
+        """Whether an item is waiting (a hint: one may come just after a False)."""
+        return self.process is not None and not self.queue.empty()
 
     def results(self) -> Iterator[T]:
         if self.items is not None:
