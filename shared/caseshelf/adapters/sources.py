@@ -10,7 +10,8 @@ cells, a truncated or corrupt compressed stream.
 
 jsonl is read a megabyte at a time and split into lines in one go. The work on a large local
 file's rows can run in a forked worker process (`SourceReader.offload`, `in_worker`): it reads,
-maps and canonicalises while the caller hashes and stores, and its errors come back as they are.
+maps, canonicalises and hashes while the caller stores, and its errors come back as they are.
+A large plain jsonl file is shared in blocks by both processes (`split_jsonl`).
 """
 
 from __future__ import annotations
