@@ -624,8 +624,9 @@ def split_jsonl(path: Path, name: str, size: int, work: Work) -> Iterator[Any]:
     line for a row (`count_lines`): counting blank lines too would cost about as much as
     parsing. The guess is checked against the true figures once they are known: this process
     works on its block again when it was wrong, and drops a worker that was, doing the rest
-    itself. A file with blank lines in it is then read in one process from the first one
-    that misled a guess on; the others never pay for the check."""
+    itself. A blank line costs a block mapped twice, or the rest of the file in one process
+    (blank lines at the end cost nothing: no block starts after them); a file without any pays
+    nothing for the check."""
     starts = block_starts(path, size, SPLIT_BLOCK_BYTES)
     if len(starts) < 3:  # one block: nothing to share
         yield from in_worker(work(_jsonl_part(path, name, 0)))
