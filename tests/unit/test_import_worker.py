@@ -1,7 +1,7 @@
-"""Large local files: rows read in chunks, and mapped in a forked worker process while the
-caller hashes and stores them (a plain jsonl file is split: the caller maps the first rows, the
-worker the rest). The worker must give the same version, and the same errors naming the line or
-row, as the single-process path."""
+"""Large local files: rows read in chunks, and mapped and hashed in a forked worker process
+while the caller stores them (a plain jsonl file is shared in blocks: the caller and the worker
+each take the next free block). The worker must give the same version, and the same errors
+naming the line or row, as the single-process path."""
 
 import gzip
 import json
