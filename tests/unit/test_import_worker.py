@@ -1,7 +1,7 @@
-"""Large local files: rows read in chunks, and mapped in a forked worker process while the
-caller hashes and stores them (a plain jsonl file is split: the caller maps the first rows, the
-worker the rest). The worker must give the same version, and the same errors naming the line or
-row, as the single-process path."""
+"""Large local files: rows read in chunks, and mapped and hashed in a forked worker process
+while the caller stores them (a plain jsonl file is shared in blocks: the caller and the worker
+each take the next free block). The worker must give the same version, and the same errors
+naming the line or row, as the single-process path."""
 
 import gzip
 import json
@@ -145,10 +145,10 @@ def test_a_malformed_line_in_the_worker_names_its_line_and_registers_nothing(
 
 
 @needs_fork
-@pytest.mark.parametrize("share", [0.001, 0.3, 0.5, 0.97])
-def test_a_split_file_gives_the_rows_and_ids_of_a_single_pass(svc, tmp_path, monkeypatch, share):
+@pytest.mark.parametrize("block", [1, 97, 4096, 30_000])
+def test_a_split_file_gives_the_rows_and_ids_of_a_single_pass(svc, tmp_path, monkeypatch, block):
     # Given a jsonl file with blank, whitespace-only and CRLF lines spread through it, ids made
-    # from the row index, cut at several places between this process and the worker
+    # from the row index, cut into blocks of several sizes shared by this process and the worker
     lines = []
     for i in range(1200):
         lines.append(json.dumps({"q": f"q{i}", "a": f"w #### {i}", "level": "easy"}))
@@ -162,7 +162,7 @@ def test_a_split_file_gives_the_rows_and_ids_of_a_single_pass(svc, tmp_path, mon
     alone = run(svc, str(path), dataset="alone")
     # When it is imported split between this process and a worker
     monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 0)
-    monkeypatch.setattr(sources, "HEAD_SHARE", share)
+    monkeypatch.setattr(sources, "SPLIT_BLOCK_BYTES", block)
     calls = count_workers(monkeypatch)
     worked = run(svc, str(path), dataset="worked")
     # Then one worker ran, and the version is the same case for case
@@ -187,6 +187,119 @@ def test_a_split_file_names_a_bad_line_on_either_side_of_the_cut(
     assert exc.value.fields["line"] == bad_line and worker_calls == [1]
     with pytest.raises(NotFound):
         svc.registry.get_version(ME, "mini", "latest")
+
+
+def alternating(monkeypatch):
+    """Blocks of 64 bytes, taken in turn: even ones by this process, odd ones by the worker
+    (the claims as both processes see them, the worker being forked after the patch)."""
+    monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 0)
+    monkeypatch.setattr(sources, "SPLIT_BLOCK_BYTES", 64)
+    taken = []
+
+    def mine(block, who):
+        return (block % 2 == 0) == (who == sources.BlockClaims.HERE)
+
+    def take(self, block, who):
+        if mine(block, who):
+            taken.append((block, who))
+            return True
+        return False
+
+    def take_first(self, start, who):
+        for block in range(start, len(self._owners)):
+            if mine(block, who):
+                taken.append((block, who))
+                return block
+        return None
+
+    monkeypatch.setattr(sources.BlockClaims, "take", take)
+    monkeypatch.setattr(sources.BlockClaims, "take_first", take_first)
+    return taken
+
+
+@needs_fork
+@pytest.mark.parametrize("blank_every", [0, 7, 450])
+def test_blocks_taken_in_turn_give_the_version_of_a_single_pass(
+    svc, tmp_path, monkeypatch, blank_every
+):
+    # Given a file (with or without blank lines: a block's start is then guessed wrong by the
+    # process that counted the lines before it), imported in this process alone
+    lines = []
+    for i in range(600):
+        lines.append(json.dumps({"q": f"q{i}", "a": f"w #### {i}", "level": "easy"}))
+        if blank_every and i % blank_every == 1:
+            lines.append("  ")
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 1 << 40)
+    alone = run(svc, str(path), dataset="alone")
+    # When its blocks are shared in turn between this process and the worker
+    taken = alternating(monkeypatch)
+    worked = run(svc, str(path), dataset="worked")
+    # Then this process worked on some blocks (the worker on the others: it ran forked, so its
+    # takes are not seen here), and the version is the same
+    assert taken and all(block % 2 == 0 for block, _ in taken)
+    assert worked.result.record.content_digest == alone.result.record.content_digest
+    assert worked.rows_read == 600
+
+
+@needs_fork
+@pytest.mark.parametrize("bad_line", [1, 2, 3, 700, 1499, 1500])
+def test_blocks_taken_in_turn_name_a_bad_line_as_a_single_pass(
+    svc, tmp_path, monkeypatch, bad_line
+):
+    # Given a malformed line in a block of either process (blocks hold about 1 line here)
+    url = rows_file(tmp_path / "rows.jsonl", 1500, bad_line=bad_line)
+    alternating(monkeypatch)
+    # Then the error names that line, and nothing is registered
+    with pytest.raises(BadRequest, match=f"line {bad_line}: malformed JSON") as exc:
+        run(svc, url)
+    assert exc.value.fields["line"] == bad_line
+    with pytest.raises(NotFound):
+        svc.registry.get_version(ME, "mini", "latest")
+
+
+@needs_fork
+def test_the_first_bad_line_wins_whichever_process_reads_it(svc, tmp_path, monkeypatch):
+    # Given two malformed lines, in blocks of different processes
+    path = tmp_path / "rows.jsonl"
+    rows_file(path, 1200)
+    lines = path.read_text().splitlines()
+    lines[500] = lines[901] = '{"q": oops}'
+    path.write_text("\n".join(lines) + "\n")
+    alternating(monkeypatch)
+    with pytest.raises(BadRequest, match="line 501: malformed JSON"):
+        run(svc, str(path))
+
+
+@pytest.mark.parametrize(
+    ("data", "blank"),
+    [
+        (b'{"a": 1}\n{"a": 2}\n', 0),
+        (b'{"a": 1}\n{"a": 2}', 0),
+        (b'\n\n{"a": 1}\r\n\r\n  \n\t{"a": 2}\n \x0b\n', 5),
+        (b"", 0),
+        (b"  \n", 1),
+    ],
+)
+def test_a_counted_block_has_the_lines_a_reader_finds_and_takes_each_for_a_row(
+    tmp_path, data, blank
+):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"x": 0}\n' + data)
+    at = sources.Tally(1, 1)
+    sources.count_lines(path, 9, 9 + len(data), at)
+    read = sources.Tally(1, 1)
+    rows = list(sources._jsonl_part(path, "rows", 9, None, read))
+    assert at.lines == read.lines and read.rows == 1 + len(rows)
+    assert at.rows == read.rows + blank
+
+
+def test_blocks_start_just_past_a_line_end(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b"aaaa\nbb\ncccccccc\nd\n")
+    assert sources.block_starts(path, 21, 3) == [0, 5, 17, 21]
+    assert sources.block_starts(path, 21, 100) == [0, 21]
 
 
 def test_a_file_of_one_line_is_not_split(tmp_path):

@@ -10,7 +10,8 @@ cells, a truncated or corrupt compressed stream.
 
 jsonl is read a megabyte at a time and split into lines in one go. The work on a large local
 file's rows can run in a forked worker process (`SourceReader.offload`, `in_worker`): it reads,
-maps and canonicalises while the caller hashes and stores, and its errors come back as they are.
+maps, canonicalises and hashes while the caller stores, and its errors come back as they are.
+A large plain jsonl file is shared in blocks by both processes (`split_jsonl`).
 """
 
 from __future__ import annotations
@@ -26,13 +27,13 @@ import queue
 import socket
 import sys
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from itertools import islice
 from pathlib import Path
-from typing import IO, Any, Generic, TypeVar
+from typing import IO, Any, Generic, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
@@ -69,12 +70,9 @@ WORKER_MIN_BYTES = 4 << 20
 WORKER_QUEUE_ITEMS = 16
 # How long the importing process waits for an item before it checks that the worker still runs.
 WORKER_SILENCE_S = 1.0
-# Of a large plain jsonl file, the importing process maps this first share of the rows itself
-# (at most HEAD_MAX_BYTES of them) while the worker maps the rest: per row, the worker's part of
-# the work (parse, map, canonicalise) costs more than the importer's (hash, store), so the
-# importer has time to spare for a slice of rows of its own.
-HEAD_SHARE = 0.3
-HEAD_MAX_BYTES = 32 << 20
+# A large plain jsonl file is cut at line ends into blocks of about this many bytes; the
+# importing process and the worker each take the next block neither has taken (`split_jsonl`).
+SPLIT_BLOCK_BYTES = 2 << 20
 
 
 display_name = display_url
@@ -241,8 +239,8 @@ class SourceReader:
     def offload(self, source: FileSource, *, limit: int | None = None) -> Offload | None:
         """A way to run work over this source's rows (at most `limit`) in a second process,
         when that pays: a large local jsonl or csv file, and a spare core to run it on. None
-        otherwise. Without a limit, a plain (uncompressed) jsonl file is split: this process
-        works on the first rows while the worker works on the rest (`split_jsonl`)."""
+        otherwise. Without a limit, a plain (uncompressed) jsonl file is shared: this process
+        and the worker each work on blocks of it (`split_jsonl`)."""
         url = source.url if getattr(source, "text", None) is None else None
         if (
             url is None
@@ -327,19 +325,33 @@ def _lines(fh: IO[bytes], end: int | None = None) -> Iterator[list[bytes]]:
         yield [tail]
 
 
+@dataclass
+class Tally:
+    """Where a reader of a jsonl stream is: the lines and the rows (lines that are not blank)
+    before it."""
+
+    lines: int = 0
+    rows: int = 0
+
+
 def _jsonl(
-    open_stream: Callable[[], IO[bytes]], name: str, start: int = 0, end: int | None = None
+    open_stream: Callable[[], IO[bytes]],
+    name: str,
+    start: int = 0,
+    end: int | None = None,
+    at: Tally | None = None,
 ) -> Rows:
     """The rows of a jsonl stream; with `start` and `end` (each 0, the end, or just past a line
-    end), those between these bytes, numbered as in the whole stream: the lines before `start`
-    are counted first, and so are the rows among them. One generator for it all: every row
-    passes through it, so a second one in between would cost a resume per row."""
+    end), those between these bytes, numbered as in the whole stream: `at` says how many lines
+    and rows lie before `start`, and is moved on as the rows are read (so once they are all
+    read, it says where `end` is). One generator for it all: every row passes through it, so a
+    second one in between would cost a resume per row."""
     loads = orjson.loads
+    at = at if at is not None else Tally()
     with _reading(name), open_stream() as fh:
-        line_no = index = 0
-        for lines in _lines(fh, start):
-            line_no += len(lines)
-            index += sum(map(bool, map(bytes.strip, lines)))  # blank lines are no rows
+        if start:
+            fh.seek(start)
+        line_no, index = at.lines, at.rows
         for lines in _lines(fh, None if end is None else end - start):
             first = line_no + 1
             rows: list[Any] = []
@@ -365,6 +377,7 @@ def _jsonl(
                 if row is not None:
                     yield index, row
                     index += 1
+        at.lines, at.rows = line_no, index
 
 
 def _json(records_path: str | None, open_stream: Callable[[], IO[bytes]], name: str) -> Rows:
@@ -595,29 +608,176 @@ def in_worker(items: Iterator[T]) -> Iterator[T]:
 
 
 def split_jsonl(path: Path, name: str, size: int, work: Work) -> Iterator[Any]:
-    """`work` over the rows of a plain jsonl file, in two processes: a worker takes the rows
-    after the first `HEAD_SHARE` of the file (cut at a line end), this process takes the rows
-    before it, then passes on the worker's output. Items come in file order, and errors name
-    the same line or row as a single pass would: the worker counts the lines and rows before
-    its share first."""
-    cut = _line_end_after(path, min(int(size * HEAD_SHARE), HEAD_MAX_BYTES), size)
-    if cut is None:  # one line, or too few lines to share
+    """`work` over the rows of a plain jsonl file, in two processes. The file is cut at line
+    ends into blocks of about `SPLIT_BLOCK_BYTES` (`block_starts`); this process and a worker
+    each take the first block neither has taken yet (`BlockClaims`), so each does as much as
+    its share of the machine lets it, and both hash what they map. Items come in file order:
+    this process passes on the worker's blocks as the worker sends them (at most
+    `WORKER_QUEUE_ITEMS` items ahead). When the next block is the worker's and nothing of it
+    has come yet, this process works on the first free block after it instead of waiting,
+    holding its items until the worker's blocks before it are passed on; when the worker's
+    items are waiting, it passes them on first, so that the worker never waits on a full
+    queue while this process works.
+
+    Ids and errors are those of one pass. To start a block, a process needs the lines and rows
+    before it, so it counts the line ends of the blocks the other process takes, taking every
+    line for a row (`count_lines`): counting blank lines too would cost about as much as
+    parsing. The guess is checked against the true figures once they are known: this process
+    works on its block again when it was wrong, and drops a worker that was, doing the rest
+    itself. A blank line costs a block mapped twice, or the rest of the file in one process
+    (blank lines at the end cost nothing: no block starts after them); a file without any pays
+    nothing for the check."""
+    starts = block_starts(path, size, SPLIT_BLOCK_BYTES)
+    if len(starts) < 3:  # one block: nothing to share
         yield from in_worker(work(_jsonl_part(path, name, 0)))
         return
-    worker = Worker(work(_jsonl_part(path, name, cut)))
+    blocks = len(starts) - 1
+    claims = BlockClaims(blocks)
+    worker = Worker(_worker_blocks(path, name, starts, claims, work))
+
+    def part(block: int, at: Tally) -> Rows:
+        return _jsonl_part(path, name, starts[block], starts[block + 1], at)
+
     try:
-        yield from work(_jsonl_part(path, name, 0, cut))
-        yield from worker.results()
+        theirs = worker.results()
+        at = Tally()  # where block `done` starts
+        done = 0  # the blocks passed on so far
+        alone = False  # the worker was dropped
+        while done < blocks:
+            if alone or claims.take(done, BlockClaims.HERE):  # the next block is this one's
+                yield from work(part(done, at))
+                done += 1
+                continue
+            # The worker has the next block. While it is still on it (nothing of it has come),
+            # work on the first free block after it rather than wait.
+            mine = None if worker.ready() else claims.take_first(done + 1, BlockClaims.HERE)
+            if mine is not None:
+                guess = Tally(at.lines, at.rows)
+                for block in range(done, mine):
+                    count_lines(path, starts[block], starts[block + 1], guess)
+                ahead = Tally(guess.lines, guess.rows)
+                held, failed = _held(work(part(mine, ahead)))
+            for block in range(done, done + 1 if mine is None else mine):
+                passed = yield from _pass_on(theirs, block, at)
+                if passed is None:  # the worker's guess was wrong: this process goes on alone
+                    worker.close()
+                    alone = True
+                    break
+                at, done = passed, block + 1
+            if alone or mine is None:
+                continue
+            if at != guess:  # this process's guess was wrong: its block again, from here
+                yield from work(part(mine, at))
+            else:
+                yield from held
+                if failed is not None:
+                    raise failed
+                at = ahead
+            done = mine + 1
     finally:
         worker.close()
 
 
+def _held(items: Iterator[T]) -> tuple[list[T], CaseshelfError | None]:
+    """`items` collected, up to the error that ended them, if any (raised by the caller once
+    the items of the blocks before them are passed on)."""
+    got: list[T] = []
+    try:
+        for item in items:
+            got.append(item)
+    except CaseshelfError as exc:
+        return got, exc
+    return got, None
+
+
+def _pass_on(theirs: Iterator[Any], block: int, at: Tally) -> Generator[Any, None, Tally | None]:
+    """The worker's items of `block`, which starts `at`; answers where the block ends, or None
+    (passing on nothing) when the worker started the block somewhere else."""
+    started = next(theirs, None)
+    if not isinstance(started, BlockMark) or started.block != block:
+        raise WorkerFailed(f"the import worker did not send block {block}")
+    if started.at != at:
+        return None
+    for item in theirs:
+        if isinstance(item, BlockMark):
+            if item.block != block:
+                raise WorkerFailed(f"the import worker sent block {item.block}, not {block}")
+            return item.at
+        yield item
+    raise WorkerFailed(f"the import worker ended within block {block}")
+
+
+class BlockMark(NamedTuple):
+    """The worker's first and last item of each block it takes: where the block starts (as it
+    guessed) and where it ends."""
+
+    block: int
+    at: Tally
+
+
+def _worker_blocks(
+    path: Path, name: str, starts: list[int], claims: BlockClaims, work: Work
+) -> Iterator[Any]:  # pragma: no cover - runs in the worker process
+    """The worker's side of `split_jsonl`: the items of every block it takes, between two
+    `BlockMark`s; the blocks the other process takes are only counted."""
+    at = Tally()
+    done = 0
+    while (mine := claims.take_first(done, BlockClaims.WORKER)) is not None:
+        for block in range(done, mine):
+            count_lines(path, starts[block], starts[block + 1], at)
+        yield BlockMark(mine, Tally(at.lines, at.rows))
+        yield from work(_jsonl_part(path, name, starts[mine], starts[mine + 1], at))
+        yield BlockMark(mine, Tally(at.lines, at.rows))
+        done = mine + 1
+
+
+class BlockClaims:
+    """Which process works on each block of a shared file: the first to take it. Shared
+    memory, inherited by the forked worker, with a lock around each take."""
+
+    HERE, WORKER = 1, 2
+
+    def __init__(self, blocks: int) -> None:
+        import multiprocessing
+
+        self._owners: Any = multiprocessing.get_context("fork").Array("b", blocks)
+
+    def take(self, block: int, who: int) -> bool:
+        """Take `block` for `who` unless the other process has: whether `who` has it."""
+        with self._owners.get_lock():
+            if self._owners[block] == 0:
+                self._owners[block] = who
+            return bool(self._owners[block] == who)
+
+    def take_first(self, start: int, who: int) -> int | None:
+        """Take the first block from `start` on that nobody has taken, for `who`: its number,
+        or None when every one is taken."""
+        with self._owners.get_lock():
+            for block in range(start, len(self._owners)):
+                if self._owners[block] == 0:
+                    self._owners[block] = who
+                    return block
+        return None
+
+
+def block_starts(path: Path, size: int, block_bytes: int) -> list[int]:
+    """Offsets that cut a file into blocks of about `block_bytes`, each just past a line end:
+    `[0, ..., size]`."""
+    starts = [0]
+    while (cut := _line_end_after(path, starts[-1] + block_bytes, size)) is not None:
+        starts.append(cut)
+    starts.append(size)
+    return starts
+
+
 def _line_end_after(path: Path, offset: int, size: int) -> int | None:
     """The offset just past the first line end at or after `offset`, if a line follows it."""
+    if offset >= size:
+        return None
     with path.open("rb") as fh:
         fh.seek(offset)
         at = offset
-        while chunk := fh.read(READ_CHUNK):
+        while chunk := fh.read(1 << 16):
             found = chunk.find(b"\n")
             if found >= 0:
                 at += found + 1
@@ -626,9 +786,22 @@ def _line_end_after(path: Path, offset: int, size: int) -> int | None:
     return None
 
 
-def _jsonl_part(path: Path, name: str, start: int, end: int | None = None) -> Rows:
+def count_lines(path: Path, start: int, end: int, at: Tally) -> None:
+    """Move `at` past the lines between `start` and `end` of a jsonl file, taking each for a
+    row (a guess: a blank line is no row). Line ends are counted in one pass in C."""
+    with path.open("rb") as fh:
+        fh.seek(start)
+        data = fh.read(end - start)
+    lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    at.lines += lines
+    at.rows += lines
+
+
+def _jsonl_part(
+    path: Path, name: str, start: int, end: int | None = None, at: Tally | None = None
+) -> Rows:
     """The rows of a plain jsonl file between bytes `start` and `end` (`_jsonl`)."""
-    return _jsonl(lambda: path.open("rb"), name, start, end)
+    return _jsonl(lambda: path.open("rb"), name, start, end, at)
 
 
 class Worker(Generic[T]):
@@ -655,6 +828,10 @@ class Worker(Generic[T]):
             self.queue.close()
             self.process = None
             self.items = items
+
+    def ready(self) -> bool:
+        """Whether an item is waiting (a hint: one may come just after a False)."""
+        return self.process is not None and not self.queue.empty()
 
     def results(self) -> Iterator[T]:
         if self.items is not None:

@@ -133,14 +133,19 @@ def _fast(raw: bytes) -> tuple[bool, Any]:
 def parsed_exactly(raws: list[bytes], values: list[Any]) -> bool:
     """Whether orjson's `values` of the documents `raws` (one each, e.g. the lines of a JSONL
     batch) are exactly what they hold: the fast path's checks, over a whole batch at once.
-    When False, parse them again one by one with `loads`, which names the one at fault."""
-    if any(map(_long_number, raws)) or any(map(_escaped_colon, raws)):
+    When False, parse them again one by one with `loads`, which names the one at fault.
+
+    The checks run over the documents joined by newlines (which no check matches across): one
+    search of each kind per batch instead of one per document, 7.3-8.9 -> 3.5-4.1 us per
+    GSM8K-sized line (`bench/bench_import.py`'s rows, 1,700 a batch, on the shared machine)."""
+    raw = b"\n".join(raws)
+    if _long_number(raw) or _escaped_colon(raw):
         return False
     try:
         again = orjson.dumps(values)
     except orjson.JSONEncodeError:
         return False
-    return sum(raw.count(b":") for raw in raws) == again.count(b":")
+    return raw.count(b":") == again.count(b":")
 
 
 def loads(data: bytes | bytearray | memoryview | str, *, where: str = "body") -> Any:

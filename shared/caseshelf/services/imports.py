@@ -355,9 +355,9 @@ class ImportService:
         }
         counter = _Counter()
         work = partial(record_batches, recipe=recipe, max_case_bytes=self.registry.max_case_bytes)
-        # With an offload, reading, mapping and canonicalising (most of them) run in a second
-        # process while this one hashes and writes packs; batches come back in order, errors
-        # with their row.
+        # With an offload, reading, mapping, canonicalising and hashing run in a second process
+        # (a large jsonl file: shared by both, a block at a time) while this one writes packs;
+        # batches come back in order, errors with their row.
         batches = work(rows) if opened.offload is None else opened.offload(work)
         records = self._records(batches, counter, progress, produced_by)
         version, bump = req.version, req.bump

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import random
 import time
 from bisect import bisect_right
@@ -378,17 +377,6 @@ def _check_sizes(batch: Staged, limit: int) -> None:
         raise TooLarge(
             f"case {case_id!r} is {batch.lengths[i]} bytes; the limit is {limit}", case_id=case_id
         )
-
-
-def _record_digests(data: bytes | bytearray, lengths: Sequence[int]) -> list[str]:
-    """The sha256 (hex) of each record lying back to back in `data`, newline-terminated."""
-    view = memoryview(data)
-    digests: list[str] = []
-    at = 0
-    for length in lengths:
-        digests.append(hashlib.sha256(view[at : at + length]).hexdigest())
-        at += length + 1
-    return digests
 
 
 def _located(src: Manifest, indices: Sequence[int]) -> Staged:
@@ -787,18 +775,23 @@ class RegistryService:
         return staged
 
     def _stage_records(self, records: Iterable[RecordBatch]) -> Iterator[Staged]:
-        """Canonical records (an import's mapper made them) hashed; two rows with the same case
-        id are refused naming both rows."""
+        """Canonical records (an import's mapper made and hashed them,
+        `caseshelf.domain.mapping.record_batches`); two rows with the same case id are refused
+        naming both rows."""
         seen: dict[str, int] = {}
         for batch in records:
             ids = batch.ids
             if not ids:
                 continue
-            if len(batch.lengths) != len(ids) or sum(batch.lengths) + len(ids) != len(batch.data):
+            if (
+                len(batch.lengths) != len(ids)
+                or len(batch.digests) != len(ids)
+                or sum(batch.lengths) + len(ids) != len(batch.data)
+            ):
                 raise ValueError("a record batch whose lengths do not match its records")
             staged = Staged(
                 ids=ids,
-                digests=_record_digests(batch.data, batch.lengths),
+                digests=batch.digests,
                 tags=batch.tags if batch.tags is not None else [()] * len(ids),
                 lengths=batch.lengths,
                 data=batch.data,
