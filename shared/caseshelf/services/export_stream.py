@@ -55,7 +55,6 @@ from caseshelf.domain.export import (
 from caseshelf.domain.export_formats import (
     ROW_FILES,
     parquet_schema,
-    parquet_table,
     plan_harbor_case,
     plan_row_window,
     shared_row_files,
@@ -492,11 +491,11 @@ class _RowFile:
             last, self._last = self._last, None
             last.result()
 
-    def add(self, text: bytearray, columns: Mapping[str, list[Any]], count: int) -> None:
+    def add(self, text: bytearray, table: Any, count: int) -> None:
         self._wait()
         if self._parquet is not None:
             if count:
-                self._last = self._writer.submit(self._parquet.write_table, parquet_table(columns))
+                self._last = self._writer.submit(self._parquet.write_table, table)
         else:
             assert self._fh is not None
             self._last = self._writer.submit(self._fh.write, text)
@@ -548,7 +547,7 @@ def _write_rows(
                 found: list[ExportWarning] = []
                 planned = plan_row_window(spec.fmt, window, found)
                 kept.add(found)
-                rows.add(planned.text, planned.columns, planned.count)
+                rows.add(planned.text, planned.table, planned.count)
                 bodies = read_bodies(_wanted(planned.data, shared_bodies))
                 size = sink.write(planned.data, {**bodies, **shared_bodies})
                 for f in planned.data:
