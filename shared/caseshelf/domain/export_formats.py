@@ -23,6 +23,7 @@ import io
 import posixpath
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import orjson
@@ -342,9 +343,13 @@ class CaseWindow(Sequence[Mapping[str, Any]]):
     asked for. A parquet window whose rows Arrow builds from the records
     (`export_parquet.arrow_rows`) is never parsed in Python."""
 
-    def __init__(self, records: Sequence[bytes | memoryview]) -> None:
+    def __init__(self, records: Sequence[bytes]) -> None:
         self.records = records
         self._cases: list[dict[str, Any]] | None = None
+
+    def joined(self) -> bytes:
+        """The records one per line (canonical JSON holds no line break)."""
+        return b"\n".join(self.records)
 
     def cases(self) -> list[dict[str, Any]]:
         if self._cases is None:
@@ -369,7 +374,9 @@ class RowWindow:
 
     data: list[PlannedFile] = field(default_factory=list)
     text: bytearray = field(default_factory=bytearray)  # jsonl / inspect lines, one buffer
-    table: Any = None  # parquet: a `pyarrow.Table` of `parquet_schema()`
+    # parquet: a `pyarrow.Table` of `parquet_schema()`, or a function building it (which the
+    # streamed export runs on a thread of its own)
+    table: Any = None
     count: int = 0
 
 
@@ -379,12 +386,10 @@ def plan_row_window(
     """The rows of `cases` in format `fmt` (`jsonl`, `parquet` or `inspect`). A case the format
     cannot carry is a `BadRequest` naming it (see `sample_of`). Parquet rows of a `CaseWindow`
     are built by Arrow from its records where they can be (`export_parquet.arrow_rows`)."""
-    if fmt == "parquet" and isinstance(cases, CaseWindow):
-        from caseshelf.domain.export_parquet import arrow_rows
-
-        table = arrow_rows(cases.records, parquet_schema())
-        if table is not None:
-            return RowWindow(table=table, count=len(cases))
+    if fmt == "parquet" and isinstance(cases, CaseWindow) and len(cases):
+        raw = cases.joined()
+        if b'"files":' not in raw:  # no case has companion files: the rows are all there is
+            return RowWindow(table=partial(_window_table, cases, raw), count=len(cases))
     window = RowWindow()
     columns: dict[str, list[Any]] = {c: [] for c in ROW_COLUMNS}
     parquet_cases: list[Mapping[str, Any]] = []
@@ -426,6 +431,19 @@ def plan_row_window(
     return window
 
 
+def _window_table(cases: CaseWindow, raw: bytes) -> Any:
+    """The parquet rows of a window without companion files: built by Arrow from the records
+    where it can (`export_parquet.arrow_rows`), else case by case."""
+    from caseshelf.domain.export_parquet import arrow_rows
+
+    table = arrow_rows(raw, len(cases), parquet_schema())
+    if table is None:
+        columns: dict[str, list[Any]] = {c: [] for c in ROW_COLUMNS}
+        add_parquet_rows(columns, cases.cases(), {})
+        table = parquet_table(columns)
+    return table
+
+
 def row_file(fmt: str, body: bytes) -> PlannedFile:
     """The planned row file (`cases.jsonl`, `cases.parquet`, `samples.jsonl`) of `body`."""
     return PlannedFile(ROW_FILES[fmt], digest_of(body), len(body), body, role=ROLE_DATA)
@@ -458,7 +476,8 @@ def plan_rows(
             yield case
 
     window = plan_row_window(fmt, once(cases), warnings)
-    body = _parquet_bytes(window.table) if fmt == "parquet" else bytes(window.text)
+    table = window.table() if callable(window.table) else window.table
+    body = _parquet_bytes(table) if fmt == "parquet" else bytes(window.text)
     return [row_file(fmt, body), *shared_row_files(shared_files), *window.data], window.count
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from itertools import repeat
 from operator import add, sub
 
@@ -122,7 +123,7 @@ _DIGEST = type(hashlib.sha256()).digest
 
 def checked_records(
     data: bytes, start: int, chunk: Manifest, group: list[int], key: str
-) -> list[memoryview]:
+) -> list[bytes]:
     """The records at `group` in `data` (the bytes of a pack from `start`), each checked against
     its digest. What it buys over a check per record (`storage.read_cases`): the records are cut
     and hashed by `map` over the chunk's columns and the hashes compared with the digest column
@@ -138,7 +139,7 @@ def checked_records(
     else:
         at = [offsets[j] - start for j in group]
         ends = [offsets[j] - start + lengths[j] for j in group]
-    records = list(map(memoryview(data).__getitem__, map(slice, at, ends)))
+    records = list(map(data.__getitem__, map(slice, at, ends)))
     if b"".join(map(_DIGEST, map(hashlib.sha256, records))) != _digests(chunk, group):
         digests = chunk.digest_list()
         for j, r in zip(group, records, strict=True):  # a short read hashes differently too
@@ -147,33 +148,63 @@ def checked_records(
     return records
 
 
+@dataclass
+class _Read:
+    """One ranged read of a pack, and the spans of records (of one or more chunks) it covers."""
+
+    key: str
+    start: int
+    end: int
+    parts: list[tuple[Manifest, list[int]]]
+
+
+def _reads(
+    registry: RegistryService, rec: VersionRecord, starts: Sequence[int], indices: Sequence[int]
+) -> list[_Read]:
+    """The ranged reads covering the records at `indices`, in order: the spans of each chunk
+    (`_spans`), and consecutive spans of one pack at most `read_gap` bytes apart merged into
+    one read, across chunks too (a window of a version registered in one go is a read or two)."""
+    reads: list[_Read] = []
+    gap = registry.read_gap
+    for number, local in _chunk_runs(starts, indices):
+        chunk = registry.chunk(rec, number)
+        for pack, start, size, group in _spans(chunk, local, gap):
+            key = layout.pack_key(rec.tenant, chunk.packs[pack])
+            last = reads[-1] if reads else None
+            if last is not None and last.key == key and last.end <= start <= last.end + gap:
+                last.end = start + size
+                last.parts.append((chunk, group))
+            else:
+                reads.append(_Read(key, start, start + size, [(chunk, group)]))
+    return reads
+
+
 def window_cases(
     registry: RegistryService, rec: VersionRecord, starts: Sequence[int], indices: Sequence[int]
 ) -> CaseWindow:
     """The cases at `indices` of a version, in that order, each record checked against its
     digest (`Corrupt` naming the case otherwise). `starts`: the root's `chunk_starts()`."""
-    out: list[memoryview] = []
-    store, tenant = registry.store, rec.tenant
-    for number, local in _chunk_runs(starts, indices):
-        chunk = registry.chunk(rec, number)
-        spans = _spans(chunk, local, registry.read_gap)
-        keys = [layout.pack_key(tenant, chunk.packs[s[0]]) for s in spans]
+    store = registry.store
+    reads = _reads(registry, rec, starts, indices)
 
-        def fetch(n: int, spans: list[_Span] = spans, keys: list[str] = keys) -> bytes:
-            try:
-                return store.get_range(keys[n], spans[n][1], spans[n][2])
-            except NotFound:
-                raise Corrupt(
-                    f"the stored object {keys[n]} is missing: the version cannot be read "
-                    "(run `caseshelf verify` on it)",
-                    key=keys[n],
-                ) from None
+    def fetch(read: _Read) -> bytes:
+        try:
+            return store.get_range(read.key, read.start, read.end - read.start)
+        except NotFound:
+            raise Corrupt(
+                f"the stored object {read.key} is missing: the version cannot be read "
+                "(run `caseshelf verify` on it)",
+                key=read.key,
+            ) from None
 
-        if registry.read_workers > 1 and len(spans) > 1:
-            with ThreadPoolExecutor(max_workers=min(registry.read_workers, len(spans))) as pool:
-                datas = list(pool.map(fetch, range(len(spans))))
-        else:
-            datas = [fetch(n) for n in range(len(spans))]
-        for (_, start, _, group), data, key in zip(spans, datas, keys, strict=True):
-            out.extend(checked_records(data, start, chunk, group, key))
+    datas: Iterable[bytes]
+    if registry.read_workers > 1 and len(reads) > 1:
+        with ThreadPoolExecutor(max_workers=min(registry.read_workers, len(reads))) as pool:
+            datas = list(pool.map(fetch, reads))
+    else:
+        datas = map(fetch, reads)
+    out: list[bytes] = []
+    for read, data in zip(reads, datas, strict=True):
+        for chunk, group in read.parts:
+            out.extend(checked_records(data, read.start, chunk, group, read.key))
     return CaseWindow(out)
