@@ -19,7 +19,7 @@ def expected_rows(cases):
 
 
 def rows_of(cases):
-    table = arrow_rows([canonical_json(c) for c in cases], parquet_schema())
+    table = arrow_rows(b"\n".join(canonical_json(c) for c in cases), len(cases), parquet_schema())
     return None if table is None else table.to_pylist()
 
 

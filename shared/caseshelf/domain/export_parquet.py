@@ -150,6 +150,13 @@ def _text_field(table: dict[str, Any], n: int, name: str, key: str) -> Any:
     return pa.nulls(n, pa.string())
 
 
+def _one_array(column: Any) -> Any:
+    """A column of the reader's table as one array (it answers a chunk per block read)."""
+    import pyarrow as pa
+
+    return column.chunk(0) if column.num_chunks == 1 else pa.concat_arrays(column.chunks)
+
+
 def _empty_lists(n: int, kind: Any) -> Any:
     """`n` empty lists of type `kind`."""
     import pyarrow as pa
@@ -161,27 +168,29 @@ def _empty_lists(n: int, kind: Any) -> Any:
 def arrow_rows(raw: bytes, count: int, schema: Any) -> Any | None:
     """The parquet rows (`schema`: `parquet_schema()`) of `count` canonical case records, one
     per line in `raw`: the values of `row_of`, built by Arrow; None when the window holds a case
-    this path does not carry (see the module's docstring). What it buys: a parquet export of 100,000 GSM8K-shaped cases in
-    about a third of the time of the per-case path (`bench/bench_export.py`, `export-parquet`)."""
+    this path does not carry (see the module's docstring). What it buys: the CPU time of a
+    parquet export of 100,000 GSM8K-shaped cases went from 2.2-2.9 s to 0.9-1.4 s (the parse,
+    the JSON texts and Arrow's conversion of Python lists were about 1.7 s of it), and most of
+    what is left runs with the interpreter lock released (`bench/bench_export.py`,
+    `export-parquet`; docs/benchmarks.md)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.json as pj
 
     if not count:
         return None
+    # One block (one chunk per column, no unification of blocks' types) and one thread: the
+    # streamed export builds a window while it reads the next and writes the one before, which
+    # keeps both cores busy already.
+    options = pj.ReadOptions(use_threads=False, block_size=max(len(raw) + 1, 1 << 20))
     try:
-        read = pj.read_json(pa.py_buffer(raw))
+        read = pj.read_json(pa.py_buffer(raw), read_options=options)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None  # a key holding values of two kinds, say
     n = read.num_rows
-    if (
-        n != count
-        or "id" not in read.column_names
-        or _PER_CASE_KEYS & set(read.column_names)
-    ):
+    if n != count or "id" not in read.column_names or _PER_CASE_KEYS & set(read.column_names):
         return None
-    # each column as one array (the reader answers a chunk per block of its input)
-    table = {name: pa.concat_arrays(read.column(name).chunks) for name in read.column_names}
+    table = {name: _one_array(read.column(name)) for name in read.column_names}
     del read
     ids = table["id"]
     if not pa.types.is_string(ids.type) or ids.null_count:
