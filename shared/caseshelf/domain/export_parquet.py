@@ -41,19 +41,16 @@ def escapes_in(raw: bytes) -> list[tuple[str, str]]:
     """The escapes to apply to the strings of a window: those its raw records hold (a string
     holds a character to escape only if the records hold its escape), found by a walk from one
     backslash to the next (outside strings, JSON has none), so the replacement passes run only
-    for them. A window with very many escapes gets every pass without the walk."""
-    count = raw.count(b"\\")
-    if not count:
-        return []
-    if count > 4096:
-        return list(_ESCAPES)
+    for them. A window with more than 4,096 escapes gets every pass, the walk cut short."""
     found: set[bytes] = set()
     at = raw.find(b"\\")
-    while at >= 0:
+    for _ in range(4096):
+        if at < 0:
+            return [(char, escape) for char, escape in _ESCAPES if escape.encode("ascii") in found]
         size = 6 if raw[at + 1 : at + 2] == b"u" else 2
         found.add(raw[at : at + size])
         at = raw.find(b"\\", at + size)
-    return [(char, escape) for char, escape in _ESCAPES if escape.encode("ascii") in found]
+    return list(_ESCAPES)
 
 
 def _pieces(values: Any, valid: Any, escapes: list[tuple[str, str]]) -> list[Any] | None:
