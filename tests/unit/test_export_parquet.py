@@ -62,6 +62,14 @@ def test_control_characters_and_nested_values_are_written_as_orjson_writes_them(
     assert got == expected_rows(cases)
 
 
+def test_keys_are_ordered_as_orjson_orders_them():
+    keys = ["\uffff", "\U00010000", "Z", "a", "\u00e9", "", "a b", 'a"b']
+    cases = [{"id": f"k{i}", "metadata": {k: i for k in keys}} for i in range(3)]
+    got = rows_of(cases)
+    assert got is not None
+    assert got == expected_rows(cases)
+
+
 def test_a_window_with_very_many_escapes_gets_every_replacement():
     cases = [
         {"id": f"q{i}", "inputs": {"user": 'say "hi"\t' * 40 + ("\x01" if i == 99 else "")}}

@@ -635,3 +635,32 @@ def test_a_flipped_byte_in_a_pack_stops_a_parquet_export_naming_the_case(svc, tm
         )
     assert not (tmp_path / "d").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".d")] == []
+
+
+def test_a_parquet_window_that_fails_to_build_fails_the_export_leaving_nothing(
+    svc, tmp_path, monkeypatch
+):
+    # The rows of a window are built on a thread of their own: its failure is the export's
+    import caseshelf.domain.export_parquet as export_parquet
+    import caseshelf.services.export_stream as stream
+
+    svc.registry.register(
+        ME, parse_dataset({"id": "rows", "version": "1.0.0", "cases": _row_cases(7)})
+    )
+    monkeypatch.setattr(stream, "ROW_WINDOW", 3)
+    calls = []
+
+    def fail_second(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise MemoryError("no room for the rows")
+        return None  # the first window goes case by case
+
+    monkeypatch.setattr(export_parquet, "arrow_rows", fail_second)
+    out = tmp_path / "out"
+    with pytest.raises(MemoryError, match="no room"):
+        svc.exports.export_version(
+            ME, "rows", "1.0.0", ExportRequest(format="parquet"), to=str(out)
+        )
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
