@@ -566,3 +566,101 @@ def test_every_format_pulls_back_as_it_was_written(svc, tmp_path, fmt, bundle):
     # Then it has every file, verified, as the directory export wrote them
     assert got.file_count == res.file_count
     assert _read_tree(tmp_path / "pulled") == _read_tree(tmp_path / "local")
+
+
+def _row_cases(n: int) -> list[dict]:
+    return [
+        {
+            "id": f"row-{i:03d}",
+            "inputs": {"user": f'How many "ducks" in pond {i}?'},
+            "expectations": {"ground_truth": str(i)},
+            "metadata": {"row": i},
+            "tags": ["gsm8k"],
+        }
+        for i in range(n)
+    ]
+
+
+def test_a_parquet_export_of_row_cases_is_built_by_arrow_and_reads_back_as_the_cases(
+    svc, tmp_path, monkeypatch
+):
+    # Given row-benchmark cases (no files, no environment), read in several windows
+    import pyarrow.parquet as pq
+
+    import caseshelf.domain.export_parquet as export_parquet
+    import caseshelf.services.export_stream as stream
+    from caseshelf.domain.export_formats import case_from_row, parquet_schema
+
+    svc.registry.register(
+        ME, parse_dataset({"id": "rows", "version": "1.0.0", "cases": _row_cases(7)})
+    )
+    monkeypatch.setattr(stream, "ROW_WINDOW", 3)
+    built = []
+    real = export_parquet.arrow_rows
+    monkeypatch.setattr(
+        export_parquet, "arrow_rows", lambda *a: built.append(real(*a)) or built[-1]
+    )
+    # When it is exported as parquet, whole and as a subset
+    svc.exports.export_version(
+        ME, "rows", "1.0.0", ExportRequest(format="parquet"), to=str(tmp_path / "all")
+    )
+    subset = SubsetRequest(ids=["row-005", "row-001", "row-006"])
+    svc.exports.export_version(
+        ME, "rows", "1.0.0", ExportRequest(format="parquet", subset=subset), to=str(tmp_path / "s")
+    )
+    # Then Arrow built every window, and the rows are the cases, in order, typed as documented
+    assert len(built) == 3 + 1 and all(t is not None for t in built)
+    rec = svc.registry.get_version(ME, "rows", "1.0.0")
+    for name, positions in (("all", list(range(7))), ("s", [1, 5, 6])):
+        got = pq.ParquetFile(tmp_path / name / "cases.parquet")
+        assert got.schema_arrow == parquet_schema()
+        cases = [c for _, c in svc.registry.case_records(rec, positions)]
+        assert [case_from_row(r) for r in got.read().to_pylist()] == cases
+
+
+def test_a_flipped_byte_in_a_pack_stops_a_parquet_export_naming_the_case(svc, tmp_path):
+    from caseshelf.domain.errors import Corrupt
+
+    svc.registry.register(
+        ME, parse_dataset({"id": "rows", "version": "1.0.0", "cases": _row_cases(7)})
+    )
+    packs = [i.key for i in svc.store.list(f"t/{ME.tenant}/packs/")]
+    pack = next(k for k in packs if b"pond 4?" in svc.store.get(k))
+    data = bytearray(svc.store.get(pack))
+    data[data.index(b"pond 4?") + 5] ^= 0x01
+    svc.store.put(pack, bytes(data))
+    with pytest.raises(Corrupt, match=rf"case 'row-004'.*{pack}"):
+        svc.exports.export_version(
+            ME, "rows", "1.0.0", ExportRequest(format="parquet"), to=str(tmp_path / "d")
+        )
+    assert not (tmp_path / "d").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".d")] == []
+
+
+def test_a_parquet_window_that_fails_to_build_fails_the_export_leaving_nothing(
+    svc, tmp_path, monkeypatch
+):
+    # The rows of a window are built on a thread of their own: its failure is the export's
+    import caseshelf.domain.export_parquet as export_parquet
+    import caseshelf.services.export_stream as stream
+
+    svc.registry.register(
+        ME, parse_dataset({"id": "rows", "version": "1.0.0", "cases": _row_cases(7)})
+    )
+    monkeypatch.setattr(stream, "ROW_WINDOW", 3)
+    calls = []
+
+    def fail_second(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise MemoryError("no room for the rows")
+        return None  # the first window goes case by case
+
+    monkeypatch.setattr(export_parquet, "arrow_rows", fail_second)
+    out = tmp_path / "out"
+    with pytest.raises(MemoryError, match="no room"):
+        svc.exports.export_version(
+            ME, "rows", "1.0.0", ExportRequest(format="parquet"), to=str(out)
+        )
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]

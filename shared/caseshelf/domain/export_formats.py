@@ -23,6 +23,7 @@ import io
 import posixpath
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import orjson
@@ -268,12 +269,12 @@ def parquet_table(columns: Mapping[str, list[Any]]) -> Any:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _parquet_bytes(columns: Mapping[str, list[Any]]) -> bytes:
+def _parquet_bytes(table: Any) -> bytes:
     """The rows as one parquet file (zstd)."""
     import pyarrow.parquet as pq
 
     sink = io.BytesIO()
-    pq.write_table(parquet_table(columns), sink, compression="zstd")
+    pq.write_table(table, sink, compression="zstd")
     return sink.getvalue()
 
 
@@ -336,15 +337,46 @@ def sample_of(
     return sample
 
 
+class CaseWindow(Sequence[Mapping[str, Any]]):
+    """Consecutive cases of an export read from the store: their canonical records as stored
+    (each already checked against its digest), parsed into cases only when a case is first
+    asked for. A parquet window whose rows Arrow builds from the records
+    (`export_parquet.arrow_rows`) is never parsed in Python."""
+
+    def __init__(self, records: Sequence[bytes]) -> None:
+        self.records = records
+        self._cases: list[dict[str, Any]] | None = None
+
+    def joined(self) -> bytes:
+        """The records one per line (canonical JSON holds no line break)."""
+        return b"\n".join(self.records)
+
+    def cases(self) -> list[dict[str, Any]]:
+        if self._cases is None:
+            self._cases = list(map(orjson.loads, self.records))
+        return self._cases
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.cases()[i]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.cases())
+
+
 @dataclass
 class RowWindow:
     """Some consecutive cases of a one-row-per-case format: the files they add beside the row
     file (companions under `files/`, an inspect sample's compose file), and their rows, as lines
-    of `cases.jsonl` / `samples.jsonl` or as parquet columns."""
+    of `cases.jsonl` / `samples.jsonl` or as a parquet table."""
 
     data: list[PlannedFile] = field(default_factory=list)
     text: bytearray = field(default_factory=bytearray)  # jsonl / inspect lines, one buffer
-    columns: dict[str, list[Any]] = field(default_factory=lambda: {c: [] for c in ROW_COLUMNS})
+    # parquet: a `pyarrow.Table` of `parquet_schema()`, or a function building it (which the
+    # streamed export runs on a thread of its own)
+    table: Any = None
     count: int = 0
 
 
@@ -352,9 +384,14 @@ def plan_row_window(
     fmt: str, cases: Iterable[Mapping[str, Any]], warnings: list[ExportWarning]
 ) -> RowWindow:
     """The rows of `cases` in format `fmt` (`jsonl`, `parquet` or `inspect`). A case the format
-    cannot carry is a `BadRequest` naming it (see `sample_of`)."""
+    cannot carry is a `BadRequest` naming it (see `sample_of`). Parquet rows of a `CaseWindow`
+    are built by Arrow from its records where they can be (`export_parquet.arrow_rows`)."""
+    if fmt == "parquet" and isinstance(cases, CaseWindow) and len(cases):
+        raw = cases.joined()
+        if b'"files":' not in raw:  # no case has companion files: the rows are all there is
+            return RowWindow(table=partial(_window_table, cases, raw), count=len(cases))
     window = RowWindow()
-    columns = window.columns
+    columns: dict[str, list[Any]] = {c: [] for c in ROW_COLUMNS}
     parquet_cases: list[Mapping[str, Any]] = []
     parquet_files: dict[int, list[tuple[str, PlannedFile]]] = {}
     for case in cases:
@@ -388,9 +425,23 @@ def plan_row_window(
                 parquet_files[len(parquet_cases)] = files
             parquet_cases.append(case)
         window.count += 1
-    if parquet_cases:
+    if fmt == "parquet":
         add_parquet_rows(columns, parquet_cases, parquet_files)
+        window.table = parquet_table(columns)
     return window
+
+
+def _window_table(cases: CaseWindow, raw: bytes) -> Any:
+    """The parquet rows of a window without companion files: built by Arrow from the records
+    where it can (`export_parquet.arrow_rows`), else case by case."""
+    from caseshelf.domain.export_parquet import arrow_rows
+
+    table = arrow_rows(raw, len(cases), parquet_schema())
+    if table is None:
+        columns: dict[str, list[Any]] = {c: [] for c in ROW_COLUMNS}
+        add_parquet_rows(columns, cases.cases(), {})
+        table = parquet_table(columns)
+    return table
 
 
 def row_file(fmt: str, body: bytes) -> PlannedFile:
@@ -425,7 +476,8 @@ def plan_rows(
             yield case
 
     window = plan_row_window(fmt, once(cases), warnings)
-    body = _parquet_bytes(window.columns) if fmt == "parquet" else bytes(window.text)
+    table = window.table() if callable(window.table) else window.table
+    body = _parquet_bytes(table) if fmt == "parquet" else bytes(window.text)
     return [row_file(fmt, body), *shared_row_files(shared_files), *window.data], window.count
 
 

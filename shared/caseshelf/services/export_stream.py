@@ -55,7 +55,6 @@ from caseshelf.domain.export import (
 from caseshelf.domain.export_formats import (
     ROW_FILES,
     parquet_schema,
-    parquet_table,
     plan_harbor_case,
     plan_row_window,
     shared_row_files,
@@ -469,9 +468,12 @@ def _write_case_dirs(
 class _RowFile:
     """The row file, written as it goes: lines appended, or a parquet row group per window.
 
-    A window's bytes are written by one background thread while the next window is read and
-    planned: Arrow encodes and compresses a row group with the interpreter lock released, so
-    the two overlap (at most one window waits to be written)."""
+    A window's bytes are written by a background thread while the next window is read and
+    planned; a parquet window whose rows are given as a function (Arrow builds them from the
+    records: `export_formats.plan_row_window`) is built by a second one, so that reading and
+    checking a window, building the one before and writing the one before that overlap (Arrow
+    parses, joins strings, encodes and compresses with the interpreter lock released). At most
+    one window is built and one written while the next is read."""
 
     def __init__(self, fmt: str, path: Path) -> None:
         self.fmt = fmt
@@ -479,7 +481,8 @@ class _RowFile:
         self._fh: BinaryIO | None = None
         self._parquet: Any = None
         self._writer = ThreadPoolExecutor(max_workers=1)
-        self._last: Future[Any] | None = None
+        self._builder = ThreadPoolExecutor(max_workers=1)
+        self._pending: deque[Future[Any]] = deque()
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
@@ -487,26 +490,32 @@ class _RowFile:
         else:
             self._fh = open(path, "wb")  # noqa: SIM115 - closed by close()
 
-    def _wait(self) -> None:
-        if self._last is not None:
-            last, self._last = self._last, None
-            last.result()
+    def _settle(self, keep: int) -> None:
+        while len(self._pending) > keep:
+            self._pending.popleft().result()  # the first failure stops the export
 
-    def add(self, text: bytearray, columns: Mapping[str, list[Any]], count: int) -> None:
-        self._wait()
+    def _write_group(self, table: Any) -> None:
+        self._parquet.write_table(table.result() if isinstance(table, Future) else table)
+
+    def add(self, text: bytearray, table: Any, count: int) -> None:
         if self._parquet is not None:
             if count:
-                self._last = self._writer.submit(self._parquet.write_table, parquet_table(columns))
+                self._settle(1)
+                if callable(table):
+                    table = self._builder.submit(table)
+                self._pending.append(self._writer.submit(self._write_group, table))
         else:
             assert self._fh is not None
-            self._last = self._writer.submit(self._fh.write, text)
+            self._settle(0)
+            self._pending.append(self._writer.submit(self._fh.write, text))
 
     def close(self) -> tuple[str, int]:
         """(digest, size) of the finished file."""
         try:
-            self._wait()
+            self._settle(0)
         finally:
-            self._writer.shutdown(wait=True)
+            self._builder.shutdown(wait=True, cancel_futures=True)
+            self._writer.shutdown(wait=True, cancel_futures=True)
             if self._parquet is not None:
                 self._parquet.close()
                 self._parquet = None
@@ -548,7 +557,7 @@ def _write_rows(
                 found: list[ExportWarning] = []
                 planned = plan_row_window(spec.fmt, window, found)
                 kept.add(found)
-                rows.add(planned.text, planned.columns, planned.count)
+                rows.add(planned.text, planned.table, planned.count)
                 bodies = read_bodies(_wanted(planned.data, shared_bodies))
                 size = sink.write(planned.data, {**bodies, **shared_bodies})
                 for f in planned.data:

@@ -51,11 +51,13 @@ from caseshelf.domain.export import (
     merge_shared,
     parse_manifest,
 )
+from caseshelf.domain.export_formats import CaseWindow
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.models import SharedFileInput, Strict
 from caseshelf.domain.paths import relative_path_problem
 from caseshelf.domain.subset import SubsetRequest
 from caseshelf.ports import BlobStore
+from caseshelf.services.export_read import window_cases
 from caseshelf.services.export_stream import (
     REFUSING_FORMATS,
     BodyReader,
@@ -382,12 +384,13 @@ class ExportService:
         )
         size = window_size(request.format)
 
-        def windows() -> Iterator[list[dict[str, Any]]]:
-            # The registry's ranged reads, a window of cases at a time (and the chunks of the
-            # manifest that cover it): only the window is held.
+        starts = root.chunk_starts()
+
+        def windows() -> Iterator[CaseWindow]:
+            # A window of cases at a time, read in bulk from the chunks of the manifest that
+            # cover it (`services.export_read`): only the window is held.
             for start in range(0, len(indices), size):
-                chunk = list(indices[start : start + size])
-                yield [case for _, case in self.registry.case_records(rec, chunk)]
+                yield window_cases(self.registry, rec, starts, indices[start : start + size])
 
         def read_bodies(wanted: set[str]) -> Mapping[str, bytes]:
             return read_blobs(self.store, rec.tenant, {h: locations[h] for h in wanted})
