@@ -64,8 +64,8 @@ def test_an_insertion_moves_only_the_chunks_around_it() -> None:
     # Given 20,000 cases, and the same with 5 cases inserted at one place
     base = ids(20_000)
     edited = base[:9_000] + [(f"new{i}", "y") for i in range(5)] + base[9_000:]
-    r1, _, _ = split_manifest(build(base))
-    r2, _, _ = split_manifest(build(edited))
+    r1, _, _, _ = split_manifest(build(base))
+    r2, _, _, _ = split_manifest(build(edited))
     # Then all but a few chunks are the same keys
     assert len(set(r2.chunk_keys) - set(r1.chunk_keys)) <= 3
     assert len(set(r1.chunk_keys) & set(r2.chunk_keys)) >= len(r1.chunk_keys) - 3
@@ -96,7 +96,7 @@ def test_a_chunk_depends_only_on_its_cases_and_their_locations() -> None:
 @given(n=st.integers(min_value=0, max_value=3000), every=st.integers(min_value=1, max_value=50))
 def test_split_and_join_give_the_manifest_back(n: int, every: int) -> None:
     m = build(ids(n), tags_every=every)
-    root, parts, _ = split_manifest(m)
+    root, parts, _, _ = split_manifest(m)
     again = Root.from_doc(orjson.loads(root.to_bytes()))
     assert again == root and again.count == n and sum(root.chunk_counts) == n
     joined = join_chunks(again, [chunk_from_bytes(data) for _, data in parts])
@@ -113,7 +113,7 @@ def test_split_and_join_give_the_manifest_back(n: int, every: int) -> None:
 
 
 def test_a_damaged_chunk_or_root_is_refused() -> None:
-    root, parts, _ = split_manifest(build(ids(600)))
+    root, parts, _, _ = split_manifest(build(ids(600)))
     doc = orjson.loads(parts[0][1])
     doc["count"] += 1
     with pytest.raises(BadRequest, match="chunk"):
@@ -169,8 +169,8 @@ def test_the_chunked_plan_is_the_whole_manifest_plan(edits) -> None:
         mp.setattr(chunks, "MIN_CASES", 4)
         mp.setattr(chunks, "BOUNDARY_MODULUS", 12)
         mp.setattr(chunks, "MAX_CASES", 40)
-        rb, pb, _ = split_manifest(mb)
-        rc, pc, _ = split_manifest(mc)
+        rb, pb, _, _ = split_manifest(mb)
+        rc, pc, _, _ = split_manifest(mc)
     only_b, only_c = differing_chunks(rb, rc)
     plan = plan_chunked_diff(rb, rc, parts_of(rb, pb, only_b), parts_of(rc, pc, only_c))
     assert plan == plan_diff(mb, mc)

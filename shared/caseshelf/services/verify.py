@@ -17,7 +17,13 @@ from typing import Any
 
 from caseshelf.domain import layout
 from caseshelf.domain.canonical import content_digest, sha256_hex
-from caseshelf.domain.chunks import Root, chunk_from_bytes, join_chunks, superseded_from_bytes
+from caseshelf.domain.chunks import (
+    Root,
+    chunk_from_bytes,
+    join_chunks,
+    sample_column_bytes,
+    superseded_from_bytes,
+)
 from caseshelf.domain.errors import CaseshelfError, Corrupt, NotFound
 from caseshelf.domain.manifest import Location, Manifest
 from caseshelf.domain.versions import VersionRecord
@@ -140,6 +146,7 @@ def _verify_one(store: BlobStore, rec: VersionRecord, report: VerifyReport) -> N
                 problem("corrupt", skey, exc.detail)
                 return
             manifest = manifest.with_superseded(list(copies.items()))
+        _check_sample_columns(store, rec.tenant, stored, manifest, report, problem)
         named = set(stored.packs)
         unnamed = sorted({p for c in chunks for p in c.packs} - named)
         if unnamed:
@@ -182,6 +189,32 @@ def _verify_one(store: BlobStore, rec: VersionRecord, report: VerifyReport) -> N
         for container, items in sorted(groups.items()):
             key = key_of(rec.tenant, container)
             _check_container(store, key, items, report, problem)
+
+
+def _check_sample_columns(
+    store: BlobStore,
+    tenant: str,
+    root: Root,
+    manifest: Manifest,
+    report: VerifyReport,
+    problem: Callable[[str, str, str], None],
+) -> None:
+    """Every sample column a root names is there, hashes to its key, and is the column of the
+    cases it covers (recomputed from the chunks: a sample reads nothing else)."""
+    starts = root.sample_starts()
+    for n, hex_digest in enumerate(root.sample_keys):
+        key = layout.sample_key(tenant, hex_digest)
+        try:
+            data = store.get(key)
+        except NotFound:
+            problem("missing", key, "the sample column is missing")
+            continue
+        report.objects_checked += 1
+        report.bytes_hashed += len(data)
+        if sha256_hex(data) != hex_digest:
+            problem("corrupt", key, "the sample column does not hash to its key")
+        elif sample_column_bytes(manifest, starts[n], starts[n + 1]) != data:
+            problem("corrupt", key, "the sample column is not the ids and digests of its cases")
 
 
 def _read_chunks(
