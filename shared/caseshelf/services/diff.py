@@ -259,7 +259,7 @@ class DiffService:
         record is read instead."""
         if not indices:
             return {}
-        digests = part.digests
+        digests = {i: part.digest(i) for i in indices}
         wanted = [(i, copies.get(digests[i]) or part.location(i)) for i in indices]
         pack_key = partial(layout.pack_key, rec.tenant)
         read = partial(

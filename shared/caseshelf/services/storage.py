@@ -267,7 +267,11 @@ def _read_each(read: Callable[[str], _T], keys: Iterable[str], workers: int) -> 
     if workers <= 1:
         yield from map(read, keys)
         return
-    with started_pool(workers, "caseshelf-chunk") as pool:
+    keys = list(keys)
+    if len(keys) <= 1:
+        yield from map(read, keys)
+        return
+    with started_pool(min(workers, len(keys)), "caseshelf-chunk") as pool:
         pending: deque[Future[_T]] = deque()
         try:
             for key in keys:
