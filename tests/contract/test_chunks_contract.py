@@ -17,6 +17,7 @@ from caseshelf.domain.diff import plan_diff
 from caseshelf.domain.errors import Corrupt
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.subset import SubsetRequest, select_subset
+from caseshelf.services.diff import DiffService
 from caseshelf.services.gc import collect_garbage
 from caseshelf.services.registry import RegistryService, parse_dataset
 from caseshelf.services.verify import verify_versions
@@ -152,8 +153,10 @@ def test_a_diff_reads_only_the_chunks_that_differ(backend: Backend) -> None:
     r1, r2 = reg.root(v1.record), reg.root(v2.record)
     differing = set(r1.chunk_keys) ^ set(r2.chunk_keys)
     fresh = backend.rebuild(store=counting)  # type: ignore[arg-type]
+    # (the diff of a pair whose one side keeps no change against the other)
+    by_chunks = DiffService(fresh.registry, use_deltas=False)
     counting.chunk_reads.clear()
-    res = fresh.diff.diff_versions(ME, "ds", "1", "2")
+    res = by_chunks.diff_versions(ME, "ds", "1", "2")
     read = {k.rsplit("/", 1)[1] for k in counting.chunk_reads}
     assert read == differing and len(read) < (len(r1.chunk_keys) + len(r2.chunk_keys)) // 3
     # And the answer is the one of the whole manifests
@@ -163,11 +166,44 @@ def test_a_diff_reads_only_the_chunks_that_differ(backend: Backend) -> None:
     assert [c.id for c in res.changed] == [f"q{i:04d}" for i in range(300, 310)]
     assert [c.id for c in res.removed] == ["q0050"]
     # Either direction; and a version against itself reads no chunk
-    back = fresh.diff.diff_versions(ME, "ds", "2", "1")
+    back = by_chunks.diff_versions(ME, "ds", "2", "1")
     assert back.summary == {"added": 1, "removed": 20, "changed": 10, "unchanged": 589}
     counting.chunk_reads.clear()
-    assert fresh.diff.diff_versions(ME, "ds", "2", "2").summary["unchanged"] == 619
+    assert by_chunks.diff_versions(ME, "ds", "2", "2").summary["unchanged"] == 619
     assert counting.chunk_reads == []
+
+
+def test_a_diff_against_the_registration_base_reads_the_kept_change(backend: Backend) -> None:
+    counting = CountingStore(backend.store)
+    reg = backend.rebuild(store=counting).registry  # type: ignore[arg-type]
+    v1 = register(reg, "1", cases(600))
+    v2 = register(reg, "2", cases(620, changed=range(300, 310), skip={50}))
+    r2 = reg.root(v2.record)
+    assert r2.delta_key and r2.delta_base == v1.record.content_digest
+    m1, m2 = reg.manifest(v1.record), reg.manifest(v2.record)
+    by_chunks = DiffService(backend.rebuild().registry, use_deltas=False)
+    for base, candidate, whole in (("1", "2", plan_diff(m1, m2)), ("2", "1", plan_diff(m2, m1))):
+        # When a fresh service diffs v2 and the base it was registered against, either way
+        fresh = backend.rebuild(store=counting)  # type: ignore[arg-type]
+        counting.chunk_reads.clear()
+        got = fresh.diff.diff_versions(ME, "ds", base, candidate)
+        # Then it reads no chunk, and answers what the whole manifests and the chunks do
+        assert counting.chunk_reads == []
+        assert got.plan == whole
+        expected = by_chunks.diff_versions(ME, "ds", base, candidate)
+        assert got.added == expected.added and got.removed == expected.removed
+        assert got.changed == expected.changed
+    # And verify checks the kept change; a damaged one is named, and refused by a diff
+    assert verify_versions(backend.store, [v1.record, v2.record]).ok
+    key = f"t/acme/manifests/delta/{r2.delta_key}"
+    data = backend.store.get(key)
+    backend.store.delete(key)
+    backend.store.put(key, data.replace(b"q03", b"x03", 1))
+    report = verify_versions(backend.store, [v2.record])
+    assert {(p.kind, p.key) for p in report.problems} == {("corrupt", key)}
+    with pytest.raises(Corrupt) as err:
+        backend.rebuild().diff.diff_versions(ME, "ds", "1", "2")
+    assert err.value.fields["key"] == key
 
 
 def test_a_diff_sees_shared_chunks_move(backend: Backend) -> None:

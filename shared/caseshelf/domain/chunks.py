@@ -308,6 +308,11 @@ class Root:
     # order; none in a format 3 root (a sample then reads the chunks).
     sample_keys: list[str] = field(default_factory=list)
     sample_chunks: list[int] = field(default_factory=list)
+    # The version's change against the base it was registered against
+    # (`caseshelf.domain.diff.Delta`): an object of its own, read by a diff of the two only;
+    # "" when it keeps none. `delta_base` is the base's content digest.
+    delta_key: str = ""
+    delta_base: str = ""
 
     def __len__(self) -> int:
         return self.count
@@ -354,6 +359,8 @@ class Root:
         }
         if self.superseded_key:  # (absent otherwise)
             doc["superseded"] = {"key": self.superseded_key, "count": self.superseded_count}
+        if self.delta_key:
+            doc["delta"] = {"key": self.delta_key, "base": self.delta_base}
         if self.sample_keys:
             doc["sample"] = {
                 "keys": "".join(self.sample_keys),
@@ -396,6 +403,11 @@ class Root:
                 root.superseded_count = int(superseded["count"])
                 if len(root.superseded_key) != 64:
                     raise ValueError("a superseded key that is no sha256")
+            delta = doc.get("delta")
+            if delta is not None:
+                root.delta_key, root.delta_base = str(delta["key"]), str(delta["base"])
+                if len(root.delta_key) != 64:
+                    raise ValueError("a delta key that is no sha256")
             sample = doc.get("sample")
             if sample is not None:
                 text = sample["keys"]

@@ -21,17 +21,26 @@ position. Values of different JSON types are one change at their path.
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import compress, islice, pairwise
-from operator import lt, ne
+from itertools import islice, pairwise
+from operator import lt
 from typing import Any, Final, Protocol
 
 import orjson
 
-from caseshelf.domain.chunks import Root
-from caseshelf.domain.manifest import DigestColumn, Location, Manifest
+from caseshelf.domain.chunks import Root, chunk_bytes, chunk_from_bytes
+from caseshelf.domain.errors import BadRequest
+from caseshelf.domain.manifest import (
+    DigestColumn,
+    Location,
+    Manifest,
+    _pack_ints,
+    _unpack_ints,
+    column_array,
+)
 
 
 class _Absent:
@@ -240,12 +249,12 @@ def plan_diff(base: Manifest, candidate: Manifest) -> DiffPlan:
     meta = meta_changes(base, candidate)
     if base.content_digest == candidate.content_digest:
         return DiffPlan([], [], [], len(candidate), False, meta)
-    b_digests, c_digests = base.digest_list(), candidate.digest_list()
     if base.ids == candidate.ids:
-        # The common shape of a new version (same cases, some edited): compare in C.
-        same = list(compress(range(len(c_digests)), map(ne, b_digests, c_digests)))
+        # The common shape of a new version (same cases, some edited): compare the columns.
+        same = differing_digests(base.digest_text(), candidate.digest_text())
         changed_here = [(i, i) for i in same]
-        return DiffPlan([], [], changed_here, len(c_digests) - len(same), False, meta)
+        return DiffPlan([], [], changed_here, len(candidate) - len(same), False, meta)
+    b_digests, c_digests = base.digest_list(), candidate.digest_list()
     base_pos = dict(zip(base.ids, range(len(base.ids)), strict=True))
     added: list[int] = []
     changed: list[tuple[int, int]] = []
@@ -411,3 +420,123 @@ def user_text(case: dict[str, Any]) -> Any:
     """`inputs.user` of a plain case (a string, a list of strings, `{ref}`), or None."""
     inputs = case.get("inputs")
     return inputs.get("user") if isinstance(inputs, dict) else None
+
+
+# -- a version's change against its base ---------------------------------------------------
+
+DELTA_FORMAT = "caseshelf.delta/1"
+# The most cases a delta names (added, removed and changed together): beyond it a version keeps
+# none, and a diff against its base reads the chunks that differ, as any other diff does.
+DELTA_MAX_CASES = 20_000
+
+
+@dataclass(frozen=True)
+class Delta:
+    """The plan of the diff of a version against the base it was registered against, and the
+    cases that plan names on each side (ids, digests, locations), kept by the version
+    (`delta_bytes`): a diff of the two then reads no chunk. `base` is the base's content
+    digest. The plan's `meta` is empty: it is the roots' (`meta_changes`)."""
+
+    base: str
+    plan: DiffPlan
+    base_part: ChunkPart
+    cand_part: ChunkPart
+
+    def mirrored(self) -> Delta:
+        """The same change seen from the other side: the diff of the version (as base)
+        against its base (as candidate)."""
+        p = self.plan
+        changed = sorted(((j, i) for i, j in p.changed), key=lambda pair: pair[1])
+        plan = DiffPlan(p.removed, p.added, changed, p.unchanged, p.order_changed)
+        return Delta(self.base, plan, self.cand_part, self.base_part)
+
+
+def _take(m: Manifest, positions: Sequence[int]) -> Manifest:
+    """The cases of `m` at `positions`, as a manifest of their own (ids, digests, locations)."""
+    text = m.digest_text()
+    packs, offsets = column_array(m.pack_index), column_array(m.offsets)
+    lengths = column_array(m.lengths)
+    return Manifest(
+        content_digest="",
+        description="",
+        tags=[],
+        shared_files=[],
+        ids=[m.ids[i] for i in positions],
+        digests=DigestColumn("".join(text[64 * i : 64 * i + 64] for i in positions)),
+        packs=list(m.packs),
+        pack_index=array("I", [packs[i] for i in positions]),
+        offsets=array("Q", [offsets[i] for i in positions]),
+        lengths=array("I", [lengths[i] for i in positions]),
+        tag_names=[],
+        case_tags=[],
+    )
+
+
+def delta_bytes(base: Manifest, candidate: Manifest) -> bytes | None:
+    """The delta of `candidate` against `base` (`Delta`), or None when they differ in no case
+    or in more than `DELTA_MAX_CASES`."""
+    plan = plan_diff(base, candidate)
+    named = len(plan.added) + len(plan.removed) + len(plan.changed)
+    if not named or named > DELTA_MAX_CASES:
+        return None
+    base_at = sorted(plan.removed + [i for i, _ in plan.changed])
+    cand_at = sorted(plan.added + [j for _, j in plan.changed])
+
+    def ints(values: Sequence[int]) -> str:
+        return _pack_ints(array("I", values), "I")
+
+    doc = {
+        "format": DELTA_FORMAT,
+        "base": base.content_digest,
+        "unchanged": plan.unchanged,
+        "order_changed": plan.order_changed,
+        "added": ints(plan.added),
+        "removed": ints(plan.removed),
+        "changed_base": ints([i for i, _ in plan.changed]),
+        "changed_candidate": ints([j for _, j in plan.changed]),
+        "base_positions": ints(base_at),
+        "candidate_positions": ints(cand_at),
+        "base_cases": orjson.Fragment(chunk_bytes(_take(base, base_at), 0, len(base_at))),
+        "candidate_cases": orjson.Fragment(chunk_bytes(_take(candidate, cand_at), 0, len(cand_at))),
+    }
+    return orjson.dumps(doc)
+
+
+def delta_from_bytes(data: bytes) -> Delta:
+    """A stored delta; `BadRequest` when it does not parse or does not hold together."""
+    try:
+        doc: dict[str, Any] = orjson.loads(data)
+        if doc.get("format") != DELTA_FORMAT:
+            raise ValueError(f"not a delta (format {doc.get('format')!r})")
+
+        def ints(name: str) -> list[int]:
+            return list(_unpack_ints(doc[name], "I"))
+
+        parts = []
+        for side in ("base", "candidate"):
+            positions = ints(f"{side}_positions")
+            chunk = chunk_from_bytes(orjson.dumps(doc[f"{side}_cases"]))
+            if len(chunk) != len(positions) or positions != sorted(set(positions)):
+                raise ValueError(f"the {side} cases do not match their positions")
+            parts.append(
+                ChunkPart(chunk.ids, DigestColumn(chunk.digest_text()), positions, [0], [chunk])
+            )
+        changed = list(zip(ints("changed_base"), ints("changed_candidate"), strict=True))
+        plan = DiffPlan(
+            ints("added"),
+            ints("removed"),
+            changed,
+            int(doc["unchanged"]),
+            bool(doc["order_changed"]),
+        )
+        held_base, held_cand = set(parts[0].positions), set(parts[1].positions)
+        if not (
+            held_base.issuperset(plan.removed)
+            and held_base.issuperset(i for i, _ in changed)
+            and held_cand.issuperset(plan.added)
+            and held_cand.issuperset(j for _, j in changed)
+        ):
+            raise ValueError("a position the delta names but does not hold")
+        return Delta(str(doc["base"]), plan, parts[0], parts[1])
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise BadRequest(f"corrupt delta: {exc}") from exc

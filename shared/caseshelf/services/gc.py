@@ -186,6 +186,8 @@ def _reached_by(
             out.chunks[hex_digest] = _packs_of_chunk(store, tenant, ckey, who, out.problems)
         keys.extend(out.chunks[hex_digest] or ())
     keys.extend(layout.sample_key(tenant, hex_digest) for hex_digest in stored.sample_keys)
+    if stored.delta_key:
+        keys.append(layout.delta_key(tenant, stored.delta_key))
     if stored.superseded_key:
         skey = layout.superseded_key(tenant, stored.superseded_key)
         keys.append(skey)

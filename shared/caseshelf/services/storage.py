@@ -29,6 +29,7 @@ from caseshelf.domain.chunks import (
     split_manifest,
     superseded_from_bytes,
 )
+from caseshelf.domain.diff import Delta, delta_bytes, delta_from_bytes
 from caseshelf.domain.errors import BadRequest, Corrupt, NotFound
 from caseshelf.domain.manifest import FORMAT as LEGACY_FORMAT
 from caseshelf.domain.manifest import Location, Manifest
@@ -170,7 +171,12 @@ class ManifestWritten:
 
 
 def write_manifest(
-    store: BlobStore, tenant: str, manifest: Manifest, *, workers: int = 1
+    store: BlobStore,
+    tenant: str,
+    manifest: Manifest,
+    *,
+    workers: int = 1,
+    base: Manifest | None = None,
 ) -> ManifestWritten:
     """Store `manifest` as a format 4 root and its chunks (`caseshelf.domain.chunks`): every chunk,
     sample column (and the object of its superseded copies, if it keeps any) first, put-if-absent
@@ -178,11 +184,17 @@ def write_manifest(
     root last, put-if-absent at the version's manifest key. A crash in between leaves only objects
     no root names, which `gc` collects. `workers` above 1 (a remote store, where a PUT waits on the
     network) writes that many chunks at once: ~100 chunks of a 100,000-case version one at a time
-    against S3 would add ~100 round trips to the registration."""
+    against S3 would add ~100 round trips to the registration. With the `base` the version
+    was registered against, the version keeps its change against it too (`delta_bytes`), for
+    a diff of the two."""
     root, chunks, copies, samples = split_manifest(manifest)
     written = objects = 0
     keyed = [(layout.chunk_key(tenant, hex_digest), data) for hex_digest, data in chunks]
     keyed += [(layout.sample_key(tenant, hex_digest), data) for hex_digest, data in samples]
+    delta = delta_bytes(base, manifest) if base is not None else None
+    if delta is not None and base is not None:
+        root.delta_key, root.delta_base = sha256_hex(delta), base.content_digest
+        keyed.append((layout.delta_key(tenant, root.delta_key), delta))
     if copies is not None:
         keyed.append((layout.superseded_key(tenant, copies[0]), copies[1]))
     if workers > 1 and len(keyed) > 1:
@@ -224,6 +236,22 @@ def parse_root(data: bytes) -> Root | Manifest:
     if not isinstance(doc, dict):
         raise BadRequest("corrupt manifest: not a JSON object")
     return Root.from_doc(doc)
+
+
+def read_delta(store: BlobStore, tenant: str, root: Root) -> Delta:
+    """The change against its base a root names; `Corrupt` naming the key when the object is
+    missing, damaged or unreadable."""
+    key = layout.delta_key(tenant, root.delta_key)
+    try:
+        data = store.get(key)
+    except NotFound:
+        raise Corrupt(f"the delta {key} is missing (run `caseshelf verify`)", key=key) from None
+    if sha256_hex(data) != root.delta_key:
+        raise Corrupt(f"the delta {key} does not match its digest", key=key)
+    try:
+        return delta_from_bytes(data)
+    except BadRequest as exc:
+        raise Corrupt(f"the delta {key}: {exc.detail}", key=key) from None
 
 
 def read_superseded(store: BlobStore, tenant: str, root: Root) -> dict[str, Location]:

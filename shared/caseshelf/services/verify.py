@@ -24,6 +24,7 @@ from caseshelf.domain.chunks import (
     sample_column_bytes,
     superseded_from_bytes,
 )
+from caseshelf.domain.diff import delta_from_bytes
 from caseshelf.domain.errors import CaseshelfError, Corrupt, NotFound
 from caseshelf.domain.manifest import Location, Manifest
 from caseshelf.domain.versions import VersionRecord
@@ -147,6 +148,8 @@ def _verify_one(store: BlobStore, rec: VersionRecord, report: VerifyReport) -> N
                 return
             manifest = manifest.with_superseded(list(copies.items()))
         _check_sample_columns(store, rec.tenant, stored, manifest, report, problem)
+        if stored.delta_key:
+            _check_delta(store, rec.tenant, stored, manifest, report, problem)
         named = set(stored.packs)
         unnamed = sorted({p for c in chunks for p in c.packs} - named)
         if unnamed:
@@ -215,6 +218,42 @@ def _check_sample_columns(
             problem("corrupt", key, "the sample column does not hash to its key")
         elif sample_column_bytes(manifest, starts[n], starts[n + 1]) != data:
             problem("corrupt", key, "the sample column is not the ids and digests of its cases")
+
+
+def _check_delta(
+    store: BlobStore,
+    tenant: str,
+    root: Root,
+    manifest: Manifest,
+    report: VerifyReport,
+    problem: Callable[[str, str, str], None],
+) -> None:
+    """The change against its base a root names is there, hashes to its key, and names this
+    version's cases as they are (ids, digests and locations at their positions)."""
+    key = layout.delta_key(tenant, root.delta_key)
+    try:
+        data = store.get(key)
+    except NotFound:
+        problem("missing", key, "the delta is missing")
+        return
+    report.objects_checked += 1
+    report.bytes_hashed += len(data)
+    if sha256_hex(data) != root.delta_key:
+        problem("corrupt", key, "the delta does not hash to its key")
+        return
+    try:
+        part = delta_from_bytes(data).cand_part
+        digests = manifest.digest_list()
+        for n, i in enumerate(part.positions):
+            if i >= len(manifest) or (part.ids[n], part.digest(n), part.location(n)) != (
+                manifest.ids[i],
+                digests[i],
+                manifest.location(i),
+            ):
+                problem("corrupt", key, f"the delta's case at position {i} is not the version's")
+                return
+    except CaseshelfError as exc:
+        problem("corrupt", key, exc.detail)
 
 
 def _read_chunks(
