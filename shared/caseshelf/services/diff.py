@@ -261,7 +261,7 @@ class DiffService:
         one (any other pair: the chunks that differ are read). With every 100th of 100,000
         cases changed, every chunk of both versions differs: the plan from the delta is 1 read
         instead of ~200 chunks (`bench/bench_diff.py` on moto, where a read is ~2-5 ms of CPU:
-        ratio 0.0xx instead of 0.13)."""
+        ratio 0.014 instead of 0.13-0.16)."""
         if not self.use_deltas or base.tenant != candidate.tenant:
             return None
         store, tenant = self.registry.store, candidate.tenant
