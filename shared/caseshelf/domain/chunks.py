@@ -18,7 +18,7 @@ a diff only.
 
 A sample needs every case's digest prefix and id, and nothing else of a chunk: reading every
 chunk for it costs a request per ~1,000 cases. So each group of consecutive chunks (cut by their
-keys, `sample_group_ends`: ~4 chunks) has a sample column too (`caseshelf.sample/1`,
+keys, `sample_group_ends`: ~7 chunks) has a sample column too (`caseshelf.sample/1`,
 `manifests/sample/<sha256>`): the ids of its cases and the first 8 bytes of each digest, ~23
 bytes a case against a chunk's ~110. Like chunks, a column is a function of its cases alone, so
 versions that share a stretch of chunks share the columns inside it.
@@ -74,9 +74,10 @@ MIN_CASES = 256
 BOUNDARY_MODULUS = 768
 MAX_CASES = 4096
 # Chunks per sample column: a group ends after a chunk whose key's last 8 hex digits are 0
-# modulo SAMPLE_MODULUS, and after SAMPLE_MAX_CHUNKS at the latest (about 4 chunks, ~4,000
-# cases, ~90 kB at GSM8K's ids). Larger groups mean fewer requests for a sample and more bytes
-# rewritten for a change (docs/benchmarks.md, "subset").
+# modulo SAMPLE_MODULUS once it holds SAMPLE_MIN_CHUNKS, and after SAMPLE_MAX_CHUNKS at the
+# latest (about 7 chunks, ~7,000 cases, ~160 kB at GSM8K's ids). Larger groups mean fewer
+# requests for a sample and more bytes rewritten for a change (docs/benchmarks.md, "subset").
+SAMPLE_MIN_CHUNKS = 4
 SAMPLE_MODULUS = 4
 SAMPLE_MAX_CHUNKS = 16
 
@@ -219,12 +220,15 @@ def digest_prefixes(text: str) -> bytes:
 def sample_group_ends(chunk_keys: Sequence[str]) -> list[int]:
     """Where each group of chunks one sample column covers ends (exclusive chunk numbers; the
     last is `len(chunk_keys)`): after a chunk whose key's last 8 hex digits are 0 modulo
-    `SAMPLE_MODULUS`, or after `SAMPLE_MAX_CHUNKS` chunks. A function of the keys alone, so a
-    change moves only the groups around the chunks it rewrote."""
+    `SAMPLE_MODULUS` once the group holds `SAMPLE_MIN_CHUNKS`, or after `SAMPLE_MAX_CHUNKS`
+    chunks. A function of the keys alone, so a change moves only the groups around the chunks
+    it rewrote."""
     ends: list[int] = []
     start = 0
     for n, key in enumerate(chunk_keys):
-        if int(key[56:64], 16) % SAMPLE_MODULUS == 0 or n + 1 - start >= SAMPLE_MAX_CHUNKS:
+        held = n + 1 - start
+        boundary = held >= SAMPLE_MIN_CHUNKS and int(key[56:64], 16) % SAMPLE_MODULUS == 0
+        if boundary or held >= SAMPLE_MAX_CHUNKS:
             ends.append(n + 1)
             start = n + 1
     if start < len(chunk_keys) or not ends:

@@ -127,10 +127,10 @@ class SelectionService:
         self, rec: VersionRecord, root: Root, selection: Selection
     ) -> tuple[Subset, list[str]]:
         """A sample without ids or tags from the version's sample columns (ids and digest
-        prefixes), the first ones covering `limit` cases when one is given: a column per ~4
+        prefixes), the first ones covering `limit` cases when one is given: a column per ~7
         chunks at ~a fifth of their bytes, where the chunks would be a request per ~1,000
-        cases (`bench/bench_subset.py`, 100,000 cases on moto: 21 requests instead of 97,
-        ratio 0.029-0.041 instead of 0.142; embedded 0.011-0.028 instead of 0.065)."""
+        cases (`bench/bench_subset.py`, 100,000 cases on moto: 12 requests instead of 97,
+        ratio 0.037 instead of 0.142; embedded 0.011 instead of 0.065)."""
         starts = root.sample_starts()
         wanted = len(root.sample_keys)
         if selection.limit is not None:
