@@ -174,3 +174,33 @@ def test_the_chunked_plan_is_the_whole_manifest_plan(edits) -> None:
     only_b, only_c = differing_chunks(rb, rc)
     plan = plan_chunked_diff(rb, rc, parts_of(rb, pb, only_b), parts_of(rc, pc, only_c))
     assert plan == plan_diff(mb, mc)
+
+
+def test_sample_groups_respect_the_bounds_and_move_only_around_a_change() -> None:
+    keys = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(400)]
+    ends = chunks.sample_group_ends(keys)
+    sizes = [b - a for a, b in zip([0, *ends], ends, strict=False)]
+    assert ends[-1] == len(keys) and sum(sizes) == len(keys)
+    assert all(chunks.SAMPLE_MIN_CHUNKS <= s <= chunks.SAMPLE_MAX_CHUNKS for s in sizes[:-1])
+    # A chunk replaced in the middle moves only the groups next to it
+    edited = [*keys[:200], hashlib.sha256(b"new").hexdigest(), *keys[201:]]
+    before = set(zip([0, *ends], ends, strict=False))
+    after_ends = chunks.sample_group_ends(edited)
+    after = set(zip([0, *after_ends], after_ends, strict=False))
+    assert len(before - after) <= 3
+
+
+def test_sample_columns_hold_every_id_and_digest_prefix_in_order() -> None:
+    m = build(ids(3000))
+    root, _, _, samples = split_manifest(m)
+    assert [k for k, _ in samples] == root.sample_keys
+    assert sum(root.sample_chunks) == len(root.chunk_keys)
+    columns = [chunks.sample_column_from_bytes(data) for _, data in samples]
+    joined = chunks.join_sample_columns(columns)
+    assert joined.ids == m.ids
+    assert joined.prefixes == b"".join(bytes.fromhex(d[:16]) for d in m.digest_list())
+    assert root.sample_starts()[-1] == len(m)
+    back = chunks.Root.from_doc(orjson.loads(root.to_bytes()))
+    assert (back.sample_keys, back.sample_chunks) == (root.sample_keys, root.sample_chunks)
+    with pytest.raises(BadRequest, match="sample column"):
+        chunks.sample_column_from_bytes(samples[0][1].replace(b'"count":', b'"count":1', 1))
