@@ -474,7 +474,9 @@ def _take(m: Manifest, positions: Sequence[int]) -> Manifest:
 
 def delta_bytes(base: Manifest, candidate: Manifest) -> bytes | None:
     """The delta of `candidate` against `base` (`Delta`), or None when they differ in no case
-    or in more than `DELTA_MAX_CASES`."""
+    or in more than `DELTA_MAX_CASES` (known without a plan when their sizes differ by more)."""
+    if abs(len(base) - len(candidate)) > DELTA_MAX_CASES:
+        return None
     plan = plan_diff(base, candidate)
     named = len(plan.added) + len(plan.removed) + len(plan.changed)
     if not named or named > DELTA_MAX_CASES:
