@@ -12,12 +12,14 @@ Figures: wall ratio diff / baseline (target <= 0.1), object reads, and the case 
 read / the case bytes of both versions (target <= 0.05). Manifest bytes are reported apart
 (`manifest_bytes_read`): they are read by every diff whatever the change.
 
-v1.1.0 is registered against v1.0.0, so it keeps copies of the 1,000 records it superseded
+v1.1.0 is registered against v1.0.0, so it keeps its change against it (`caseshelf.delta/1`:
+the diff plans from it without reading a chunk) and copies of the 1,000 records it superseded
 (`superseded_copied`; registration pays those reads once, `register_v2_s`), and the diff reads
-the changed cases' earlier forms from them. The diff of two versions without such copies (any
-pair not registered one against the other) is measured too, `alternatives`: with the configured
-read plan (the backend's gap and reads in flight, as `bootstrap.build` sets them), the other
-backend's gap and the other number of reads in flight. On the embedded store, a
+the changed cases' earlier forms from them. The diff of two versions without a kept change (any
+pair not registered one against the other) is measured too, `alternatives`: from the chunks
+that differ with the copies (`chunks`), and without the copies with the configured read plan
+(the backend's gap and reads in flight, as `bootstrap.build` sets them), the other backend's
+gap and the other number of reads in flight. On the embedded store, a
 `latency_probe` replays the copy-less diff's reads against a store that waits `PROBE_LATENCY_S`
 per request, as a remote store does, to show what reads in flight buy where a request waits
 rather than computes (in-process moto does not wait: its requests cost client and emulator CPU,
@@ -113,7 +115,11 @@ def latency_probe(settings: Any, store: Any, index: Any) -> dict[str, Any]:
     ):
         fresh = build(settings, store=slow, index=index)
         diff = DiffService(
-            fresh.registry, max_gap_bytes=gap, read_workers=workers, read_copies=False
+            fresh.registry,
+            max_gap_bytes=gap,
+            read_workers=workers,
+            read_copies=False,
+            use_deltas=False,
         )
         slow.reset()
         t = time.perf_counter()
@@ -210,17 +216,22 @@ def measure(settings: Any, store: Any, index: Any, n: int, runs: int) -> dict[st
     gap, workers = services.diff.max_gap_bytes, services.diff.read_workers
     other_gap = LOCAL_MAX_GAP_BYTES if gap == REMOTE_MAX_GAP_BYTES else REMOTE_MAX_GAP_BYTES
     alternatives = {
-        "no_copies": (gap, workers),
-        "no_copies_other_workers": (gap, 1 if workers > 1 else REMOTE_READ_WORKERS),
-        "no_copies_other_gap": (other_gap, workers),
+        "chunks": (gap, workers, True),
+        "no_copies": (gap, workers, False),
+        "no_copies_other_workers": (gap, 1 if workers > 1 else REMOTE_READ_WORKERS, False),
+        "no_copies_other_gap": (other_gap, workers, False),
     }
     others: dict[str, Any] = {}
-    for label, (alt_gap, alt_workers) in alternatives.items():
+    for label, (alt_gap, alt_workers, copies) in alternatives.items():
         walls = []
         for _ in range(runs):
             fresh = build(settings, store=counting, index=index)
             alt = DiffService(
-                fresh.registry, max_gap_bytes=alt_gap, read_workers=alt_workers, read_copies=False
+                fresh.registry,
+                max_gap_bytes=alt_gap,
+                read_workers=alt_workers,
+                read_copies=copies,
+                use_deltas=False,
             )
             counting.reset()
             t = time.perf_counter()

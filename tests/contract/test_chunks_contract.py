@@ -17,6 +17,7 @@ from caseshelf.domain.diff import plan_diff
 from caseshelf.domain.errors import Corrupt
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.subset import SubsetRequest, select_subset
+from caseshelf.services.diff import DiffService
 from caseshelf.services.gc import collect_garbage
 from caseshelf.services.registry import RegistryService, parse_dataset
 from caseshelf.services.verify import verify_versions
@@ -54,17 +55,21 @@ def register(reg: RegistryService, version: str, docs: list[dict[str, Any]]) -> 
 
 
 class CountingStore:
-    """Counts reads of manifest chunks and roots; can refuse the root writes (a crash)."""
+    """Counts reads of manifest chunks, sample columns and roots; can refuse the root writes (a
+    crash)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.chunk_reads: list[str] = []
+        self.sample_reads: list[str] = []
         self.root_reads = 0
         self.fail_roots = False
 
     def get(self, key: str) -> bytes:
         if "/manifests/chunks/" in key:
             self.chunk_reads.append(key)
+        elif "/manifests/sample/" in key:
+            self.sample_reads.append(key)
         elif "/manifests/" in key:
             self.root_reads += 1
         return self.inner.get(key)
@@ -148,8 +153,10 @@ def test_a_diff_reads_only_the_chunks_that_differ(backend: Backend) -> None:
     r1, r2 = reg.root(v1.record), reg.root(v2.record)
     differing = set(r1.chunk_keys) ^ set(r2.chunk_keys)
     fresh = backend.rebuild(store=counting)  # type: ignore[arg-type]
+    # (the diff of a pair whose one side keeps no change against the other)
+    by_chunks = DiffService(fresh.registry, use_deltas=False)
     counting.chunk_reads.clear()
-    res = fresh.diff.diff_versions(ME, "ds", "1", "2")
+    res = by_chunks.diff_versions(ME, "ds", "1", "2")
     read = {k.rsplit("/", 1)[1] for k in counting.chunk_reads}
     assert read == differing and len(read) < (len(r1.chunk_keys) + len(r2.chunk_keys)) // 3
     # And the answer is the one of the whole manifests
@@ -159,11 +166,44 @@ def test_a_diff_reads_only_the_chunks_that_differ(backend: Backend) -> None:
     assert [c.id for c in res.changed] == [f"q{i:04d}" for i in range(300, 310)]
     assert [c.id for c in res.removed] == ["q0050"]
     # Either direction; and a version against itself reads no chunk
-    back = fresh.diff.diff_versions(ME, "ds", "2", "1")
+    back = by_chunks.diff_versions(ME, "ds", "2", "1")
     assert back.summary == {"added": 1, "removed": 20, "changed": 10, "unchanged": 589}
     counting.chunk_reads.clear()
-    assert fresh.diff.diff_versions(ME, "ds", "2", "2").summary["unchanged"] == 619
+    assert by_chunks.diff_versions(ME, "ds", "2", "2").summary["unchanged"] == 619
     assert counting.chunk_reads == []
+
+
+def test_a_diff_against_the_registration_base_reads_the_kept_change(backend: Backend) -> None:
+    counting = CountingStore(backend.store)
+    reg = backend.rebuild(store=counting).registry  # type: ignore[arg-type]
+    v1 = register(reg, "1", cases(600))
+    v2 = register(reg, "2", cases(620, changed=range(300, 310), skip={50}))
+    r2 = reg.root(v2.record)
+    assert r2.delta_key and r2.delta_base == v1.record.content_digest
+    m1, m2 = reg.manifest(v1.record), reg.manifest(v2.record)
+    by_chunks = DiffService(backend.rebuild().registry, use_deltas=False)
+    for base, candidate, whole in (("1", "2", plan_diff(m1, m2)), ("2", "1", plan_diff(m2, m1))):
+        # When a fresh service diffs v2 and the base it was registered against, either way
+        fresh = backend.rebuild(store=counting)  # type: ignore[arg-type]
+        counting.chunk_reads.clear()
+        got = fresh.diff.diff_versions(ME, "ds", base, candidate)
+        # Then it reads no chunk, and answers what the whole manifests and the chunks do
+        assert counting.chunk_reads == []
+        assert got.plan == whole
+        expected = by_chunks.diff_versions(ME, "ds", base, candidate)
+        assert got.added == expected.added and got.removed == expected.removed
+        assert got.changed == expected.changed
+    # And verify checks the kept change; a damaged one is named, and refused by a diff
+    assert verify_versions(backend.store, [v1.record, v2.record]).ok
+    key = f"t/acme/manifests/delta/{r2.delta_key}"
+    data = backend.store.get(key)
+    backend.store.delete(key)
+    backend.store.put(key, data.replace(b"q03", b"x03", 1))
+    report = verify_versions(backend.store, [v2.record])
+    assert {(p.kind, p.key) for p in report.problems} == {("corrupt", key)}
+    with pytest.raises(Corrupt) as err:
+        backend.rebuild().diff.diff_versions(ME, "ds", "1", "2")
+    assert err.value.fields["key"] == key
 
 
 def test_a_diff_sees_shared_chunks_move(backend: Backend) -> None:
@@ -187,13 +227,19 @@ def test_a_selection_by_tag_reads_only_the_chunks_that_carry_it(backend: Backend
     assert got.subset.stamp is not None
     assert (got.subset.stamp.selected, got.subset.stamp.total) == (1, 600)
     assert got.subset.indices == [321] and len(counting.chunk_reads) == 1
+    # A sample reads the sample column covering the cases it draws from, and no chunk
     counting.chunk_reads.clear()
     first = fresh.selection.select_subset(ME, "ds", "1", SubsetRequest(limit=5, sample=2))
     assert first.subset.stamp is not None and first.subset.stamp.selected == 2
-    assert len(counting.chunk_reads) == 1
+    assert counting.chunk_reads == [] and len(counting.sample_reads) == 1
     # And the same answers as over the whole manifest
     whole = fresh.registry.manifest(fresh.registry.get_version(ME, "ds", "1"))
-    for request in (SubsetRequest(tags=["odd"], sample=7), SubsetRequest(limit=70)):
+    for request in (
+        SubsetRequest(tags=["odd"], sample=7),
+        SubsetRequest(limit=70),
+        SubsetRequest(sample=50, seed="x"),
+        SubsetRequest(limit=400, sample=9),
+    ):
         part = fresh.selection.select_subset(ME, "ds", "1", request)
         assert part.subset == select_subset(
             whole, request.selection(), dataset_id="ds", version="1"
@@ -315,3 +361,90 @@ def test_superseded_copies_are_an_object_the_root_names(backend: Backend) -> Non
     backend.store.put(key, data[:-2] + b"}}")
     problems = verify_versions(backend.store, [v2.record]).problems
     assert [(p.kind, p.key) for p in problems] == [("corrupt", key)]
+
+
+def sample_keys(backend: Backend) -> set[str]:
+    return {o.key for o in backend.store.list("t/acme/manifests/sample/")}
+
+
+def test_a_sample_reads_the_sample_columns_which_versions_share(backend: Backend) -> None:
+    counting = CountingStore(backend.store)
+    reg = backend.rebuild(store=counting).registry  # type: ignore[arg-type]
+    # Given v1 of 600 cases (many chunks, a sample column per few of them), and v2 with a run
+    # of 20 cases changed
+    v1 = register(reg, "1", cases(600))
+    first = sample_keys(backend)
+    v2 = register(reg, "2", cases(600, changed=range(300, 320)))
+    r1, r2 = reg.root(v1.record), reg.root(v2.record)
+    assert 3 <= len(r1.sample_keys) < len(r1.chunk_keys)
+    # Then v2 names most of v1's sample columns again, and wrote only those around its change
+    new = set(r2.sample_keys) - set(r1.sample_keys)
+    assert 1 <= len(new) <= 2 and len(new) < len(r2.sample_keys) // 2
+    assert sample_keys(backend) == first | {f"t/acme/manifests/sample/{k}" for k in new}
+    # When a fresh service samples v2
+    fresh = backend.rebuild(store=counting)  # type: ignore[arg-type]
+    counting.chunk_reads.clear()
+    got = fresh.selection.select_subset(ME, "ds", "2", SubsetRequest(sample=40, seed=7))
+    # Then it read every sample column and no chunk, and answers what the whole manifest does
+    assert counting.chunk_reads == [] and len(counting.sample_reads) == len(r2.sample_keys)
+    whole = fresh.registry.manifest(v2.record)
+    expected = select_subset(
+        whole, SubsetRequest(sample=40, seed=7).selection(), dataset_id="ds", version="2"
+    )
+    assert got.subset == expected
+    assert got.case_ids == [whole.ids[i] for i in expected.indices]
+    # And with the cases asked for, the chunks are read (they say where the cases are)
+    with_cases = fresh.selection.select_subset(
+        ME, "ds", "2", SubsetRequest(sample=3, seed=7), with_cases=True
+    )
+    assert with_cases.cases is not None
+    assert [c["id"] for c in with_cases.cases] == with_cases.case_ids
+
+
+def test_a_format_3_root_samples_from_its_chunks(backend: Backend) -> None:
+    reg = backend.services.registry
+    v1 = register(reg, "1", cases(300))
+    # Given v1's root stored as format 3 (no sample columns), as before format 4
+    key = v1.record.manifest_key
+    doc = orjson.loads(backend.store.get(key))
+    del doc["sample"]
+    doc["format"] = "caseshelf.manifest/3"
+    backend.store.delete(key)
+    backend.store.put(key, orjson.dumps(doc))
+    counting = CountingStore(backend.store)
+    fresh = backend.rebuild(store=counting)  # type: ignore[arg-type]
+    # Then a sample reads the chunks and answers as before; verify and gc take the root
+    got = fresh.selection.select_subset(ME, "ds", "1", SubsetRequest(sample=10))
+    assert counting.sample_reads == [] and counting.chunk_reads
+    whole = fresh.registry.manifest(v1.record)
+    assert got.subset == select_subset(
+        whole, SubsetRequest(sample=10).selection(), dataset_id="ds", version="1"
+    )
+    assert verify_versions(backend.store, [v1.record]).ok
+    report = collect_garbage(
+        backend.store,
+        backend.index,
+        now=time.time() + 1000 * HOUR,
+        grace_seconds=HOUR,
+        delete=False,
+    )
+    # (the sample columns the format 4 root named are named by nothing now)
+    assert report.problems == [] and {o.key for o in report.orphans} == sample_keys(backend)
+
+
+def test_verify_names_a_broken_or_wrong_sample_column_and_a_sample_refuses_it(
+    backend: Backend,
+) -> None:
+    reg = backend.services.registry
+    v1 = register(reg, "1", cases(600))
+    keys = [f"t/acme/manifests/sample/{k}" for k in reg.root(v1.record).sample_keys]
+    damaged, gone = keys[0], keys[1]
+    data = backend.store.get(damaged)
+    backend.store.delete(damaged)
+    backend.store.put(damaged, data.replace(b"q0", b"x0", 1))
+    backend.store.delete(gone)
+    report = verify_versions(backend.store, [v1.record])
+    assert {(p.kind, p.key) for p in report.problems} == {("corrupt", damaged), ("missing", gone)}
+    with pytest.raises(Corrupt) as err:
+        backend.rebuild().selection.select_subset(ME, "ds", "1", SubsetRequest(sample=5))
+    assert err.value.fields["key"] == damaged

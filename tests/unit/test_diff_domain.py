@@ -13,6 +13,7 @@ from caseshelf.domain.diff import (
     ABSENT,
     Change,
     Keyed,
+    differing_digests,
     field_changes,
     plan_diff,
     to_pointer,
@@ -214,3 +215,26 @@ def test_plan_counts_add_up(left, right):
     plan = plan_diff(base, cand)
     assert len(plan.added) + len(plan.changed) + plan.unchanged == len(right)
     assert len(plan.removed) + len(plan.changed) + plan.unchanged == len(left)
+
+
+@given(
+    st.lists(st.binary(min_size=32, max_size=32), min_size=1, max_size=60),
+    st.lists(st.tuples(st.integers(0, 59), st.integers(0, 31), st.integers(1, 255)), max_size=20),
+)
+def test_differing_digests_are_the_positions_whose_digests_differ(digests, edits):
+    # Given a digest column and a copy with some bytes changed (adjacent digests included,
+    # so a run of changed bytes may cross from one digest into the next)
+    changed = [bytearray(d) for d in digests]
+    for at, byte, flip in edits:
+        if at < len(changed):
+            changed[at][byte] ^= flip
+    base = "".join(d.hex() for d in digests)
+    candidate = "".join(bytes(d).hex() for d in changed)
+    # Then the positions found are exactly those a digest-by-digest comparison finds
+    expected = [i for i, (a, b) in enumerate(zip(digests, changed, strict=True)) if a != b]
+    assert differing_digests(base, candidate) == expected
+
+
+def test_differing_digests_refuse_columns_of_different_lengths():
+    with pytest.raises(ValueError, match="lengths"):
+        differing_digests("00" * 32, "11" * 64)

@@ -64,8 +64,8 @@ def test_an_insertion_moves_only_the_chunks_around_it() -> None:
     # Given 20,000 cases, and the same with 5 cases inserted at one place
     base = ids(20_000)
     edited = base[:9_000] + [(f"new{i}", "y") for i in range(5)] + base[9_000:]
-    r1, _, _ = split_manifest(build(base))
-    r2, _, _ = split_manifest(build(edited))
+    r1, _, _, _ = split_manifest(build(base))
+    r2, _, _, _ = split_manifest(build(edited))
     # Then all but a few chunks are the same keys
     assert len(set(r2.chunk_keys) - set(r1.chunk_keys)) <= 3
     assert len(set(r1.chunk_keys) & set(r2.chunk_keys)) >= len(r1.chunk_keys) - 3
@@ -96,7 +96,7 @@ def test_a_chunk_depends_only_on_its_cases_and_their_locations() -> None:
 @given(n=st.integers(min_value=0, max_value=3000), every=st.integers(min_value=1, max_value=50))
 def test_split_and_join_give_the_manifest_back(n: int, every: int) -> None:
     m = build(ids(n), tags_every=every)
-    root, parts, _ = split_manifest(m)
+    root, parts, _, _ = split_manifest(m)
     again = Root.from_doc(orjson.loads(root.to_bytes()))
     assert again == root and again.count == n and sum(root.chunk_counts) == n
     joined = join_chunks(again, [chunk_from_bytes(data) for _, data in parts])
@@ -113,7 +113,7 @@ def test_split_and_join_give_the_manifest_back(n: int, every: int) -> None:
 
 
 def test_a_damaged_chunk_or_root_is_refused() -> None:
-    root, parts, _ = split_manifest(build(ids(600)))
+    root, parts, _, _ = split_manifest(build(ids(600)))
     doc = orjson.loads(parts[0][1])
     doc["count"] += 1
     with pytest.raises(BadRequest, match="chunk"):
@@ -169,8 +169,38 @@ def test_the_chunked_plan_is_the_whole_manifest_plan(edits) -> None:
         mp.setattr(chunks, "MIN_CASES", 4)
         mp.setattr(chunks, "BOUNDARY_MODULUS", 12)
         mp.setattr(chunks, "MAX_CASES", 40)
-        rb, pb, _ = split_manifest(mb)
-        rc, pc, _ = split_manifest(mc)
+        rb, pb, _, _ = split_manifest(mb)
+        rc, pc, _, _ = split_manifest(mc)
     only_b, only_c = differing_chunks(rb, rc)
     plan = plan_chunked_diff(rb, rc, parts_of(rb, pb, only_b), parts_of(rc, pc, only_c))
     assert plan == plan_diff(mb, mc)
+
+
+def test_sample_groups_respect_the_bounds_and_move_only_around_a_change() -> None:
+    keys = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(400)]
+    ends = chunks.sample_group_ends(keys)
+    sizes = [b - a for a, b in zip([0, *ends], ends, strict=False)]
+    assert ends[-1] == len(keys) and sum(sizes) == len(keys)
+    assert all(chunks.SAMPLE_MIN_CHUNKS <= s <= chunks.SAMPLE_MAX_CHUNKS for s in sizes[:-1])
+    # A chunk replaced in the middle moves only the groups next to it
+    edited = [*keys[:200], hashlib.sha256(b"new").hexdigest(), *keys[201:]]
+    before = set(zip([0, *ends], ends, strict=False))
+    after_ends = chunks.sample_group_ends(edited)
+    after = set(zip([0, *after_ends], after_ends, strict=False))
+    assert len(before - after) <= 3
+
+
+def test_sample_columns_hold_every_id_and_digest_prefix_in_order() -> None:
+    m = build(ids(3000))
+    root, _, _, samples = split_manifest(m)
+    assert [k for k, _ in samples] == root.sample_keys
+    assert sum(root.sample_chunks) == len(root.chunk_keys)
+    columns = [chunks.sample_column_from_bytes(data) for _, data in samples]
+    joined = chunks.join_sample_columns(columns)
+    assert joined.ids == m.ids
+    assert joined.prefixes == b"".join(bytes.fromhex(d[:16]) for d in m.digest_list())
+    assert root.sample_starts()[-1] == len(m)
+    back = chunks.Root.from_doc(orjson.loads(root.to_bytes()))
+    assert (back.sample_keys, back.sample_chunks) == (root.sample_keys, root.sample_chunks)
+    with pytest.raises(BadRequest, match="sample column"):
+        chunks.sample_column_from_bytes(samples[0][1].replace(b'"count":', b'"count":1', 1))

@@ -77,9 +77,11 @@ def test_crashed_registration_leaves_collectable_orphans(world: World) -> None:
     orphaned = (
         keys_under(store, "packs") | keys_under(store, "manifests") | keys_under(store, "blobs")
     ) - committed
-    # the new case pack, the blob pack, and the v2 manifest: its one chunk and its root
-    assert len(orphaned) == 4
+    # the new case pack, the blob pack, and the v2 manifest: its one chunk, its one sample
+    # column, its change against v1 and its root
+    assert len(orphaned) == 6
     assert sum("/manifests/chunks/" in k for k in orphaned) == 1
+    assert sum("/manifests/sample/" in k for k in orphaned) == 1
 
     # When gc runs after the grace period
     report = collect_garbage(
@@ -107,8 +109,9 @@ def test_fresh_orphans_are_spared_by_the_grace_period(world: World) -> None:
 
     # Then nothing is collected: the objects may belong to a registration still in flight
     assert report.orphans == []
-    # the pack of v2, and its manifest: one chunk, the copy of v1's case it superseded, the root
-    assert report.fresh_count == 4
+    # the pack of v2, and its manifest: one chunk, one sample column, the copy of v1's case it
+    # superseded, its change against v1, the root
+    assert report.fresh_count == 6
 
 
 def test_delete_removes_orphans_and_never_referenced_objects(world: World) -> None:
@@ -128,7 +131,8 @@ def test_delete_removes_orphans_and_never_referenced_objects(world: World) -> No
     report = collect_garbage(store, index, now=later, grace_seconds=HOUR, delete=True)
 
     # Then only v3's objects are gone; the tombstoned v1 and the live v2 read as before
-    assert report.deleted and report.orphan_count == 4  # a pack, a chunk, the copies, a root
+    # a pack, a chunk, a sample column, the copies, the change against v2, a root
+    assert report.deleted and report.orphan_count == 6
     after = {o.key for o in store.list("t/")}
     assert before - after == set(report.keys)
     got = registry.list_cases(ME, "demo", "1.0.0", include_deleted=True)

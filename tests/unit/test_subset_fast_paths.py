@@ -16,6 +16,8 @@ from caseshelf.domain.subset import (
     _column_lanes,
     _column_ranks,
     _nth_smallest,
+    count_tagged,
+    digest_prefixes,
     sample_key,
     sample_positions,
     sample_rank,
@@ -81,7 +83,7 @@ def test_sample_of_a_large_version_matches_the_reference(every):
 )
 def test_whole_column_ranks_are_each_cases_rank(digests, seed):
     a, b = sample_key(seed)
-    lanes = _column_lanes("".join(digests), a, b)
+    lanes = _column_lanes(digest_prefixes("".join(digests)), a, b)
     assert _column_ranks(lanes) == [sample_rank(seed, d) for d in digests]
 
 
@@ -137,3 +139,17 @@ def test_the_tag_scan_selects_what_a_case_by_case_check_selects(cases, wanted, l
             got = []
         # Then both give the cases carrying any of the tags, in dataset order
         assert got == expected
+
+
+@given(
+    st.lists(st.lists(st.integers(0, 5), max_size=4, unique=True), max_size=80),
+    st.sets(st.integers(0, 6), max_size=3),
+)
+def test_count_tagged_counts_the_cases_carrying_a_wanted_tag(rows, wanted):
+    starts, values = [0], []
+    for row in rows:
+        values.extend(row)
+        starts.append(len(values))
+    expected = sum(1 for row in rows if not wanted.isdisjoint(row))
+    assert count_tagged(CaseTags(starts, values), wanted) == expected
+    assert count_tagged(rows, wanted) == expected

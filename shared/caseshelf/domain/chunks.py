@@ -16,16 +16,26 @@ The copies of the base version's records a version keeps for diffs (`superseded`
 object (`caseshelf.superseded/1`, `manifests/superseded/<sha256>`), named by the root and read by
 a diff only.
 
-The root (`caseshelf.manifest/3`) holds what every reader needs first: the version's content
-(description, tags, shared files: the content digest is over these and the cases, never the
-layout), the case count and bytes, every tag name with each chunk's tags, each chunk's key, case
-count and first and last id, the packs the chunks name, and where file bodies live. A page of
-cases reads the root and the chunks covering the page; a diff reads only the chunks whose keys
-differ; a selection by tags reads only the chunks that carry one.
+A sample needs every case's digest prefix and id, and nothing else of a chunk: reading every
+chunk for it costs a request per ~1,000 cases. So each group of consecutive chunks (cut by their
+keys, `sample_group_ends`: ~7 chunks) has a sample column too (`caseshelf.sample/1`,
+`manifests/sample/<sha256>`): the ids of its cases and the first 8 bytes of each digest, ~23
+bytes a case against a chunk's ~110. Like chunks, a column is a function of its cases alone, so
+versions that share a stretch of chunks share the columns inside it.
+
+The root (`caseshelf.manifest/4`; format 3 is the same without sample columns) holds what every
+reader needs first: the version's content (description, tags, shared files: the content digest is
+over these and the cases, never the layout), the case count and bytes, every tag name with each
+chunk's tags, each chunk's key, case count and first and last id, the packs the chunks name, where
+file bodies live, and each sample column's key and the number of chunks it covers. A page of cases
+reads the root and the chunks covering the page; a diff reads only the chunks whose keys differ; a
+selection by tags reads only the chunks that carry one; a sample reads the sample columns.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import sys
 from array import array
 from bisect import bisect_left
@@ -51,15 +61,25 @@ from caseshelf.domain.manifest import (
     column_array,
 )
 
-ROOT_FORMAT = "caseshelf.manifest/3"
+ROOT_FORMAT = "caseshelf.manifest/4"
+# Every root format a reader takes: 3 is 4 without sample columns (versions registered before).
+ROOT_FORMATS = ("caseshelf.manifest/3", ROOT_FORMAT)
 CHUNK_FORMAT = "caseshelf.chunk/1"
 SUPERSEDED_FORMAT = "caseshelf.superseded/1"
+SAMPLE_FORMAT = "caseshelf.sample/1"
 # Cases per chunk: at least MIN_CASES (bar the last), at most MAX_CASES; in between a chunk ends
 # after a case whose digest's last 8 hex digits are 0 modulo BOUNDARY_MODULUS, so chunks average
 # about MIN_CASES + BOUNDARY_MODULUS cases (~1,000: ~110 kB of chunk for GSM8K-sized ids).
 MIN_CASES = 256
 BOUNDARY_MODULUS = 768
 MAX_CASES = 4096
+# Chunks per sample column: a group ends after a chunk whose key's last 8 hex digits are 0
+# modulo SAMPLE_MODULUS once it holds SAMPLE_MIN_CHUNKS, and after SAMPLE_MAX_CHUNKS at the
+# latest (about 7 chunks, ~7,000 cases, ~160 kB at GSM8K's ids). Larger groups mean fewer
+# requests for a sample and more bytes rewritten for a change (docs/benchmarks.md, "subset").
+SAMPLE_MIN_CHUNKS = 4
+SAMPLE_MODULUS = 4
+SAMPLE_MAX_CHUNKS = 16
 
 
 def is_boundary(digest_hex: str) -> bool:
@@ -191,6 +211,77 @@ def chunk_from_bytes(data: bytes) -> Manifest:
         raise BadRequest(f"corrupt manifest chunk: {exc}") from exc
 
 
+def digest_prefixes(text: str) -> bytes:
+    """The first 8 bytes of every digest of a digest column (64 hex each), back to back: all
+    the sample rule reads of a case (`caseshelf.domain.subset`)."""
+    return memoryview(bytes.fromhex(text)).cast("Q")[::4].tobytes()
+
+
+def sample_group_ends(chunk_keys: Sequence[str]) -> list[int]:
+    """Where each group of chunks one sample column covers ends (exclusive chunk numbers; the
+    last is `len(chunk_keys)`): after a chunk whose key's last 8 hex digits are 0 modulo
+    `SAMPLE_MODULUS` once the group holds `SAMPLE_MIN_CHUNKS`, or after `SAMPLE_MAX_CHUNKS`
+    chunks. A function of the keys alone, so a change moves only the groups around the chunks
+    it rewrote."""
+    ends: list[int] = []
+    start = 0
+    for n, key in enumerate(chunk_keys):
+        held = n + 1 - start
+        boundary = held >= SAMPLE_MIN_CHUNKS and int(key[56:64], 16) % SAMPLE_MODULUS == 0
+        if boundary or held >= SAMPLE_MAX_CHUNKS:
+            ends.append(n + 1)
+            start = n + 1
+    if start < len(chunk_keys) or not ends:
+        ends.append(len(chunk_keys))
+    return ends
+
+
+@dataclass(frozen=True)
+class SampleColumn:
+    """What a sample reads of some consecutive cases: their ids and the first 8 bytes of each
+    case digest (`digest_prefixes`), in dataset order."""
+
+    ids: list[str]
+    prefixes: bytes
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def sample_column_bytes(m: Manifest, start: int, stop: int) -> bytes:
+    """The sample column of `m`'s cases `start:stop`: a function of their ids and digests."""
+    prefixes = digest_prefixes(m.digest_text()[64 * start : 64 * stop])
+    doc = {
+        "format": SAMPLE_FORMAT,
+        "count": stop - start,
+        "ids": "\n".join(m.ids[start:stop]),
+        "prefixes": base64.b64encode(prefixes).decode("ascii"),
+    }
+    return orjson.dumps(doc)
+
+
+def sample_column_from_bytes(data: bytes) -> SampleColumn:
+    try:
+        doc: dict[str, Any] = orjson.loads(data)
+        if doc.get("format") != SAMPLE_FORMAT:
+            raise ValueError(f"not a sample column (format {doc.get('format')!r})")
+        count = int(doc["count"])
+        ids = doc["ids"].split("\n") if count else []
+        prefixes = base64.b64decode(doc["prefixes"], validate=True)
+        if len(ids) != count or len(prefixes) != 8 * count:
+            raise ValueError("columns of different lengths")
+        return SampleColumn(ids, prefixes)
+    except (KeyError, ValueError, TypeError, AttributeError, binascii.Error) as exc:
+        raise BadRequest(f"corrupt sample column: {exc}") from exc
+
+
+def join_sample_columns(columns: Iterable[SampleColumn]) -> SampleColumn:
+    """Columns of consecutive cases as one."""
+    parts = list(columns)
+    ids = list(chain.from_iterable(c.ids for c in parts))
+    return SampleColumn(ids, b"".join(c.prefixes for c in parts))
+
+
 @dataclass
 class Root:
     """A format 3 root (`chunk_keys[n]` is the sha256 hex of chunk n's bytes)."""
@@ -217,9 +308,23 @@ class Root:
     # an object of their own (`superseded_bytes`), read by a diff only; "" when there are none.
     superseded_key: str = ""
     superseded_count: int = 0
+    # Each sample column's key (`sample_column_bytes`) and how many chunks it covers, in
+    # order; none in a format 3 root (a sample then reads the chunks).
+    sample_keys: list[str] = field(default_factory=list)
+    sample_chunks: list[int] = field(default_factory=list)
+    # The version's change against the base it was registered against
+    # (`caseshelf.domain.diff.Delta`): an object of its own, read by a diff of the two only;
+    # "" when it keeps none. `delta_base` is the base's content digest.
+    delta_key: str = ""
+    delta_base: str = ""
 
     def __len__(self) -> int:
         return self.count
+
+    def sample_starts(self) -> list[int]:
+        """The position of each sample column's first case, and the case count last."""
+        starts = self.chunk_starts()
+        return [starts[n] for n in accumulate(self.sample_chunks, initial=0)]
 
     def chunk_starts(self) -> list[int]:
         """The position of each chunk's first case, and the case count last."""
@@ -258,12 +363,19 @@ class Root:
         }
         if self.superseded_key:  # (absent otherwise)
             doc["superseded"] = {"key": self.superseded_key, "count": self.superseded_count}
+        if self.delta_key:
+            doc["delta"] = {"key": self.delta_key, "base": self.delta_base}
+        if self.sample_keys:
+            doc["sample"] = {
+                "keys": "".join(self.sample_keys),
+                "chunks": _pack_ints(array("I", self.sample_chunks), "I"),
+            }
         return orjson.dumps(doc)
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> Root:
         try:
-            if doc.get("format") != ROOT_FORMAT:
+            if doc.get("format") not in ROOT_FORMATS:
                 raise ValueError(f"unknown manifest format {doc.get('format')!r}")
             chunks, blobs = doc["chunks"], doc["blobs"]
             keys_text, blob_text = chunks["keys"], blobs["digests"]
@@ -295,6 +407,22 @@ class Root:
                 root.superseded_count = int(superseded["count"])
                 if len(root.superseded_key) != 64:
                     raise ValueError("a superseded key that is no sha256")
+            delta = doc.get("delta")
+            if delta is not None:
+                root.delta_key, root.delta_base = str(delta["key"]), str(delta["base"])
+                if len(root.delta_key) != 64:
+                    raise ValueError("a delta key that is no sha256")
+            sample = doc.get("sample")
+            if sample is not None:
+                text = sample["keys"]
+                if len(text) % 64:
+                    raise ValueError("sample keys of the wrong length")
+                root.sample_keys = [text[i : i + 64] for i in range(0, len(text), 64)]
+                root.sample_chunks = list(_unpack_ints(sample["chunks"], "I"))
+                if len(root.sample_chunks) != len(root.sample_keys):
+                    raise ValueError("sample columns of different lengths")
+                if sum(root.sample_chunks) != len(root.chunk_keys):
+                    raise ValueError("sample columns that do not cover the chunks")
             n = len(root.chunk_keys)
             per_chunk = (root.chunk_counts, root.first_ids, root.last_ids, root.chunk_tags)
             if any(len(c) != n for c in per_chunk):
@@ -313,9 +441,9 @@ class Root:
 
 def split_manifest(
     m: Manifest,
-) -> tuple[Root, list[tuple[str, bytes]], tuple[str, bytes] | None]:
-    """`m` as a root, its chunks (`(sha256 hex, bytes)`, in order) and the object of its
-    superseded copies (None when it keeps none)."""
+) -> tuple[Root, list[tuple[str, bytes]], tuple[str, bytes] | None, list[tuple[str, bytes]]]:
+    """`m` as a root, its chunks (`(sha256 hex, bytes)`, in order), the object of its
+    superseded copies (None when it keeps none) and its sample columns (in order)."""
     ends = chunk_ends(m.digest_list())
     chunks: list[tuple[str, bytes]] = []
     counts, firsts, lasts, chunk_tags = [], [], [], []
@@ -357,7 +485,15 @@ def split_manifest(
     if copies is not None:
         extra = (sha256_hex(copies), copies)
         root.superseded_key, root.superseded_count = extra[0], len(m.superseded_digests)
-    return root, chunks, extra
+    samples = []
+    starts, group_start = root.chunk_starts(), 0
+    for group_end in sample_group_ends(root.chunk_keys):
+        data = sample_column_bytes(m, starts[group_start], starts[group_end])
+        samples.append((sha256_hex(data), data))
+        root.sample_chunks.append(group_end - group_start)
+        group_start = group_end
+    root.sample_keys = [k for k, _ in samples]
+    return root, chunks, extra, samples
 
 
 def superseded_bytes(m: Manifest) -> bytes | None:

@@ -37,6 +37,16 @@ def chunk_key(tenant: str, hex_digest: str) -> str:
     return f"{root(tenant)}manifests/chunks/{hex_digest}"
 
 
+def sample_key(tenant: str, hex_digest: str) -> str:
+    """A sample column a manifest root names (format 4), keyed by the sha256 of its bytes."""
+    return f"{root(tenant)}manifests/sample/{hex_digest}"
+
+
+def delta_key(tenant: str, hex_digest: str) -> str:
+    """A version's change against its base, named by its root (format 4), keyed by sha256."""
+    return f"{root(tenant)}manifests/delta/{hex_digest}"
+
+
 def superseded_key(tenant: str, hex_digest: str) -> str:
     """The superseded copies a format 3 manifest names, keyed by the sha256 of the object."""
     return f"{root(tenant)}manifests/superseded/{hex_digest}"

@@ -14,7 +14,8 @@ restored. Case digests are uniformly random, and `D -> A * D + B` is a bijection
 every seed draws a uniform sample; seeds draw unrelated samples because `A` and `B` come from a
 cryptographic hash of the seed. Ranking needs only integer arithmetic, which runs over the
 whole digest column at once (`_column_lanes`). Only the manifest is read: ids, digests and tags
-are all there.
+are all there; a sample without ids or tags reads only the version's sample columns (ids and
+digest prefixes, `select_sample`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from caseshelf.domain.chunks import Root
+from caseshelf.domain.chunks import Root, SampleColumn, digest_prefixes
 from caseshelf.domain.errors import BadRequest
 from caseshelf.domain.manifest import CaseTags, Manifest, column_array
 from caseshelf.domain.models import BumpKind, DatasetId, Label
@@ -173,15 +174,27 @@ def sample_positions(
     if n >= len(candidates):
         return list(candidates)
     text = digests if isinstance(digests, str) else "".join(digests)
+    return sample_of_prefixes(candidates, digest_prefixes(text), n, seed)
+
+
+def sample_of_prefixes(
+    candidates: Sequence[int], prefixes: bytes, n: int, seed: int | str
+) -> list[int]:
+    """`sample_positions` from every case's digest prefix (`digest_prefixes`, 8 bytes a case):
+    what a version's sample column holds (`caseshelf.domain.chunks.SampleColumn`)."""
+    if n >= len(candidates):
+        return list(candidates)
     a, b = sample_key(seed)
-    total = len(text) // 64
+    total = len(prefixes) // 8
     if candidates == range(total):  # every case: chosen over the whole column
-        return _column_smallest(_column_lanes(text, a, b), n)
+        return _column_smallest(_column_lanes(prefixes, a, b), n)
     ranks: list[int]
     if len(candidates) * 8 < total:  # a few candidates: rank each of them
-        ranks = [(a * int(text[64 * i : 64 * i + 16], 16) + b) & _U64 for i in candidates]
+        ranks = [
+            (a * int.from_bytes(prefixes[8 * i : 8 * i + 8], "big") + b) & _U64 for i in candidates
+        ]
     else:
-        every = _column_ranks(_column_lanes(text, a, b))
+        every = _column_ranks(_column_lanes(prefixes, a, b))
         ranks = list(map(every.__getitem__, candidates))
     cut = _nth_smallest(ranks, n)
     # Every candidate ranked at or below the cut, picked without a Python-level loop.
@@ -196,18 +209,18 @@ def sample_positions(
     return chosen
 
 
-def _column_lanes(text: str, a: int, b: int) -> bytes:
-    """`a * D + b` for the `D` of every digest in a digest column, computed over the whole
-    column at once: the prefixes go into 128-bit lanes of one big integer, so that one
-    multiplication and one addition rank every case (a lane's product never carries into the
-    next). Little-endian, 16 bytes a case: the first 8 are its rank (the value mod 2**64)."""
-    count = len(text) // 64
-    binary = memoryview(bytes.fromhex(text)).cast("Q")
-    prefixes = array("Q", binary[::4].tobytes())  # the first 8 bytes of every digest
+def _column_lanes(prefixes: bytes, a: int, b: int) -> bytes:
+    """`a * D + b` for the `D` of every digest prefix (8 bytes a case, `digest_prefixes`),
+    computed over the whole column at once: the prefixes go into 128-bit lanes of one big
+    integer, so that one multiplication and one addition rank every case (a lane's product
+    never carries into the next). Little-endian, 16 bytes a case: the first 8 are its rank (the
+    value mod 2**64)."""
+    count = len(prefixes) // 8
+    column_prefixes = array("Q", prefixes)
     if sys.byteorder == "little":
-        prefixes.byteswap()  # read them big-endian, as the hex digits are written
+        column_prefixes.byteswap()  # read them big-endian, as the hex digits are written
     lanes = array("Q", bytes(16 * count))
-    lanes[::2] = prefixes
+    lanes[::2] = column_prefixes
     if sys.byteorder == "big":
         lanes.byteswap()
     column = int.from_bytes(lanes, "little")
@@ -269,6 +282,12 @@ def _cases_tagged(case_tags: Sequence[Sequence[int]], wanted: set[int]) -> Itera
     owners = chain.from_iterable(map(repeat, count(), map(sub, islice(starts, 1, None), starts)))
     hits = compress(owners, map(wanted.__contains__, values))
     return map(itemgetter(0), groupby(hits))
+
+
+def count_tagged(case_tags: Sequence[Sequence[int]], wanted: set[int]) -> int:
+    """How many cases carry any of the `wanted` tag indices: the scan of `_cases_tagged`, in C
+    (a chunk of 1,000 cases in ~0.1 ms, where a loop over each case's tags took ~4 ms)."""
+    return len(list(_cases_tagged(case_tags, wanted))) if wanted else 0
 
 
 def _unknown_ids_error(unknown: list[str]) -> BadRequest:
@@ -363,6 +382,45 @@ def select_subset(
     else:
         chosen = list(candidates)
 
+    return _stamped(chosen, sel, dataset_id, version, manifest.content_digest, total)
+
+
+def samples_from_column(sel: Selection) -> bool:
+    """Whether a selection needs of each case only its id and digest prefix (a sample, after a
+    limit or not): a version's sample columns answer it (`select_sample`)."""
+    return sel.sample is not None and sel.ids is None and sel.tags is None
+
+
+def select_sample(
+    column: SampleColumn,
+    sel: Selection,
+    *,
+    dataset_id: str,
+    version: str,
+    content_digest: str,
+    total: int,
+) -> Subset:
+    """`select_subset` of a selection `samples_from_column` holds for, from the sample column
+    of the version's first cases (every case, or at least the first `limit`): the same
+    answer."""
+    check_selection(sel)
+    if not samples_from_column(sel):
+        raise ValueError("select_sample takes a sample without ids or tags")
+    assert sel.sample is not None
+    pool = range(min(len(column), sel.limit if sel.limit is not None else total))
+    seed = DEFAULT_SEED if sel.seed is None else sel.seed
+    chosen = sample_of_prefixes(pool, column.prefixes[: 8 * len(pool)], sel.sample, seed)
+    return _stamped(chosen, sel, dataset_id, version, content_digest, total)
+
+
+def _stamped(
+    chosen: list[int],
+    sel: Selection,
+    dataset_id: str,
+    version: str,
+    content_digest: str,
+    total: int,
+) -> Subset:
     if not chosen:
         raise BadRequest(
             f"the selection matches no case of {dataset_id}@{version}; check tags and limit",
@@ -371,7 +429,7 @@ def select_subset(
     stamp = SubsetStamp(
         id=dataset_id,
         version=version,
-        content_digest=manifest.content_digest,
+        content_digest=content_digest,
         total=total,
         selected=len(chosen),
         **sel.as_record(),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, cast
 
@@ -27,9 +27,11 @@ from caseshelf.domain.chunks import Root
 from caseshelf.domain.diff import (
     Change,
     ChunkPart,
+    Delta,
     DiffPlan,
     differing_chunks,
     field_changes,
+    meta_changes,
     plan_chunked_diff,
     user_text,
 )
@@ -39,7 +41,12 @@ from caseshelf.domain.paging import check_limit, decode_diff_position, encode_di
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.ports import BlobStore
 from caseshelf.services.registry import RegistryService
-from caseshelf.services.storage import LOCAL_MAX_GAP_BYTES, check_record, read_records
+from caseshelf.services.storage import (
+    LOCAL_MAX_GAP_BYTES,
+    check_record,
+    read_delta,
+    read_records,
+)
 
 
 @dataclass(frozen=True)
@@ -120,6 +127,7 @@ class DiffService:
         read_workers: int = 1,
         read_copies: bool = True,
         keep_last_plan: bool = True,
+        use_deltas: bool = True,
     ) -> None:
         """`max_gap_bytes`: the most unwanted bytes read between two wanted cases to save a
         request (the trade between bytes read and requests made). `read_workers`: ranged reads
@@ -127,7 +135,10 @@ class DiffService:
         `read_copies`: read the earlier form of changed cases from the copies a version keeps
         of the records it superseded (False: every record from its own pack, as a diff of two
         versions without such copies does). `keep_last_plan`: keep the last paged diff's plan
-        for the next page of the same two versions (`_LastPlan`)."""
+        for the next page of the same two versions (`_LastPlan`). `use_deltas`: plan a diff of
+        a version against its registration base from the change it keeps (`_delta`; False:
+        from the chunks that differ, as for any other pair)."""
+        self.use_deltas = use_deltas
         self.registry = registry
         self._last_plan: _LastPlan | None = _LastPlan() if keep_last_plan else None
         self.max_gap_bytes = max_gap_bytes
@@ -231,12 +242,34 @@ class DiffService:
         the plan names are)."""
         reg = self.registry
         base_root, cand_root = reg.root(base), reg.root(candidate)
+        delta = self._delta(base, candidate, base_root, cand_root)
+        if delta is not None:
+            plan = replace(delta.plan, meta=meta_changes(base_root, cand_root))
+            return plan, delta.base_part, delta.cand_part
         base_only, cand_only = differing_chunks(base_root, cand_root)
         if base_root.content_digest == cand_root.content_digest:
             base_only, cand_only = [], []  # nothing differs: no chunk is read
         base_part = self._part(base, base_root, base_only)
         cand_part = self._part(candidate, cand_root, cand_only)
         return plan_chunked_diff(base_root, cand_root, base_part, cand_part), base_part, cand_part
+
+    def _delta(
+        self, base: VersionRecord, candidate: VersionRecord, base_root: Root, cand_root: Root
+    ) -> Delta | None:
+        """The change one of the two versions keeps against the other, its registration base
+        (`caseshelf.domain.diff.Delta`), seen from this diff's side; None when neither keeps
+        one (any other pair: the chunks that differ are read). With every 100th of 100,000
+        cases changed, every chunk of both versions differs: the plan from the delta is 1 read
+        instead of ~200 chunks (`bench/bench_diff.py` on moto, where a read is ~2-5 ms of CPU:
+        ratio 0.014 instead of 0.13-0.16)."""
+        if not self.use_deltas or base.tenant != candidate.tenant:
+            return None
+        store, tenant = self.registry.store, candidate.tenant
+        if cand_root.delta_key and cand_root.delta_base == base_root.content_digest:
+            return read_delta(store, tenant, cand_root)
+        if base_root.delta_key and base_root.delta_base == cand_root.content_digest:
+            return read_delta(store, tenant, base_root).mirrored()
+        return None
 
     def _part(self, rec: VersionRecord, root: Root, numbers: list[int]) -> ChunkPart:
         """The chunks `numbers` of a version, read with the store's reads in flight."""
@@ -259,7 +292,7 @@ class DiffService:
         record is read instead."""
         if not indices:
             return {}
-        digests = part.digests
+        digests = {i: part.digest(i) for i in indices}
         wanted = [(i, copies.get(digests[i]) or part.location(i)) for i in indices]
         pack_key = partial(layout.pack_key, rec.tenant)
         read = partial(

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from caseshelf.domain import layout
-from caseshelf.domain.chunks import ROOT_FORMAT, chunk_from_bytes, superseded_from_bytes
+from caseshelf.domain.chunks import ROOT_FORMATS, chunk_from_bytes, superseded_from_bytes
 from caseshelf.domain.errors import CaseshelfError, NotFound
 from caseshelf.domain.keys import KIND_LETTER
 from caseshelf.domain.manifest import FORMAT as LEGACY_FORMAT
@@ -169,7 +169,7 @@ def _reached_by(
         except orjson.JSONDecodeError:
             out.problems.append(f"the manifest {mkey} of {who} is not JSON")
             return None
-        if not isinstance(head, dict) or head.get("format") not in (ROOT_FORMAT, LEGACY_FORMAT):
+        if not isinstance(head, dict) or head.get("format") not in (*ROOT_FORMATS, LEGACY_FORMAT):
             return None  # a document that references nothing further (a recipe's body)
     try:
         stored = parse_root(data)
@@ -185,6 +185,9 @@ def _reached_by(
         if hex_digest not in out.chunks:
             out.chunks[hex_digest] = _packs_of_chunk(store, tenant, ckey, who, out.problems)
         keys.extend(out.chunks[hex_digest] or ())
+    keys.extend(layout.sample_key(tenant, hex_digest) for hex_digest in stored.sample_keys)
+    if stored.delta_key:
+        keys.append(layout.delta_key(tenant, stored.delta_key))
     if stored.superseded_key:
         skey = layout.superseded_key(tenant, stored.superseded_key)
         keys.append(skey)

@@ -920,7 +920,9 @@ class RegistryService:
             builder.add_blob(hex_digest, blob_locs[hex_digest])
         manifest = builder.build(cdigest)
         manifest, copied = self._keep_superseded(tenant, base, manifest)
-        mkey = write_manifest(self.store, tenant, manifest, workers=self.read_workers).key
+        mkey = write_manifest(
+            self.store, tenant, manifest, workers=self.read_workers, base=base
+        ).key
         stats = WriteStats(
             case_bytes_written=packs.bytes_written + copied.bytes_written,
             pack_objects_written=packs.objects_written + copied.objects_written,

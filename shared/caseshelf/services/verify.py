@@ -17,7 +17,14 @@ from typing import Any
 
 from caseshelf.domain import layout
 from caseshelf.domain.canonical import content_digest, sha256_hex
-from caseshelf.domain.chunks import Root, chunk_from_bytes, join_chunks, superseded_from_bytes
+from caseshelf.domain.chunks import (
+    Root,
+    chunk_from_bytes,
+    join_chunks,
+    sample_column_bytes,
+    superseded_from_bytes,
+)
+from caseshelf.domain.diff import delta_from_bytes
 from caseshelf.domain.errors import CaseshelfError, Corrupt, NotFound
 from caseshelf.domain.manifest import Location, Manifest
 from caseshelf.domain.versions import VersionRecord
@@ -140,6 +147,9 @@ def _verify_one(store: BlobStore, rec: VersionRecord, report: VerifyReport) -> N
                 problem("corrupt", skey, exc.detail)
                 return
             manifest = manifest.with_superseded(list(copies.items()))
+        _check_sample_columns(store, rec.tenant, stored, manifest, report, problem)
+        if stored.delta_key:
+            _check_delta(store, rec.tenant, stored, manifest, report, problem)
         named = set(stored.packs)
         unnamed = sorted({p for c in chunks for p in c.packs} - named)
         if unnamed:
@@ -182,6 +192,68 @@ def _verify_one(store: BlobStore, rec: VersionRecord, report: VerifyReport) -> N
         for container, items in sorted(groups.items()):
             key = key_of(rec.tenant, container)
             _check_container(store, key, items, report, problem)
+
+
+def _check_sample_columns(
+    store: BlobStore,
+    tenant: str,
+    root: Root,
+    manifest: Manifest,
+    report: VerifyReport,
+    problem: Callable[[str, str, str], None],
+) -> None:
+    """Every sample column a root names is there, hashes to its key, and is the column of the
+    cases it covers (recomputed from the chunks: a sample reads nothing else)."""
+    starts = root.sample_starts()
+    for n, hex_digest in enumerate(root.sample_keys):
+        key = layout.sample_key(tenant, hex_digest)
+        try:
+            data = store.get(key)
+        except NotFound:
+            problem("missing", key, "the sample column is missing")
+            continue
+        report.objects_checked += 1
+        report.bytes_hashed += len(data)
+        if sha256_hex(data) != hex_digest:
+            problem("corrupt", key, "the sample column does not hash to its key")
+        elif sample_column_bytes(manifest, starts[n], starts[n + 1]) != data:
+            problem("corrupt", key, "the sample column is not the ids and digests of its cases")
+
+
+def _check_delta(
+    store: BlobStore,
+    tenant: str,
+    root: Root,
+    manifest: Manifest,
+    report: VerifyReport,
+    problem: Callable[[str, str, str], None],
+) -> None:
+    """The change against its base a root names is there, hashes to its key, and names this
+    version's cases as they are (ids, digests and locations at their positions)."""
+    key = layout.delta_key(tenant, root.delta_key)
+    try:
+        data = store.get(key)
+    except NotFound:
+        problem("missing", key, "the delta is missing")
+        return
+    report.objects_checked += 1
+    report.bytes_hashed += len(data)
+    if sha256_hex(data) != root.delta_key:
+        problem("corrupt", key, "the delta does not hash to its key")
+        return
+    try:
+        part = delta_from_bytes(data).cand_part
+        digests = manifest.digest_list()
+        for n, i in enumerate(part.positions):
+            if i >= len(manifest) or (part.ids[n], part.digest(n), part.location(n)) != (
+                manifest.ids[i],
+                digests[i],
+                manifest.location(i),
+            ):
+                problem("corrupt", key, f"the delta's case at position {i} is not the version's")
+                return
+    except CaseshelfError as exc:
+        problem("corrupt", key, exc.detail)
 
 
 def _read_chunks(
