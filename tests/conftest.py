@@ -21,12 +21,20 @@ from caseshelf.adapters.localfs import LocalBlobStore
 from caseshelf.adapters.sqlite import SqliteIndex
 from caseshelf.bootstrap import Services, Settings, build, build_adapters, load_settings
 from caseshelf.ports import BlobStore, Index
-from tests.moto_infra import create_bucket, create_table, free_port, make_moto_dynamodb_atomic
+from tests.moto_infra import (
+    create_bucket,
+    create_table,
+    free_port,
+    make_moto_dynamodb_atomic,
+    share_aws_models,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT / ".." / "shared" / "data"
 REGION = "us-east-1"
 BACKENDS = ("embedded", "moto", "moto_server")
+
+share_aws_models()  # one parse of the AWS models per test process, not one per backend
 
 
 @pytest.fixture(scope="session")
