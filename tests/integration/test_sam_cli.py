@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -50,9 +51,14 @@ def sam_env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def sam() -> str:
+def sam(request: pytest.FixtureRequest) -> str:
     if SAM is None:
         pytest.skip("the sam binary is missing: `make test` installs it in .venv/sam (aws-sam-cli)")
+    if getattr(request.config, "sam_build", None) is None:
+        # Not started at collection (an xdist worker): start it now, to run while `sam validate`
+        # does; tests/integration/conftest.py stops it and removes what it wrote at the end.
+        build = Path(tempfile.mkdtemp(prefix="caseshelf-sam-")) / "build"
+        request.config.sam_build = (start_build(build), build)  # type: ignore[attr-defined]
     return SAM
 
 
@@ -111,16 +117,11 @@ def start_build(build: Path) -> subprocess.Popen[bytes] | None:
 
 
 def test_sam_build_builds_every_function_and_the_layer_without_a_container(
-    sam: str, request: pytest.FixtureRequest, tmp_path: Path
+    sam: str, request: pytest.FixtureRequest
 ) -> None:
     if shutil.which("python3.12", path=sam_env()["PATH"]) is None:
         pytest.fail("sam build needs a python3.12 (the functions' runtime) on PATH")
-    started = getattr(request.config, "sam_build", None)
-    if started is None:
-        build = tmp_path / "build"
-        proc = start_build(build)
-    else:
-        proc, build = started
+    proc, build = request.config.sam_build  # type: ignore[attr-defined]
     assert proc is not None
     proc.wait(timeout=570)
     output = (build.parent / BUILD_LOG).read_text(encoding="utf-8", errors="replace")
@@ -144,5 +145,3 @@ def test_sam_build_builds_every_function_and_the_layer_without_a_container(
     saving = BUILD_RECORD.with_suffix(f".{os.getpid()}")
     shutil.copyfile(build.parent / "build.toml", saving)
     saving.replace(BUILD_RECORD)
-    if started is None:
-        shutil.rmtree(build, ignore_errors=True)
