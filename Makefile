@@ -47,9 +47,13 @@ $(SAM_STAMP): | $(BIN)/python
 run: $(VENV)/.installed
 	$(BIN)/caseshelf serve --host $(HOST) --port $(PORT)
 
-# Both cores, a test file per worker (module fixtures such as the browser's are built once).
+# Both cores, a test file per worker (module fixtures such as the browser's are built once),
+# the slowest files first (tests/conftest.py: SLOW_FIRST). Python's bytecode cache stays on even
+# where the environment turns it off (PYTHONDONTWRITEBYTECODE): without it every pytest process
+# compiles the project again and rewrites the asserts of every test module and pytest plugin
+# (schemathesis, hypothesis) afresh, ~9 s of each worker's start.
 test: $(VENV)/.installed-dev $(HARBOR_STAMP) $(SAM_STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # The API fuzzed against docs/openapi.json at a large size (make test runs the same test small).
 FUZZ_EXAMPLES ?= 200

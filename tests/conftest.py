@@ -8,6 +8,7 @@ Credentials are dummies set per test; no real AWS account is ever reachable.
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,12 +22,53 @@ from caseshelf.adapters.localfs import LocalBlobStore
 from caseshelf.adapters.sqlite import SqliteIndex
 from caseshelf.bootstrap import Services, Settings, build, build_adapters, load_settings
 from caseshelf.ports import BlobStore, Index
-from tests.moto_infra import create_bucket, create_table, free_port, make_moto_dynamodb_atomic
+from tests.moto_infra import (
+    create_bucket,
+    create_table,
+    free_port,
+    make_moto_dynamodb_atomic,
+    share_aws_models,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT / ".." / "shared" / "data"
 REGION = "us-east-1"
 BACKENDS = ("embedded", "moto", "moto_server")
+
+share_aws_models()  # one parse of the AWS models per test process, not one per backend
+
+
+# The files that take longest, slowest first (per-file sums of `--durations` over a full run).
+# `make test` runs a file whole on one worker (`--dist loadfile`) and hands the files out in
+# collection order (`--no-loadscope-reorder`; xdist would otherwise order them by their number
+# of tests): the long ones start first and the many short ones fill in at the end, so neither
+# worker is left with a long file when the other has finished.
+SLOW_FIRST = (
+    "tests/integration/test_sam_cli.py",  # on a clean clone, the layer's first build: minutes
+    "tests/e2e/test_ui_browser.py",
+    "tests/contract/test_chunks_contract.py",
+    "tests/contract/test_registry_contract.py",
+    "tests/integration/test_export_formats.py",
+    "tests/unit/test_domain_canonical.py",
+    "tests/contract/test_gc_interleaving.py",
+    "tests/e2e/test_api_fuzz.py",
+    "tests/contract/test_blobstore_contract.py",
+    "tests/integration/test_registry_handler.py",
+    "tests/contract/test_index_contract.py",
+    "tests/contract/test_pipeline_contract.py",
+    "tests/contract/test_crash_injection.py",
+    "tests/e2e/test_export_cli.py",
+    "tests/integration/test_upload_kinds.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker, the files of `SLOW_FIRST` first, in its order; the rest as collected.
+    (Every worker collects the same order, which is the order the files are handed out in.)"""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    rank = {path: n for n, path in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
 @pytest.fixture(scope="session")

@@ -197,6 +197,15 @@ def _run_cli_here(
     directory, an empty stdin and captured stdout/stderr; all restored afterwards."""
     from caseshelf.cli import run
 
+    return run_main_here(run, argv, cwd=cwd, environ=environ, name="caseshelf")
+
+
+def run_main_here(
+    main: Any, argv: list[str], *, cwd: Path, environ: dict[str, str], name: str
+) -> subprocess.CompletedProcess[str]:
+    """`main(argv)` (a command's entry point, answering its exit code or raising SystemExit)
+    as `_run_cli_here` runs the CLI's: `environ` as the whole environment, `cwd` as the working
+    directory, an empty stdin and captured stdout/stderr; all restored afterwards."""
     out, err = _text_stream(), _text_stream()
     saved_env = dict(os.environ)
     saved_streams = sys.stdin, sys.stdout, sys.stderr
@@ -210,14 +219,14 @@ def _run_cli_here(
         try:
             with chdir(cwd):
                 try:
-                    code = run(argv)
+                    code = main(argv)
                 except SystemExit as exc:
                     code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         finally:
             sys.stdin, sys.stdout, sys.stderr = saved_streams
             os.environ.clear()
             os.environ.update(saved_env)
-    return subprocess.CompletedProcess(["caseshelf", *argv], code, _text(out), _text(err))
+    return subprocess.CompletedProcess([name, *argv], code, _text(out), _text(err))
 
 
 class _ThreadStream:

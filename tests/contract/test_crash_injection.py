@@ -7,6 +7,11 @@ a child process whose store and index send SIGKILL to the process just before th
 for every N up to one past the last. After each crash: no version is half visible (v2 is absent,
 or present and whole), `verify` is clean, gc (once the dead registration's lease has expired)
 collects what the crash left and nothing else, and the re-run registers v2 readable in full.
+
+Each registration is a process of its own, forked from one interpreter that has imported the
+code once (`Crasher`): a crash point costs the registration, not a second of interpreter
+start-up. The forked process builds its own store and index (files, SQLite, boto3 clients)
+after the fork, so it shares nothing with the others but the imported modules.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import select
 import subprocess
 import sys
 import textwrap
@@ -53,20 +59,19 @@ def v2() -> dict[str, Any]:
     return {"id": "demo", "version": "2.0.0", "cases": cases}
 
 
-CHILD = textwrap.dedent(
+FORKER = textwrap.dedent(
     """
-    import json, os, signal, sys
+    import json, os, signal, sys, traceback
     from caseshelf.bootstrap import build_adapters, load_settings
     from caseshelf.domain.identity import Identity
     from caseshelf.services.registry import RegistryService, parse_dataset
+    from tests.moto_infra import share_aws_models
 
-    kill_at, settings_json, doc_json = int(sys.argv[1]), sys.argv[2], sys.stdin.read()
     WRITES = {"put_if_absent", "put", "delete", "put_version", "put_item", "update_item"}
-    count = [0]
 
     class Killing:
-        def __init__(self, inner):
-            self._inner = inner
+        def __init__(self, inner, count, kill_at):
+            self._inner, self._count, self._kill_at = inner, count, kill_at
 
         def __getattr__(self, name):
             attr = getattr(self._inner, name)
@@ -74,32 +79,87 @@ CHILD = textwrap.dedent(
                 return attr
 
             def call(*args, **kwargs):
-                count[0] += 1
-                if count[0] == kill_at:
+                self._count[0] += 1
+                if self._count[0] == self._kill_at:
                     os.kill(os.getpid(), signal.SIGKILL)
                 return attr(*args, **kwargs)
 
             return call
 
-    store, index = build_adapters(load_settings({}, **json.loads(settings_json)))
-    registry = RegistryService(Killing(store), Killing(index))
-    result = registry.register(Identity("team-a", "alice"), parse_dataset(json.loads(doc_json)))
-    print(json.dumps({"writes": count[0], "created": result.created}))
+    def register(kill_at, settings, doc):
+        count = [0]
+        store, index = build_adapters(load_settings({}, **settings))
+        registry = RegistryService(
+            Killing(store, count, kill_at), Killing(index, count, kill_at)
+        )
+        result = registry.register(Identity("team-a", "alice"), parse_dataset(doc))
+        return {"writes": count[0], "created": result.created}
+
+    share_aws_models()
+    warm = json.loads(sys.argv[1])
+    if warm.get("backend") == "aws":
+        build_adapters(load_settings({}, **warm))  # the AWS models, read once before forking
+    for line in sys.stdin:
+        ask = json.loads(line)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the registration's own process
+            os.close(r)
+            code = 0
+            try:
+                out = register(ask["kill_at"], ask["settings"], ask["doc"])
+                os.write(w, json.dumps(out).encode())
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stderr.flush()
+            os._exit(code)
+        os.close(w)
+        with os.fdopen(r, "rb") as fh:
+            out = fh.read().decode()
+        _, status = os.waitpid(pid, 0)
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        print(json.dumps({"returncode": code, "stdout": out}), flush=True)
     """
 )
 
 
-def run_child(kill_at: int, settings: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run(
-        [sys.executable, "-c", CHILD, str(kill_at), json.dumps(settings)],
-        input=json.dumps(v2()),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
+class Crasher:
+    """One interpreter that has imported the registration's code, forking a process of its own
+    for each registration it is asked for (`run`)."""
+
+    def __init__(self, settings: dict[str, Any], errors: Path) -> None:
+        self._errors = errors
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", FORKER, json.dumps(settings)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors.open("wb"),
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            text=True,
+        )
+
+    def run(self, kill_at: int, settings: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        """Register v2 in a new process whose N-th write (N = `kill_at`) is a SIGKILL."""
+        assert self._proc.stdin and self._proc.stdout
+        ask = {"kill_at": kill_at, "settings": settings, "doc": v2()}
+        self._proc.stdin.write(json.dumps(ask) + "\n")
+        self._proc.stdin.flush()
+        ready, _, _ = select.select([self._proc.stdout], [], [], 120)
+        line = self._proc.stdout.readline() if ready else ""
+        stderr = self._errors.read_text(errors="replace")
+        assert line, f"no answer from the registration (kill at {kill_at}): {stderr[-4000:]}"
+        got = json.loads(line)
+        return subprocess.CompletedProcess(ask, got["returncode"], got["stdout"], stderr)
+
+    def close(self) -> None:
+        if self._proc.stdin:
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
 
 
 Stage = tuple[BlobStore, Index, dict[str, Any]]
@@ -166,31 +226,36 @@ def check_after_crash(store: BlobStore, index: Index, kill_at: int) -> dict[str,
     return {"collected": len(gc.orphans), "committed_before": int(rec is not None)}
 
 
-def test_kill_9_at_every_write_of_a_registration_leaves_no_half_version(fresh: Any) -> None:
+def test_kill_9_at_every_write_of_a_registration_leaves_no_half_version(
+    fresh: Any, tmp_path: Path
+) -> None:
     # How many writes a whole registration makes
     store, index, settings = fresh()
     RegistryService(store, index).register(ME, parse_dataset(v1()))
-    whole = run_child(0, settings)
-    assert whole.returncode == 0, whole.stderr
-    writes = json.loads(whole.stdout)["writes"]
-    assert writes >= 8  # fence in, packs, blobs, copies, manifest, version row, fence out
+    crasher = Crasher(settings, tmp_path / "stderr.txt")
+    try:
+        whole = crasher.run(0, settings)
+        assert whole.returncode == 0, whole.stderr
+        writes = json.loads(whole.stdout)["writes"]
+        assert writes >= 8  # fence in, packs, blobs, copies, manifest, version row, fence out
 
-    outcomes = []
-    # Every write on the embedded store; on moto server (seconds a crash) every third, and the
-    # last two, unless CASESHELF_CRASH_EVERY_WRITE=1 (`make fuzz`-sized runs).
-    every = settings.get("backend") != "aws" or os.environ.get("CASESHELF_CRASH_EVERY_WRITE")
-    points = (
-        range(1, writes + 2) if every else sorted({*range(1, writes + 2, 3), writes, writes + 1})
-    )
-    for kill_at in points:
-        store, index, settings = fresh()
-        RegistryService(store, index).register(ME, parse_dataset(v1()))
-        proc = run_child(kill_at, settings)
-        if kill_at <= writes:
-            assert proc.returncode == -9, (kill_at, proc.returncode, proc.stderr)
-        else:
-            assert proc.returncode == 0, proc.stderr
-        outcomes.append(check_after_crash(store, index, kill_at))
+        outcomes = []
+        # Every write on the embedded store; on moto server (a second a crash, its checks
+        # over HTTP) every third, and the last two, unless CASESHELF_CRASH_EVERY_WRITE=1.
+        every = settings.get("backend") != "aws" or os.environ.get("CASESHELF_CRASH_EVERY_WRITE")
+        last = writes + 1
+        points = range(1, last + 1) if every else sorted({*range(1, last + 1, 3), writes, last})
+        for kill_at in points:
+            store, index, settings = fresh()
+            RegistryService(store, index).register(ME, parse_dataset(v1()))
+            proc = crasher.run(kill_at, settings)
+            if kill_at <= writes:
+                assert proc.returncode == -9, (kill_at, proc.returncode, proc.stderr)
+            else:
+                assert proc.returncode == 0, proc.stderr
+            outcomes.append(check_after_crash(store, index, kill_at))
+    finally:
+        crasher.close()
     # Crashes before the commit left objects that gc collected; after it, none were left
     assert any(o["collected"] for o in outcomes)
     assert outcomes[-1]["committed_before"] == 1

@@ -42,7 +42,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Start `sam build` in the background when its test is selected, so the suite's other
     tests run while it downloads the layer's dependencies (tests/integration/test_sam_cli.py)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # spread over workers, the worker that runs the test starts the build itself
+        return  # spread over workers, the worker that runs the file starts it (`sam` fixture)
     if not any(
         item.nodeid.startswith("tests/integration/test_sam_cli.py") for item in session.items
     ):

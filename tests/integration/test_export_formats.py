@@ -91,7 +91,9 @@ def test_harbor_lint_reads_the_compose_files_of_the_exported_packages(exported, 
     )
     if not composed:
         pytest.skip("no exported package of ../shared/data has an environment/docker-compose.yaml")
-    # When harbor lints one whose compose file is broken, it says so (the check is live) ...
+    # When harbor lints one whose compose file is broken, it says so: the check is live, so
+    # test_harbor_lint_accepts_every_exported_task_package, linting these packages with the
+    # same environment, has read their compose files and found nothing invalid
     broken = tmp_path / "broken"
     shutil.copytree(composed[0], broken)
     (broken / "environment" / "docker-compose.yaml").write_text("services: [not, a, map]\n")
@@ -105,22 +107,6 @@ def test_harbor_lint_reads_the_compose_files_of_the_exported_packages(exported, 
     )
     rules = {f["rule"] for f in json.loads(got.stdout)}
     assert "invalid-task-config" in rules, got.stdout
-    # ... and finds nothing invalid in the exported ones
-    got = subprocess.run(
-        [str(harbor), "lint", "--json", *map(str, composed)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-        env=env,
-    )
-    assert got.returncode in (0, 1), got.stderr
-    bad = [
-        f
-        for f in json.loads(got.stdout)
-        if f["rule"] in ("invalid-task-config", "invalid-task-files")
-    ]
-    assert bad == [], bad
 
 
 def test_a_harbor_export_of_a_case_without_instruction_text_is_a_400_before_writing(tmp_path):

@@ -139,25 +139,30 @@ def test_gsm8k_exports_to_the_registry_bucket_with_bundle_and_test_data_ref(
 def test_pull_over_http_gives_back_the_local_export(backend, shared_data, tmp_path):
     # Given an export to another bucket, through the moto server
     svc = backend.services
-    svc.registry.register(ME, parse_dataset(gsm8k_dataset(shared_data, limit=260)))
+    svc.registry.register(ME, parse_dataset(gsm8k_dataset(shared_data, limit=30)))
     backend.s3.create_bucket(Bucket="pods")
     exports = ExportService(
         svc.registry, store_for_bucket=lambda b: S3BlobStore(backend.s3, b), concurrency=8
     )
-    req = ExportRequest(subset={"limit": 251}, bundle=True)
+    req = ExportRequest(subset={"limit": 26}, bundle=True)
     res = exports.export_version(ME, "gsm8k", "1.0.0", req, to="s3://pods/evals/gsm8k")
     local = exports.export_version(ME, "gsm8k", "1.0.0", req, to=str(tmp_path / "local"))
-    assert res.export_id == local.export_id and res.case_count == 251
-    # When a pod pulls it (1,006 keys: the listing takes two pages of at most 1,000)
+    assert res.export_id == local.export_id and res.case_count == 26
+    # When a pod pulls it, the bucket answering listings in pages of 50 keys, as S3 does in
+    # pages of 1,000 (106 keys: three pages; the store's listing past 1,000 real keys is
+    # tests/contract/test_blobstore_contract.py::test_list_pages_past_a_thousand_keys)
     store = S3BlobStore(backend.s3, "pods")
     pages: list[str] = []
-    backend.s3.meta.events.register(
-        "before-call.s3.ListObjectsV2", lambda **kw: pages.append("page")
-    )
+
+    def small_pages(params: dict, **kw: object) -> None:
+        params["MaxKeys"] = 50
+        pages.append("page")
+
+    backend.s3.meta.events.register("before-parameter-build.s3.ListObjectsV2", small_pages)
     got = pull(store, "evals/gsm8k", tmp_path / "test_data", concurrency=8)
-    assert len(pages) == 2
+    assert len(pages) == 3
     # Then the directory is byte for byte the local export
-    assert got.file_count == 251 * 4
+    assert got.file_count == 26 * 4
     assert _tree(tmp_path / "test_data") == _tree(tmp_path / "local")
     # And the bundle path gives the same
     pull(store, "evals/gsm8k/", tmp_path / "bundle_data", bundle=True)

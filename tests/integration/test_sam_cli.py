@@ -4,9 +4,13 @@ names infra/template.yaml). `sam deploy --guided` needs an AWS account, so its h
 in samconfig.toml: it deploys the built template with the capabilities the template needs.
 
 The build downloads the layer's dependencies for arm64 / Python 3.12 from PyPI the first time
-(about two minutes); its cache (`.aws-sam/cache`, git-ignored) makes later runs take seconds. So
-that a fresh clone's suite does not wait for it, the build starts as soon as the test is
-collected (`tests/integration/conftest.py`) and runs while the other tests do.
+(about two minutes). As `sam build` does for a user (samconfig.toml: `cached = true`), later
+builds reuse them while requirements.txt is unchanged and copy the sources afresh: SAM keeps its
+record of what it built (`build.toml`, beside the build directory) and the dependencies
+(`.aws-sam/deps`, git-ignored). The test builds into a fresh directory each run and keeps that
+record at `.aws-sam/tests-build.toml`, so a second run takes seconds; a clean clone has none and
+builds everything. So that a fresh clone's suite does not wait for it, the build starts as soon
+as the test is collected (`tests/integration/conftest.py`) and runs while the other tests do.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -46,9 +51,14 @@ def sam_env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def sam() -> str:
+def sam(request: pytest.FixtureRequest) -> str:
     if SAM is None:
         pytest.skip("the sam binary is missing: `make test` installs it in .venv/sam (aws-sam-cli)")
+    if getattr(request.config, "sam_build", None) is None:
+        # Not started at collection (an xdist worker): start it now, to run while `sam validate`
+        # does; tests/integration/conftest.py stops it and removes what it wrote at the end.
+        build = Path(tempfile.mkdtemp(prefix="caseshelf-sam-")) / "build"
+        request.config.sam_build = (start_build(build), build)  # type: ignore[attr-defined]
     return SAM
 
 
@@ -82,13 +92,19 @@ def test_sam_validate_lint_passes(sam: str) -> None:
 
 
 BUILD_LOG = "sam-build.log"
+# SAM's record of its last build (it lives beside the build directory, as .aws-sam/build.toml
+# does beside .aws-sam/build): which dependencies in .aws-sam/deps a build may reuse.
+BUILD_RECORD = ROOT / ".aws-sam" / "tests-build.toml"
 
 
 def start_build(build: Path) -> subprocess.Popen[bytes] | None:
-    """`sam build` into `build` (its output in `build/../sam-build.log`), in the background."""
+    """`sam build` into `build` (its output in `build/../sam-build.log`), in the background,
+    with the record of the test's last build."""
     if SAM is None:
         return None
     build.parent.mkdir(parents=True, exist_ok=True)
+    if BUILD_RECORD.is_file():
+        shutil.copyfile(BUILD_RECORD, build.parent / "build.toml")
     log = (build.parent / BUILD_LOG).open("wb")
     cache = ROOT / ".aws-sam" / "cache"
     return subprocess.Popen(
@@ -101,16 +117,11 @@ def start_build(build: Path) -> subprocess.Popen[bytes] | None:
 
 
 def test_sam_build_builds_every_function_and_the_layer_without_a_container(
-    sam: str, request: pytest.FixtureRequest, tmp_path: Path
+    sam: str, request: pytest.FixtureRequest
 ) -> None:
     if shutil.which("python3.12", path=sam_env()["PATH"]) is None:
         pytest.fail("sam build needs a python3.12 (the functions' runtime) on PATH")
-    started = getattr(request.config, "sam_build", None)
-    if started is None:
-        build = tmp_path / "build"
-        proc = start_build(build)
-    else:
-        proc, build = started
+    proc, build = request.config.sam_build  # type: ignore[attr-defined]
     assert proc is not None
     proc.wait(timeout=570)
     output = (build.parent / BUILD_LOG).read_text(encoding="utf-8", errors="replace")
@@ -129,5 +140,8 @@ def test_sam_build_builds_every_function_and_the_layer_without_a_container(
     # The layer's dependencies are built for the functions' arm64 / Python 3.12 runtime
     assert list((layer / "pyarrow").glob("*.cpython-312-aarch64-linux-gnu.so"))
     assert list((layer / "pydantic_core").glob("*.cpython-312-aarch64-linux-gnu.so"))
-    if started is None:
-        shutil.rmtree(build, ignore_errors=True)
+    # The record of this build, for the next run (written whole, then moved into place)
+    BUILD_RECORD.parent.mkdir(exist_ok=True)
+    saving = BUILD_RECORD.with_suffix(f".{os.getpid()}")
+    shutil.copyfile(build.parent / "build.toml", saving)
+    saving.replace(BUILD_RECORD)
