@@ -46,15 +46,16 @@ def floor_read(home: Path) -> int:
     """Every canonical record of the version, straight from the packs."""
     from caseshelf.bootstrap import build, load_settings
     from caseshelf.domain.identity import Identity
-    from caseshelf.domain.manifest import Manifest
     from caseshelf.services.storage import LOCAL_MAX_GAP_BYTES, read_cases
 
     svc = build(load_settings({}, home=str(home)))
     rec = svc.registry.get_version(Identity("local", "local", frozenset()), *REF.split("@"))
-    manifest = Manifest.from_bytes(svc.store.get(rec.manifest_key))
-    n = len(manifest)
-    got = read_cases(svc.store, rec.tenant, manifest, range(n), max_gap=LOCAL_MAX_GAP_BYTES)
-    return len([orjson.loads(got[i]) for i in range(n)])
+    count = 0
+    for _, chunk in svc.registry.iter_chunks(rec):  # the manifest's chunks, one at a time
+        n = len(chunk)
+        got = read_cases(svc.store, rec.tenant, chunk, range(n), max_gap=LOCAL_MAX_GAP_BYTES)
+        count += len([orjson.loads(got[i]) for i in range(n)])
+    return count
 
 
 @contextmanager

@@ -57,7 +57,6 @@ from caseshelf.domain.models import SharedFileInput, Strict
 from caseshelf.domain.paths import relative_path_problem
 from caseshelf.domain.subset import SubsetRequest
 from caseshelf.ports import BlobStore
-from caseshelf.services.export_read import window_cases
 from caseshelf.services.export_stream import (
     REFUSING_FORMATS,
     BodyReader,
@@ -73,6 +72,7 @@ from caseshelf.services.pull import Progress, current_progress
 from caseshelf.services.registry import RegistryService
 from caseshelf.services.selection import SelectionService
 from caseshelf.services.storage import read_blobs
+from caseshelf.services.windowread import window_cases
 from caseshelf.services.workspace import EvalConfig, Roots, collect_case_tree, resolve_shared
 
 log = logging.getLogger(__name__)
@@ -388,7 +388,7 @@ class ExportService:
 
         def windows() -> Iterator[CaseWindow]:
             # A window of cases at a time, read in bulk from the chunks of the manifest that
-            # cover it (`services.export_read`): only the window is held.
+            # cover it (`services.windowread`): only the window is held.
             for start in range(0, len(indices), size):
                 yield window_cases(self.registry, rec, starts, indices[start : start + size])
 

@@ -1,13 +1,15 @@
-"""The cases of an export's window, read from the packs in bulk.
+"""The cases of a window of a version, read from the packs in bulk: an export's windows and the
+pages of the cases route.
 
 An export reads every case of a version (or of a subset) once, in order, a window of thousands
-at a time. `RegistryService.case_records` reads any positions one record at a time (a `Location`,
-a slice, a digest check and a parse per case, each a few Python calls); here a window is read as
-the few ranged reads that cover it, its records' digests are computed over slices of those reads
-and compared with the chunk's digest column in one comparison per read, and the records are
-parsed with one call per read. The checks are the same: every record is hashed and compared with
-the digest the manifest chunk records for it, and a record that does not match is refused
-(`Corrupt`, naming the case and the stored object), as `services.storage.read_cases` refuses it.
+at a time; a reader of `GET …/cases` reads pages of up to 1,000. `RegistryService.case_records`
+reads any positions one record at a time (a `Location`, a slice, a digest check and a parse per
+case, each a few Python calls); here a window is read as the few ranged reads that cover it, its
+records' digests are computed over slices of those reads and compared with the chunk's digest
+column in one comparison per read, and the records are parsed with one call per read. The checks
+are the same: every record is hashed and compared with the digest the manifest chunk records for
+it, and a record that does not match is refused (`Corrupt`, naming the case and the stored
+object), as `services.storage.read_cases` refuses it.
 """
 
 from __future__ import annotations
@@ -17,14 +19,17 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from caseshelf.domain import layout
 from caseshelf.domain.errors import Corrupt, NotFound
 from caseshelf.domain.export_formats import CaseWindow
 from caseshelf.domain.manifest import Location, Manifest, column_array
 from caseshelf.domain.versions import VersionRecord
-from caseshelf.services.registry import RegistryService
 from caseshelf.services.storage import check_record
+
+if TYPE_CHECKING:
+    from caseshelf.services.registry import RegistryService
 
 # A span: (pack number in the chunk, first byte, byte count, the chunk-local positions it holds)
 _Span = tuple[int, int, int, list[int]]
