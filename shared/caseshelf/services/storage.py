@@ -242,16 +242,7 @@ def read_delta(store: BlobStore, tenant: str, root: Root) -> Delta:
     """The change against its base a root names; `Corrupt` naming the key when the object is
     missing, damaged or unreadable."""
     key = layout.delta_key(tenant, root.delta_key)
-    try:
-        data = store.get(key)
-    except NotFound:
-        raise Corrupt(f"the delta {key} is missing (run `caseshelf verify`)", key=key) from None
-    if sha256_hex(data) != root.delta_key:
-        raise Corrupt(f"the delta {key} does not match its digest", key=key)
-    try:
-        return delta_from_bytes(data)
-    except BadRequest as exc:
-        raise Corrupt(f"the delta {key}: {exc.detail}", key=key) from None
+    return _read_addressed(store, key, root.delta_key, "the delta", delta_from_bytes)
 
 
 def read_superseded(store: BlobStore, tenant: str, root: Root) -> dict[str, Location]:
@@ -260,16 +251,34 @@ def read_superseded(store: BlobStore, tenant: str, root: Root) -> dict[str, Loca
     if not root.superseded_key:
         return {}
     key = layout.superseded_key(tenant, root.superseded_key)
+    return _read_addressed(
+        store, key, root.superseded_key, "the superseded copies object", superseded_from_bytes
+    )
+
+
+def _read_addressed(
+    store: BlobStore, key: str, hex_digest: str, what: str, parse: Callable[[bytes], _T]
+) -> _T:
+    """The manifest object at `key` (a chunk, a sample column, a delta, superseded copies),
+    checked against its content address `hex_digest` and parsed: `Corrupt` naming the key when
+    it is missing, does not hash to its address, or does not parse."""
     try:
         data = store.get(key)
     except NotFound:
-        raise Corrupt(f"the superseded copies {key} are missing", key=key) from None
-    if sha256_hex(data) != root.superseded_key:
-        raise Corrupt(f"the superseded copies {key} do not match their digest", key=key)
+        raise Corrupt(
+            f"{what} {key} is missing: the version cannot be read (run `caseshelf verify` on it)",
+            key=key,
+        ) from None
+    if sha256_hex(data) != hex_digest:
+        raise Corrupt(
+            f"{what} {key} does not match its digest: the stored object is damaged; not served "
+            "(run `caseshelf verify` on the version)",
+            key=key,
+        )
     try:
-        return superseded_from_bytes(data)
+        return parse(data)
     except BadRequest as exc:
-        raise Corrupt(f"the superseded copies {key}: {exc.detail}", key=key) from None
+        raise Corrupt(f"{what} {key}: {exc.detail}", key=key) from None
 
 
 def read_chunks(
@@ -332,48 +341,14 @@ def read_sample_column(store: BlobStore, tenant: str, hex_digest: str) -> Sample
     """One sample column, checked against its key (`Corrupt` naming the key when it does not
     hash to it, is missing or does not parse)."""
     key = layout.sample_key(tenant, hex_digest)
-    try:
-        data = store.get(key)
-    except NotFound:
-        raise Corrupt(
-            f"the sample column {key} is missing: the version cannot be sampled "
-            "(run `caseshelf verify` on it)",
-            key=key,
-        ) from None
-    if sha256_hex(data) != hex_digest:
-        raise Corrupt(
-            f"the sample column {key} does not match its digest: the stored object is "
-            "damaged; not served (run `caseshelf verify` on the version)",
-            key=key,
-        )
-    try:
-        return sample_column_from_bytes(data)
-    except BadRequest as exc:
-        raise Corrupt(f"the sample column {key}: {exc.detail}", key=key) from None
+    return _read_addressed(store, key, hex_digest, "the sample column", sample_column_from_bytes)
 
 
 def read_chunk(store: BlobStore, tenant: str, hex_digest: str) -> Manifest:
     """One chunk, checked against its key (`Corrupt` naming the key when it does not hash to
     it, is missing or does not parse)."""
     key = layout.chunk_key(tenant, hex_digest)
-    try:
-        data = store.get(key)
-    except NotFound:
-        raise Corrupt(
-            f"the manifest chunk {key} is missing: the version cannot be read "
-            "(run `caseshelf verify` on it)",
-            key=key,
-        ) from None
-    if sha256_hex(data) != hex_digest:
-        raise Corrupt(
-            f"the manifest chunk {key} does not match its digest: the stored object is "
-            "damaged; not served (run `caseshelf verify` on the version)",
-            key=key,
-        )
-    try:
-        return chunk_from_bytes(data)
-    except BadRequest as exc:
-        raise Corrupt(f"the manifest chunk {key}: {exc.detail}", key=key) from None
+    return _read_addressed(store, key, hex_digest, "the manifest chunk", chunk_from_bytes)
 
 
 class BlobWriter:
