@@ -194,6 +194,29 @@ def _verify_one(store: BlobStore, rec: VersionRecord, report: VerifyReport) -> N
             _check_container(store, key, items, report, problem)
 
 
+def _addressed(
+    store: BlobStore,
+    key: str,
+    hex_digest: str,
+    what: str,
+    report: VerifyReport,
+    problem: Callable[[str, str, str], None],
+) -> bytes | None:
+    """The bytes of the manifest object at `key`, when it is there and hashes to its address
+    `hex_digest`; None, with the problem named (`what`: "the delta", say), otherwise."""
+    try:
+        data = store.get(key)
+    except NotFound:
+        problem("missing", key, f"{what} is missing")
+        return None
+    report.objects_checked += 1
+    report.bytes_hashed += len(data)
+    if sha256_hex(data) != hex_digest:
+        problem("corrupt", key, f"{what} does not hash to its key")
+        return None
+    return data
+
+
 def _check_sample_columns(
     store: BlobStore,
     tenant: str,
@@ -207,16 +230,8 @@ def _check_sample_columns(
     starts = root.sample_starts()
     for n, hex_digest in enumerate(root.sample_keys):
         key = layout.sample_key(tenant, hex_digest)
-        try:
-            data = store.get(key)
-        except NotFound:
-            problem("missing", key, "the sample column is missing")
-            continue
-        report.objects_checked += 1
-        report.bytes_hashed += len(data)
-        if sha256_hex(data) != hex_digest:
-            problem("corrupt", key, "the sample column does not hash to its key")
-        elif sample_column_bytes(manifest, starts[n], starts[n + 1]) != data:
+        data = _addressed(store, key, hex_digest, "the sample column", report, problem)
+        if data is not None and sample_column_bytes(manifest, starts[n], starts[n + 1]) != data:
             problem("corrupt", key, "the sample column is not the ids and digests of its cases")
 
 
@@ -231,15 +246,8 @@ def _check_delta(
     """The change against its base a root names is there, hashes to its key, and names this
     version's cases as they are (ids, digests and locations at their positions)."""
     key = layout.delta_key(tenant, root.delta_key)
-    try:
-        data = store.get(key)
-    except NotFound:
-        problem("missing", key, "the delta is missing")
-        return
-    report.objects_checked += 1
-    report.bytes_hashed += len(data)
-    if sha256_hex(data) != root.delta_key:
-        problem("corrupt", key, "the delta does not hash to its key")
+    data = _addressed(store, key, root.delta_key, "the delta", report, problem)
+    if data is None:
         return
     try:
         part = delta_from_bytes(data).cand_part
@@ -269,16 +277,8 @@ def _read_chunks(
     broken = False
     for hex_digest in root.chunk_keys:
         key = layout.chunk_key(tenant, hex_digest)
-        try:
-            data = store.get(key)
-        except NotFound:
-            problem("missing", key, "the manifest chunk is missing")
-            broken = True
-            continue
-        report.objects_checked += 1
-        report.bytes_hashed += len(data)
-        if sha256_hex(data) != hex_digest:
-            problem("corrupt", key, "the manifest chunk does not hash to its key")
+        data = _addressed(store, key, hex_digest, "the manifest chunk", report, problem)
+        if data is None:
             broken = True
             continue
         try:
