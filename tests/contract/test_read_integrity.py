@@ -136,3 +136,54 @@ def test_a_missing_pack_is_named_by_reads_verify_and_gc(svc: Services) -> None:
     assert gc.missing == [{"key": pack, "referenced_by": "dataset demo@1.0.0"}]
     assert gc.orphans == [] and svc.store.exists(stray)
     assert any(pack in p for p in gc.problems)
+
+
+@pytest.fixture
+def whole_packs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read of an export takes its pack whole (`WholePacks`), however small the version."""
+    from caseshelf.services import windowread
+
+    monkeypatch.setattr(windowread, "WHOLE_PACK_MIN_BYTES", 0)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl", "case-dirs"])
+def test_an_export_reading_whole_packs_never_serves_a_flipped_byte(
+    svc: Services, whole_packs: None, fmt: str, tmp_path: Path
+) -> None:
+    from caseshelf.services.exports import ExportRequest
+
+    register(svc, "1.0.0", *CASES)
+    (pack,) = keys(svc, "packs")
+    flip(svc, pack, svc.store.get(pack).index(b'"two"') + 1)  # inside case b's record
+
+    # The pack no longer hashes to its key, so each record is checked: b's is named
+    with pytest.raises(Corrupt, match=rf"case 'b'.*{pack}"):
+        svc.exports.export_version(
+            ME, "demo", "1.0.0", ExportRequest(format=fmt), to=str(tmp_path / "out")
+        )
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_an_export_serves_intact_records_of_a_pack_damaged_between_them(
+    svc: Services, whole_packs: None, fmt: str, tmp_path: Path
+) -> None:
+    import orjson
+    import pyarrow.parquet as pq
+
+    from caseshelf.services.exports import ExportRequest
+
+    plain = [{"id": c["id"], "inputs": c["inputs"]} for c in CASES]
+    register(svc, "1.0.0", *plain)
+    (pack,) = keys(svc, "packs")
+    flip(svc, pack, svc.store.get(pack).index(b"\n"))  # the newline after case a's record
+
+    svc.exports.export_version(
+        ME, "demo", "1.0.0", ExportRequest(format=fmt), to=str(tmp_path / "out")
+    )
+    if fmt == "parquet":
+        rows = pq.read_table(tmp_path / "out" / "cases.parquet").to_pylist()
+    else:
+        lines = (tmp_path / "out" / "cases.jsonl").read_bytes().splitlines()
+        rows = [orjson.loads(line) for line in lines]
+    assert [(r["id"], r["input"]) for r in rows] == [("a", "one"), ("b", "two"), ("c", "three")]

@@ -340,16 +340,45 @@ def sample_of(
 class CaseWindow(Sequence[Mapping[str, Any]]):
     """Consecutive cases of an export read from the store: their canonical records as stored
     (each already checked against its digest), parsed into cases only when a case is first
-    asked for. A parquet window whose rows Arrow builds from the records
-    (`export_parquet.arrow_rows`) is never parsed in Python."""
+    asked for. The records are held as blocks of lines (one record, or records one newline
+    apart as a pack holds them: canonical JSON has no line break of its own), so that a window
+    read from packs in bulk is not cut into records it does not need cut. A parquet window
+    whose rows Arrow builds from the records (`export_parquet.arrow_rows`) is never parsed in
+    Python."""
 
-    def __init__(self, records: Sequence[bytes]) -> None:
-        self.records = records
+    def __init__(self, records: Iterable[bytes] = ()) -> None:
+        self._blocks: list[bytes] = []
+        self._count = 0
+        self._records: list[bytes] | None = None
         self._cases: list[dict[str, Any]] | None = None
+        self.add(records)
+
+    def add(self, records: Iterable[bytes]) -> None:
+        """Append records, one each."""
+        before = len(self._blocks)
+        self._blocks.extend(records)
+        self._count += len(self._blocks) - before
+        self._records = self._cases = None
+
+    def add_lines(self, lines: bytes, count: int) -> None:
+        """Append `count` records given as one block, one newline between them."""
+        self._blocks.append(lines)
+        self._count += count
+        self._records = self._cases = None
+
+    @property
+    def records(self) -> list[bytes]:
+        """The records, one each."""
+        if self._records is None:
+            if len(self._blocks) == self._count:
+                self._records = self._blocks
+            else:
+                self._records = [r for block in self._blocks for r in block.split(b"\n")]
+        return self._records
 
     def joined(self) -> bytes:
-        """The records one per line (canonical JSON holds no line break)."""
-        return b"\n".join(self.records)
+        """The records one per line."""
+        return self._blocks[0] if len(self._blocks) == 1 else b"\n".join(self._blocks)
 
     def cases(self) -> list[dict[str, Any]]:
         if self._cases is None:
@@ -357,7 +386,7 @@ class CaseWindow(Sequence[Mapping[str, Any]]):
         return self._cases
 
     def __len__(self) -> int:
-        return len(self.records)
+        return self._count
 
     def __getitem__(self, i: Any) -> Any:
         return self.cases()[i]

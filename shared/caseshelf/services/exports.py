@@ -72,7 +72,7 @@ from caseshelf.services.pull import Progress, current_progress
 from caseshelf.services.registry import RegistryService
 from caseshelf.services.selection import SelectionService
 from caseshelf.services.storage import read_blobs
-from caseshelf.services.windowread import window_cases
+from caseshelf.services.windowread import WholePacks, read_ahead, window_cases
 from caseshelf.services.workspace import EvalConfig, Roots, collect_case_tree, resolve_shared
 
 log = logging.getLogger(__name__)
@@ -388,9 +388,15 @@ class ExportService:
 
         def windows() -> Iterator[CaseWindow]:
             # A window of cases at a time, read in bulk from the chunks of the manifest that
-            # cover it (`services.windowread`): only the window is held.
-            for start in range(0, len(indices), size):
-                yield window_cases(self.registry, rec, starts, indices[start : start + size])
+            # cover it (`services.windowread`), the next one while this one is written: only
+            # those two are held, and the packs read whole, for the windows after them.
+            packs = WholePacks(self.store)
+
+            def read(number: int) -> CaseWindow:
+                window = indices[number * size : (number + 1) * size]
+                return window_cases(self.registry, rec, starts, window, packs)
+
+            return read_ahead(read, -(-len(indices) // size))
 
         def read_bodies(wanted: set[str]) -> Mapping[str, bytes]:
             return read_blobs(self.store, rec.tenant, {h: locations[h] for h in wanted})
