@@ -15,7 +15,7 @@ import pytest
 from caseshelf.domain import chunks as chunks_module
 from caseshelf.domain.canonical import content_digest
 from caseshelf.domain.diff import plan_diff
-from caseshelf.domain.errors import Corrupt
+from caseshelf.domain.errors import BadRequest, Corrupt
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.subset import SubsetRequest, select_subset
 from caseshelf.services.diff import DiffService
@@ -268,6 +268,12 @@ def test_a_selection_by_tag_reads_only_the_sample_column_that_carries_it(
         expected = select_subset(whole, request.selection(), dataset_id="ds", version="1")
         assert part.subset == expected, request
         assert part.case_ids == [whole.ids[i] for i in expected.indices]
+    # And a tag no case carries reads nothing more and matches nothing
+    counting.sample_reads.clear()
+    counting.chunk_reads.clear()
+    with pytest.raises(BadRequest, match="matches no case"):
+        fresh.selection.select_subset(ME, "ds", "1", SubsetRequest(tags=["absent"]))
+    assert counting.sample_reads == [] and counting.chunk_reads == []
     # And the whole version's ids come from the columns too
     counting.chunk_reads.clear()
     everything = fresh.selection.select_subset(ME, "ds", "1", SubsetRequest())

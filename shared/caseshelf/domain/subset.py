@@ -438,7 +438,7 @@ def select_from_columns(
     version's first ones), which has `total` cases. The same answer."""
     check_selection(sel)
     if not columns_answer(sel, tags=column.tags is not None):
-        raise ValueError("select_from_columns takes a selection its columns hold what it needs of")
+        raise ValueError("select_from_columns takes a selection its columns answer")
 
     def prefixes(upto: int) -> bytes:
         return column.prefixes[: 8 * upto]

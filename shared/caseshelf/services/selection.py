@@ -161,7 +161,7 @@ class SelectionService:
         else:
             columns = list(self._sample_columns(rec, root, numbers))
         read = numbers[: len(columns)]
-        column = join_sample_columns(columns)
+        column = join_sample_columns(columns, tags=selection.tags is not None)
         held = sum(starts[g + 1] - starts[g] for g in read)
         if len(column) != held or (selection.tags is not None and column.tags is None):
             raise Corrupt(
