@@ -1,4 +1,4 @@
-"""Format 3 manifests: a small root naming content-addressed chunks of cases. Pure.
+"""Manifests of format 3 on: a small root naming content-addressed chunks of cases. Pure.
 
 A version's cases are cut into chunks by content: a chunk ends after a case whose digest meets a
 hash condition (`is_boundary`), once the chunk holds at least `MIN_CASES` cases, and at the
@@ -18,18 +18,23 @@ a diff only.
 
 A sample needs every case's digest prefix and id, and nothing else of a chunk: reading every
 chunk for it costs a request per ~1,000 cases. So each group of consecutive chunks (cut by their
-keys, `sample_group_ends`: ~7 chunks) has a sample column too (`caseshelf.sample/1`,
-`manifests/sample/<sha256>`): the ids of its cases and the first 8 bytes of each digest, ~23
-bytes a case against a chunk's ~110. Like chunks, a column is a function of its cases alone, so
-versions that share a stretch of chunks share the columns inside it.
+keys, `sample_group_ends`: ~7 chunks) has a sample column too (`manifests/sample/<sha256>`): the
+ids of its cases and the first 8 bytes of each digest, ~23 bytes a case against a chunk's ~110,
+and (`caseshelf.sample/2`, named by roots of format 5) each case's tags as the number of its set
+in a table of the distinct sets of tags the column's cases carry (`tag_sets`, ~1.3 bytes a case
+for a dataset's usual few combinations), so that a selection by tags reads the columns too. Like
+chunks, a column is a function of its cases alone, so versions that share a stretch of chunks
+share the columns inside it.
 
-The root (`caseshelf.manifest/4`; format 3 is the same without sample columns) holds what every
+The root (`caseshelf.manifest/5`; format 4 is the same with sample columns of ids and digest
+prefixes only, `caseshelf.sample/1`, and format 3 without sample columns) holds what every
 reader needs first: the version's content (description, tags, shared files: the content digest is
 over these and the cases, never the layout), the case count and bytes, every tag name with each
 chunk's tags, each chunk's key, case count and first and last id, the packs the chunks name, where
 file bodies live, and each sample column's key and the number of chunks it covers. A page of cases
 reads the root and the chunks covering the page; a diff reads only the chunks whose keys differ; a
-selection by tags reads only the chunks that carry one; a sample reads the sample columns.
+selection without the cases reads the sample columns covering it (by tags, those covering a chunk
+that carries one); a selection asking for the cases reads the chunks, which say where they are.
 """
 
 from __future__ import annotations
@@ -371,7 +376,7 @@ def join_sample_columns(columns: Iterable[SampleColumn], *, tags: bool = True) -
 
 @dataclass
 class Root:
-    """A format 3 root (`chunk_keys[n]` is the sha256 hex of chunk n's bytes)."""
+    """A root of format 3, 4 or 5 (`chunk_keys[n]` is the sha256 hex of chunk n's bytes)."""
 
     content_digest: str
     description: str

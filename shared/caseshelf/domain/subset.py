@@ -14,8 +14,9 @@ restored. Case digests are uniformly random, and `D -> A * D + B` is a bijection
 every seed draws a uniform sample; seeds draw unrelated samples because `A` and `B` come from a
 cryptographic hash of the seed. Ranking needs only integer arithmetic, which runs over the
 whole digest column at once (`_column_lanes`). Only the manifest is read: ids, digests and tags
-are all there; a sample without ids or tags reads only the version's sample columns (ids and
-digest prefixes, `select_sample`).
+are all there; a selection that does not ask for the cases reads only the version's sample
+columns covering it (ids, digest prefixes and tags, `columns_for_selection`,
+`select_from_columns`).
 """
 
 from __future__ import annotations
