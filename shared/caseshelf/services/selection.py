@@ -141,11 +141,12 @@ class SelectionService:
     ) -> tuple[Subset, list[str]]:
         """A selection without the cases from the version's sample columns (ids, digest
         prefixes and, in a root of format 5, tags; `columns_for_selection`), a column per ~7
-        chunks at ~a fifth of their bytes: a sample read 12 objects instead of 97 (ratio
-        0.037 instead of 0.142 on moto; embedded 0.011 instead of 0.065), and tags + limit
-        reads 4 instead of 20 (`bench/bench_subset.py`, 100,000 cases; docs/benchmarks.md).
-        Tags and a limit stop reading near the column where the limit is reached
-        (`_read_until_limit`)."""
+        chunks at ~a fifth of their bytes. `bench/bench_subset.py`, 100,000 cases: a sample
+        reads 12 objects instead of 97 (ratio 0.037 instead of 0.142 on moto; embedded 0.011
+        instead of 0.065); tags + limit 5,000 reads 3 (the root and 2 columns) instead of 20
+        (moto 0.008-0.011 instead of 0.042-0.063; embedded 0.005-0.007 instead of
+        0.024-0.039). Tags and a limit stop reading near the column where the limit is
+        reached (`_read_until_limit`)."""
         numbers = columns_for_selection(root, selection)
         starts = root.sample_starts()
         if selection.tags is not None and selection.limit is not None and selection.ids is None:
