@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from bisect import bisect_right
 from typing import Any
 
 import orjson
@@ -244,13 +245,25 @@ def test_a_selection_by_tag_reads_only_the_sample_column_that_carries_it(
     first = fresh.selection.select_subset(ME, "ds", "1", SubsetRequest(limit=5, sample=2))
     assert first.subset.stamp is not None and first.subset.stamp.selected == 2
     assert counting.chunk_reads == [] and len(counting.sample_reads) == 1
-    # And with the cases asked for, the chunk holding the case is read (it says where it is)
+    # And with the cases asked for, the chunks holding the selected cases are read once each
+    # (they say where the cases are), and no other
     counting.sample_reads.clear()
     with_cases = fresh.selection.select_subset(
         ME, "ds", "1", SubsetRequest(tags=["rare"]), with_cases=True
     )
     assert with_cases.cases is not None and [c["id"] for c in with_cases.cases] == ["q0321"]
-    assert counting.sample_reads == [] and counting.chunk_reads
+    assert len(counting.sample_reads) == 1 and len(counting.chunk_reads) == 1
+    counting.chunk_reads.clear()
+    again = backend.rebuild(store=counting)  # type: ignore[arg-type]
+    picked = again.selection.select_subset(
+        ME, "ds", "1", SubsetRequest(tags=["odd"], limit=100, sample=30), with_cases=True
+    )
+    assert picked.cases is not None and [c["id"] for c in picked.cases] == picked.case_ids
+    starts = root.chunk_starts()
+    holding = {bisect_right(starts, i) - 1 for i in picked.subset.indices}
+    assert sorted(counting.chunk_reads) == sorted(
+        {f"t/acme/manifests/chunks/{root.chunk_keys[n]}" for n in holding}
+    )
     # And every selection answers what it answers over the whole manifest
     whole = fresh.registry.manifest(v1.record)
     for request in (

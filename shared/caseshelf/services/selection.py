@@ -12,10 +12,10 @@ say where the cases are. `register_as` writes a new manifest that points at the 
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from itertools import chain
+from itertools import chain, groupby
 from typing import Any, Protocol, TypeVar
 
 from caseshelf.domain.chunks import Root, SampleColumn, concat_chunks, join_sample_columns
@@ -76,8 +76,11 @@ class SelectionService:
         root = self.registry.root(rec)
         cases = None
         by_columns = columns_answer(selection, tags=root.sample_tags)
-        if root.sample_keys and by_columns and not with_cases:
+        if root.sample_keys and by_columns:
             subset, case_ids = self._select_from_columns(rec, root, selection)
+            if with_cases:
+                lengths = self._lengths(rec, root, subset.indices)
+                cases = self._cases(rec, root, subset, case_ids, lengths)
         else:
             subset, case_ids, lengths = self._select_from_chunks(rec, root, selection)
             if with_cases:
@@ -197,6 +200,18 @@ class SelectionService:
         reg = self.registry
         keys = [root.sample_keys[g] for g in numbers]
         return read_sample_columns(reg.store, rec.tenant, keys, workers=reg.read_workers)
+
+    def _lengths(self, rec: VersionRecord, root: Root, indices: Sequence[int]) -> list[int]:
+        """The stored lengths of the cases at `indices` (ascending), from the chunks holding
+        them: the registry keeps the chunks it reads (`RegistryService.chunk`), so reading the
+        cases next reads no chunk again, where the selection over the chunks read every chunk
+        carrying a wanted tag and the cases' read then the ones holding a selected case."""
+        starts = root.chunk_starts()
+        out: list[int] = []
+        for n, run in groupby(indices, key=lambda i: bisect_right(starts, i) - 1):
+            lengths = column_array(self.registry.chunk(rec, n).lengths)
+            out.extend(lengths[i - starts[n]] for i in run)
+        return out
 
     def _cases(
         self,
