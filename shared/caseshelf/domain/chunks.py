@@ -33,8 +33,8 @@ over these and the cases, never the layout), the case count and bytes, every tag
 chunk's tags, each chunk's key, case count and first and last id, the packs the chunks name, where
 file bodies live, and each sample column's key and the number of chunks it covers. A page of cases
 reads the root and the chunks covering the page; a diff reads only the chunks whose keys differ; a
-selection without the cases reads the sample columns covering it (by tags, those covering a chunk
-that carries one); a selection asking for the cases reads the chunks, which say where they are.
+selection is decided from the sample columns covering it (by tags, those covering a chunk
+that carries one); asked for the cases, it then reads the chunks holding the selected ones.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ restored. Case digests are uniformly random, and `D -> A * D + B` is a bijection
 every seed draws a uniform sample; seeds draw unrelated samples because `A` and `B` come from a
 cryptographic hash of the seed. Ranking needs only integer arithmetic, which runs over the
 whole digest column at once (`_column_lanes`). Only the manifest is read: ids, digests and tags
-are all there; a selection that does not ask for the cases reads only the version's sample
+are all there; a selection is decided from the version's sample
 columns covering it (ids, digest prefixes and tags, `columns_for_selection`,
 `select_from_columns`).
 """
@@ -330,10 +330,9 @@ def chunks_for_selection(root: Root, sel: Selection) -> list[int] | None:
 
 
 def columns_answer(sel: Selection, *, tags: bool) -> bool:
-    """Whether a version's sample columns answer a selection that does not ask for the cases:
-    they hold every case's id and digest prefix, and with `tags` (`Root.sample_tags`) its tags
-    too, so every selection that narrows the version, bar one by tags from columns without
-    them (format 4 roots)."""
+    """Whether a version's sample columns decide a selection: they hold every case's id and
+    digest prefix, and with `tags` (`Root.sample_tags`) its tags too, so every selection that
+    narrows the version, bar one by tags from columns without them (format 4 roots)."""
     return not sel.empty and (tags or sel.tags is None)
 
 

@@ -2,12 +2,12 @@
 read the selected cases or register them as a derived version.
 
 Only the manifest is read unless the caller asks for the cases, and of it only what the
-selection needs: a selection without the cases reads the version's sample columns
-(`columns_for_selection`: ids, digest prefixes and, from root format 5 on, tags; those covering
-a wanted tag, the first ones for a limit, every one for ids or a sample); one asking for the
-cases, or by tags from columns without them, reads the chunks (`chunks_for_selection`), which
-say where the cases are. `register_as` writes a new manifest that points at the parent's packs
-(no case bytes are copied).
+selection needs: a selection chooses from the version's sample columns (`columns_for_selection`:
+ids, digest prefixes and, from root format 5 on, tags; those covering a wanted tag, the first
+ones for a limit, every one for ids or a sample) and, asked for the cases, reads then the chunks
+holding the selected ones, which say where they are. One by tags from columns without them
+(format 4 roots) reads the chunks (`chunks_for_selection`). `register_as` writes a new manifest
+that points at the parent's packs (no case bytes are copied).
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ class SelectionService:
     def _select_from_columns(
         self, rec: VersionRecord, root: Root, selection: Selection
     ) -> tuple[Subset, list[str]]:
-        """A selection without the cases from the version's sample columns (ids, digest
+        """A selection decided from the version's sample columns (ids, digest
         prefixes and, in a root of format 5, tags; `columns_for_selection`), a column per ~7
         chunks at ~a fifth of their bytes. `bench/bench_subset.py`, 100,000 cases: a sample
         reads 12 objects instead of 97 (ratio 0.037 instead of 0.142 on moto; embedded 0.011

@@ -227,7 +227,7 @@ def _check_sample_columns(
 ) -> None:
     """Every sample column a root names is there, hashes to its key, and is the column of the
     cases it covers (recomputed from the chunks, with their tags when the root's columns carry
-    them: a selection without the cases reads nothing else)."""
+    them: a selection is decided from nothing else)."""
     starts = root.sample_starts()
     for n, hex_digest in enumerate(root.sample_keys):
         key = layout.sample_key(tenant, hex_digest)
