@@ -356,6 +356,26 @@ def test_a_format_4_root_selects_by_tags_from_its_chunks(backend: Backend) -> No
     assert report.problems == [] and {o.key for o in report.orphans} == set(unnamed)
 
 
+def test_a_format_5_root_naming_columns_without_tags_is_refused(backend: Backend) -> None:
+    reg = backend.services.registry
+    v1 = register(reg, "1", cases(300))
+    # Given a format 5 root whose sample columns were swapped for ones without tags
+    as_format_4(backend, v1.record)
+    key = v1.record.manifest_key
+    doc = orjson.loads(backend.store.get(key))
+    doc["format"] = chunks_module.ROOT_FORMAT
+    backend.store.delete(key)
+    backend.store.put(key, orjson.dumps(doc))
+    # Then a selection by tags refuses it, naming the root, and verify names every column
+    with pytest.raises(Corrupt, match="carry no tags") as err:
+        backend.rebuild().selection.select_subset(ME, "ds", "1", SubsetRequest(tags=["odd"]))
+    assert err.value.fields["key"] == key
+    problems = verify_versions(backend.store, [v1.record]).problems
+    named = backend.rebuild().registry.root(v1.record).sample_keys
+    names = {f"t/acme/manifests/sample/{k}" for k in named}
+    assert {p.key for p in problems} == names and all(p.kind == "corrupt" for p in problems)
+
+
 def test_verify_names_a_sample_column_whose_tags_are_not_its_cases(backend: Backend) -> None:
     reg = backend.services.registry
     v1 = register(reg, "1", cases(300))

@@ -167,11 +167,16 @@ class SelectionService:
         read = numbers[: len(columns)]
         column = join_sample_columns(columns, tags=selection.tags is not None)
         held = sum(starts[g + 1] - starts[g] for g in read)
-        if len(column) != held or (selection.tags is not None and column.tags is None):
+        if len(column) != held:
             raise Corrupt(
                 f"the sample columns of {rec.manifest_key} hold {len(column)} cases where "
-                f"the root counts {held}, or no tags where the root says they carry them "
-                "(run `caseshelf verify` on the version)",
+                f"the root counts {held} (run `caseshelf verify` on the version)",
+                key=rec.manifest_key,
+            )
+        if selection.tags is not None and column.tags is None:
+            raise Corrupt(
+                f"the sample columns of {rec.manifest_key} carry no tags where its root "
+                f"({root.root_format}) says they do (run `caseshelf verify` on the version)",
                 key=rec.manifest_key,
             )
         first = read == list(range(len(read)))  # the version's first columns: positions as read
