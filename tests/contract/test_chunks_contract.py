@@ -5,7 +5,9 @@ names, verify names a broken chunk by its key, and format 2 manifests read as th
 
 from __future__ import annotations
 
+import hashlib
 import time
+from bisect import bisect_right
 from typing import Any
 
 import orjson
@@ -14,7 +16,7 @@ import pytest
 from caseshelf.domain import chunks as chunks_module
 from caseshelf.domain.canonical import content_digest
 from caseshelf.domain.diff import plan_diff
-from caseshelf.domain.errors import Corrupt
+from caseshelf.domain.errors import BadRequest, Corrupt
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.subset import SubsetRequest, select_subset
 from caseshelf.services.diff import DiffService
@@ -216,34 +218,183 @@ def test_a_diff_sees_shared_chunks_move(backend: Backend) -> None:
     assert res.plan.order_changed
 
 
-def test_a_selection_by_tag_reads_only_the_chunks_that_carry_it(backend: Backend) -> None:
+def test_a_selection_by_tag_reads_only_the_sample_column_that_carries_it(
+    backend: Backend,
+) -> None:
     counting = CountingStore(backend.store)
     services = backend.rebuild(store=counting)  # type: ignore[arg-type]
-    register(services.registry, "1", cases(600))
+    v1 = register(services.registry, "1", cases(600))
+    root = services.registry.root(v1.record)
+    assert root.root_format == chunks_module.ROOT_FORMAT and root.sample_tags
     fresh = backend.rebuild(store=counting)  # type: ignore[arg-type]
+    # When a fresh service selects the one case carrying a tag
     counting.chunk_reads.clear()
     got = fresh.selection.select_subset(ME, "ds", "1", SubsetRequest(tags=["rare"]))
+    # Then it read the one sample column covering it, and no chunk
     assert got.case_ids == ["q0321"]
     assert got.subset.stamp is not None
     assert (got.subset.stamp.selected, got.subset.stamp.total) == (1, 600)
-    assert got.subset.indices == [321] and len(counting.chunk_reads) == 1
-    # A sample reads the sample column covering the cases it draws from, and no chunk
-    counting.chunk_reads.clear()
+    assert got.subset.indices == [321]
+    assert counting.chunk_reads == [] and len(counting.sample_reads) == 1
+    # And tags + limit reads the first columns only, a sample the column covering its limit
+    counting.sample_reads.clear()
+    odd = fresh.selection.select_subset(ME, "ds", "1", SubsetRequest(tags=["odd"], limit=5))
+    assert odd.case_ids == ["q0001", "q0003", "q0005", "q0007", "q0009"]
+    assert counting.chunk_reads == [] and len(counting.sample_reads) == 1
+    counting.sample_reads.clear()
     first = fresh.selection.select_subset(ME, "ds", "1", SubsetRequest(limit=5, sample=2))
     assert first.subset.stamp is not None and first.subset.stamp.selected == 2
     assert counting.chunk_reads == [] and len(counting.sample_reads) == 1
-    # And the same answers as over the whole manifest
-    whole = fresh.registry.manifest(fresh.registry.get_version(ME, "ds", "1"))
+    # And with the cases asked for, the chunks holding the selected cases are read once each
+    # (they say where the cases are), and no other
+    counting.sample_reads.clear()
+    with_cases = fresh.selection.select_subset(
+        ME, "ds", "1", SubsetRequest(tags=["rare"]), with_cases=True
+    )
+    assert with_cases.cases is not None and [c["id"] for c in with_cases.cases] == ["q0321"]
+    assert len(counting.sample_reads) == 1 and len(counting.chunk_reads) == 1
+    counting.chunk_reads.clear()
+    again = backend.rebuild(store=counting)  # type: ignore[arg-type]
+    picked = again.selection.select_subset(
+        ME, "ds", "1", SubsetRequest(tags=["odd"], limit=100, sample=30), with_cases=True
+    )
+    assert picked.cases is not None and [c["id"] for c in picked.cases] == picked.case_ids
+    starts = root.chunk_starts()
+    holding = {bisect_right(starts, i) - 1 for i in picked.subset.indices}
+    assert sorted(counting.chunk_reads) == sorted(
+        {f"t/acme/manifests/chunks/{root.chunk_keys[n]}" for n in holding}
+    )
+    # And every selection answers what it answers over the whole manifest
+    whole = fresh.registry.manifest(v1.record)
     for request in (
         SubsetRequest(tags=["odd"], sample=7),
+        SubsetRequest(tags=["odd", "rare"], limit=40, sample=9, seed="s"),
+        SubsetRequest(tags=["even"], limit=250),
+        SubsetRequest(tags=["absent", "rare"]),
+        SubsetRequest(ids=["q0599", "q0321", "q0002"], tags=["rare", "even"]),
+        SubsetRequest(ids=["q0599", "q0000"], limit=1),
         SubsetRequest(limit=70),
         SubsetRequest(sample=50, seed="x"),
         SubsetRequest(limit=400, sample=9),
     ):
         part = fresh.selection.select_subset(ME, "ds", "1", request)
-        assert part.subset == select_subset(
-            whole, request.selection(), dataset_id="ds", version="1"
-        )
+        expected = select_subset(whole, request.selection(), dataset_id="ds", version="1")
+        assert part.subset == expected, request
+        assert part.case_ids == [whole.ids[i] for i in expected.indices]
+    # And a tag no case carries reads nothing more and matches nothing
+    counting.sample_reads.clear()
+    counting.chunk_reads.clear()
+    with pytest.raises(BadRequest, match="matches no case"):
+        fresh.selection.select_subset(ME, "ds", "1", SubsetRequest(tags=["absent"]))
+    assert counting.sample_reads == [] and counting.chunk_reads == []
+    # And the whole version's ids come from the columns too
+    counting.chunk_reads.clear()
+    everything = fresh.selection.select_subset(ME, "ds", "1", SubsetRequest())
+    assert everything.case_ids == whole.ids and counting.chunk_reads == []
+
+
+def as_format_4(backend: Backend, rec: Any) -> list[str]:
+    """Store `rec`'s root as format 4 (sample columns without tags), as versions registered
+    before format 5 are: its format 4 columns written beside the format 5 ones. Answers the
+    keys of the format 5 columns, which the root no longer names."""
+    reg = backend.rebuild().registry
+    root, whole = reg.root(rec), reg.manifest(rec)
+    starts = root.sample_starts()
+    old = [f"t/acme/manifests/sample/{k}" for k in root.sample_keys]
+    keys = []
+    for n in range(len(root.sample_keys)):
+        data = chunks_module.sample_column_bytes(whole, starts[n], starts[n + 1], tags=False)
+        key = hashlib.sha256(data).hexdigest()
+        backend.store.put_if_absent(f"t/acme/manifests/sample/{key}", data)
+        keys.append(key)
+    doc = orjson.loads(backend.store.get(rec.manifest_key))
+    doc["format"] = "caseshelf.manifest/4"
+    doc["sample"]["keys"] = "".join(keys)
+    backend.store.delete(rec.manifest_key)
+    backend.store.put(rec.manifest_key, orjson.dumps(doc))
+    return old
+
+
+def test_a_format_4_root_selects_by_tags_from_its_chunks(backend: Backend) -> None:
+    reg = backend.services.registry
+    v1 = register(reg, "1", cases(600))
+    # Given v1's root stored as format 4: sample columns of ids and digest prefixes only
+    unnamed = as_format_4(backend, v1.record)
+    counting = CountingStore(backend.store)
+    fresh = backend.rebuild(store=counting)  # type: ignore[arg-type]
+    root = fresh.registry.root(v1.record)
+    assert root.root_format == "caseshelf.manifest/4" and not root.sample_tags
+    # When it is selected by tags
+    got = fresh.selection.select_subset(ME, "ds", "1", SubsetRequest(tags=["rare"]))
+    # Then the chunk carrying the tag is read, and no sample column
+    assert got.case_ids == ["q0321"]
+    assert counting.sample_reads == [] and len(counting.chunk_reads) == 1
+    # And a sample still reads the columns, ids and a limit too, with the same answers
+    whole = fresh.registry.manifest(v1.record)
+    for request in (
+        SubsetRequest(sample=30, seed=3),
+        SubsetRequest(limit=100, sample=4),
+        SubsetRequest(ids=["q0004", "q0001"]),
+        SubsetRequest(tags=["odd"], limit=300),
+    ):
+        counting.chunk_reads.clear()
+        counting.sample_reads.clear()
+        part = fresh.selection.select_subset(ME, "ds", "1", request)
+        expected = select_subset(whole, request.selection(), dataset_id="ds", version="1")
+        assert part.subset == expected, request
+        assert part.case_ids == [whole.ids[i] for i in expected.indices]
+        assert bool(counting.sample_reads) != (request.tags is not None)
+    # And verify takes the root and its columns; gc keeps them and collects the others
+    assert verify_versions(backend.store, [v1.record]).ok
+    report = collect_garbage(
+        backend.store,
+        backend.index,
+        now=time.time() + 1000 * HOUR,
+        grace_seconds=HOUR,
+        delete=False,
+    )
+    assert report.problems == [] and {o.key for o in report.orphans} == set(unnamed)
+
+
+def test_a_format_5_root_naming_columns_without_tags_is_refused(backend: Backend) -> None:
+    reg = backend.services.registry
+    v1 = register(reg, "1", cases(300))
+    # Given a format 5 root whose sample columns were swapped for ones without tags
+    as_format_4(backend, v1.record)
+    key = v1.record.manifest_key
+    doc = orjson.loads(backend.store.get(key))
+    doc["format"] = chunks_module.ROOT_FORMAT
+    backend.store.delete(key)
+    backend.store.put(key, orjson.dumps(doc))
+    # Then a selection by tags refuses it, naming the root, and verify names every column
+    with pytest.raises(Corrupt, match="carry no tags") as err:
+        backend.rebuild().selection.select_subset(ME, "ds", "1", SubsetRequest(tags=["odd"]))
+    assert err.value.fields["key"] == key
+    problems = verify_versions(backend.store, [v1.record]).problems
+    named = backend.rebuild().registry.root(v1.record).sample_keys
+    names = {f"t/acme/manifests/sample/{k}" for k in named}
+    assert {p.key for p in problems} == names and all(p.kind == "corrupt" for p in problems)
+
+
+def test_verify_names_a_sample_column_whose_tags_are_not_its_cases(backend: Backend) -> None:
+    reg = backend.services.registry
+    v1 = register(reg, "1", cases(300))
+    # Given a root naming a sample column (stored under its own digest) whose tags were changed
+    key = v1.record.manifest_key
+    doc = orjson.loads(backend.store.get(key))
+    first = doc["sample"]["keys"][:64]
+    data = backend.store.get(f"t/acme/manifests/sample/{first}")
+    wrong = data.replace(b'"odd"', b'"rare"', 1)
+    assert wrong != data
+    forged = hashlib.sha256(wrong).hexdigest()
+    backend.store.put_if_absent(f"t/acme/manifests/sample/{forged}", wrong)
+    doc["sample"]["keys"] = forged + doc["sample"]["keys"][64:]
+    backend.store.delete(key)
+    backend.store.put(key, orjson.dumps(doc))
+    # Then verify names it
+    problems = verify_versions(backend.store, [v1.record]).problems
+    assert [(p.kind, p.key) for p in problems] == [("corrupt", f"t/acme/manifests/sample/{forged}")]
+    assert "tags" in problems[0].detail
 
 
 def test_a_crash_before_the_root_leaves_only_what_gc_collects(backend: Backend) -> None:

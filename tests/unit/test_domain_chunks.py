@@ -4,6 +4,7 @@ the chunked diff plan against the whole-manifest plan."""
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import orjson
 import pytest
@@ -204,3 +205,104 @@ def test_sample_columns_hold_every_id_and_digest_prefix_in_order() -> None:
     assert (back.sample_keys, back.sample_chunks) == (root.sample_keys, root.sample_chunks)
     with pytest.raises(BadRequest, match="sample column"):
         chunks.sample_column_from_bytes(samples[0][1].replace(b'"count":', b'"count":1', 1))
+
+
+def tags_of_column(column: chunks.SampleColumn) -> list[set[str]]:
+    assert column.tags is not None
+    return [{column.tag_names[t] for t in column.tags[i]} for i in range(len(column))]
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(min_value=0, max_value=3000), every=st.integers(min_value=1, max_value=50))
+def test_sample_columns_hold_every_cases_tags(n: int, every: int) -> None:
+    # Given a version's sample columns (format 5 roots name columns with tags)
+    m = build(ids(n), tags_every=every)
+    root, _, _, samples = split_manifest(m)
+    assert root.root_format == chunks.ROOT_FORMAT and (root.sample_tags or n == 0)
+    columns = [chunks.sample_column_from_bytes(data) for _, data in samples]
+    # Then each column, and all of them joined, carry every case's tags in order
+    joined = chunks.join_sample_columns(columns)
+    assert joined.ids == m.ids
+    assert tags_of_column(joined) == [set(m.tags_of(i)) for i in range(n)]
+    starts = root.sample_starts()
+    for number, column in enumerate(columns):
+        expected = [set(m.tags_of(i)) for i in range(starts[number], starts[number + 1])]
+        assert tags_of_column(column) == expected
+        # a table of the distinct sets of tags, one small number a case
+        assert column.tags is not None
+        assert len(column.tags.sets) <= 4 and column.tags.of_case.typecode == "B"
+
+
+def test_a_sample_columns_tags_are_a_function_of_its_cases_tags() -> None:
+    # Given the same cases, their tags held as compressed columns or as a list per case
+    m = build(ids(500), tags_every=3)
+    plain = Manifest(**{**m.__dict__, "case_tags": [list(m.case_tags[i]) for i in range(500)]})
+    # Then their columns are the same bytes
+    column = chunks.sample_column_bytes(m, 100, 400)
+    assert chunks.sample_column_bytes(plain, 100, 400) == column
+    # And a case's tags listed in another order, or twice, are the same set of its column
+    listed = [list(m.case_tags[i])[::-1] * 2 for i in range(500)]
+    again = chunks.sample_column_bytes(Manifest(**{**m.__dict__, "case_tags": listed}), 100, 400)
+    assert tags_of_column(chunks.sample_column_from_bytes(again)) == tags_of_column(
+        chunks.sample_column_from_bytes(column)
+    )
+    # And without tags the column is the format 4 one: ids and digest prefixes only
+    untagged = chunks.sample_column_from_bytes(chunks.sample_column_bytes(m, 0, 10, tags=False))
+    assert untagged.tags is None and untagged.ids == m.ids[:10]
+
+
+def test_sample_columns_of_cases_without_tags_and_of_many_tag_sets() -> None:
+    # Given cases that carry no tag, and cases that each carry a set of their own
+    bare = build(ids(300), tags_every=10**9)
+    bare = Manifest(**{**bare.__dict__, "case_tags": []})
+    b = ManifestBuilder(description="", tags=[], shared_files=[])
+    for i in range(700):
+        b.add_case(f"c{i}", hx(f"c{i}"), [f"t{i}", "all"], hx("p"), i, 1)
+    many = b.build("sha256:" + hx("many"))
+    # Then a column without tags has empty tables, and many sets take two bytes a case
+    column = chunks.sample_column_from_bytes(chunks.sample_column_bytes(bare, 0, 300))
+    assert column.tag_names == [] and column.tags is not None and column.tags.sets == []
+    assert tags_of_column(column) == [set()] * 300
+    data = chunks.sample_column_bytes(many, 0, 700)
+    wide = chunks.sample_column_from_bytes(data)
+    assert wide.tags is not None and wide.tags.of_case.typecode == "H"
+    assert tags_of_column(wide) == [{f"t{i}", "all"} for i in range(700)]
+    # And joined, each keeps its cases' tags
+    joined = chunks.join_sample_columns([column, wide, column])
+    assert tags_of_column(joined) == [set()] * 300 + tags_of_column(wide) + [set()] * 300
+    # And a column of the earlier format joined with these carries no tags
+    old = chunks.sample_column_from_bytes(chunks.sample_column_bytes(bare, 0, 300, tags=False))
+    assert chunks.join_sample_columns([wide, old]).tags is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: d.update(tag_set=d["tag_set"][:-4]),  # a case without its set number
+        lambda d: d.update(tag_sets=[[0, 9]]),  # a tag number out of range
+        lambda d: d.update(tag_sets=[["a"]]),  # a set of names, not numbers
+        lambda d: d.update(tag_names=[1, 2]),  # a tag name that is no string
+        lambda d: d.update(tag_sets=d["tag_sets"][:1]),  # set numbers beyond the table
+        lambda d: d.pop("tag_set"),
+    ],
+)
+def test_a_damaged_tag_column_is_refused(change: Any) -> None:
+    m = build(ids(600), tags_every=2)
+    doc = orjson.loads(chunks.sample_column_bytes(m, 0, 600))
+    assert len(doc["tag_sets"]) > 1
+    change(doc)
+    with pytest.raises(BadRequest, match="sample column"):
+        chunks.sample_column_from_bytes(orjson.dumps(doc))
+
+
+def test_roots_keep_the_format_they_were_stored_in() -> None:
+    root, _, _, _ = split_manifest(build(ids(600)))
+    doc = orjson.loads(root.to_bytes())
+    assert doc["format"] == "caseshelf.manifest/5"
+    for older in ("caseshelf.manifest/4", "caseshelf.manifest/3"):
+        doc["format"] = older
+        if older.endswith("3"):
+            del doc["sample"]
+        back = Root.from_doc(doc)
+        assert back.root_format == older and not back.sample_tags
+        assert orjson.loads(back.to_bytes())["format"] == older

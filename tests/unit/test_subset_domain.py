@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 import hashlib
+from itertools import pairwise
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from caseshelf.domain import chunks
+from caseshelf.domain.chunks import (
+    Root,
+    SampleColumn,
+    join_sample_columns,
+    sample_column_bytes,
+    sample_column_from_bytes,
+    split_manifest,
+)
 from caseshelf.domain.errors import BadRequest
 from caseshelf.domain.manifest import Manifest, ManifestBuilder
 from caseshelf.domain.subset import (
     MAX_LISTED_IDS,
     Selection,
     SubsetRequest,
+    columns_answer,
+    columns_for_selection,
     sample_rank,
+    select_from_columns,
     select_subset,
 )
 
@@ -242,3 +255,89 @@ def test_tags_filter_before_limit_and_limit_before_sample():
     # limit then sample: the sample is drawn from the first two cases only
     for seed in range(20):
         assert set(ids_of(M, select(M, limit=2, sample=1, seed=seed))) <= {"a", "b"}
+
+
+def _columns_of(m: Manifest, tags: bool) -> tuple[Root, list[SampleColumn]]:
+    """`m` cut into chunks of 2 to 4 cases and sample columns of 1 to 3 chunks."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in (
+            ("MIN_CASES", 2),
+            ("BOUNDARY_MODULUS", 2),
+            ("MAX_CASES", 4),
+            ("SAMPLE_MIN_CHUNKS", 1),
+            ("SAMPLE_MODULUS", 2),
+            ("SAMPLE_MAX_CHUNKS", 3),
+        ):
+            mp.setattr(chunks, name, value)
+        root, _, _, _ = split_manifest(m)
+    starts = root.sample_starts()
+    columns = [
+        sample_column_from_bytes(sample_column_bytes(m, a, b, tags=tags))
+        for a, b in pairwise(starts)
+    ]
+    return root, columns
+
+
+@given(dataset, selections, st.booleans(), st.data())
+def test_the_sample_columns_answer_what_the_whole_manifest_does(m, kw, tags, data):
+    # Given a version's sample columns (with tags, or without as format 4 roots have them)
+    kw = dict(kw)
+    if data.draw(st.booleans()):
+        kw["ids"] = tuple(data.draw(st.lists(st.sampled_from(list(m.ids)), min_size=1)))
+    if "seed" in kw and "sample" not in kw:
+        del kw["seed"]
+    sel = Selection(**kw)
+    if not columns_answer(sel, tags=tags):
+        assert sel.empty or (sel.tags is not None and not tags)
+        return
+    root, columns = _columns_of(m, tags)
+    # When a selection reads the columns it names (tags and a limit: the first ones holding
+    # `limit` cases carrying a tag, as the service reads them)
+    numbers = columns_for_selection(root, sel)
+    if sel.tags is not None and sel.limit is not None and sel.ids is None:
+        found, kept = 0, []
+        for g in numbers:
+            if found >= sel.limit:
+                break
+            kept.append(g)
+            c = columns[g]
+            assert c.tags is not None
+            wanted = {t for t, name in enumerate(c.tag_names) if name in sel.tags}
+            found += sum(1 for i in range(len(c)) if not wanted.isdisjoint(c.tags[i]))
+        numbers = kept
+    starts = root.sample_starts()
+    positions = [p for g in numbers for p in range(starts[g], starts[g + 1])]
+    joined = join_sample_columns([columns[g] for g in numbers])
+
+    def answer(f: Any) -> Any:
+        try:
+            return f()
+        except BadRequest as exc:
+            return exc.detail
+
+    got = answer(
+        lambda: select_from_columns(
+            joined,
+            sel,
+            dataset_id="ds",
+            version="1.0.0",
+            content_digest=m.content_digest,
+            total=len(m),
+            positions=positions,
+        )
+    )
+    # Then it answers what the whole manifest answers, an error included
+    assert got == answer(lambda: select(m, **kw))
+
+
+def test_columns_without_tags_refuse_a_selection_by_tags() -> None:
+    _, columns = _columns_of(M, tags=False)
+    with pytest.raises(ValueError, match="select_from_columns"):
+        select_from_columns(
+            join_sample_columns(columns),
+            Selection(tags=("hard",)),
+            dataset_id="ds",
+            version="1.0.0",
+            content_digest=M.content_digest,
+            total=len(M),
+        )

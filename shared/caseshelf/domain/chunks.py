@@ -1,4 +1,4 @@
-"""Format 3 manifests: a small root naming content-addressed chunks of cases. Pure.
+"""Manifests of format 3 on: a small root naming content-addressed chunks of cases. Pure.
 
 A version's cases are cut into chunks by content: a chunk ends after a case whose digest meets a
 hash condition (`is_boundary`), once the chunk holds at least `MIN_CASES` cases, and at the
@@ -18,18 +18,23 @@ a diff only.
 
 A sample needs every case's digest prefix and id, and nothing else of a chunk: reading every
 chunk for it costs a request per ~1,000 cases. So each group of consecutive chunks (cut by their
-keys, `sample_group_ends`: ~7 chunks) has a sample column too (`caseshelf.sample/1`,
-`manifests/sample/<sha256>`): the ids of its cases and the first 8 bytes of each digest, ~23
-bytes a case against a chunk's ~110. Like chunks, a column is a function of its cases alone, so
-versions that share a stretch of chunks share the columns inside it.
+keys, `sample_group_ends`: ~7 chunks) has a sample column too (`manifests/sample/<sha256>`): the
+ids of its cases and the first 8 bytes of each digest, ~23 bytes a case against a chunk's ~110,
+and (`caseshelf.sample/2`, named by roots of format 5) each case's tags as the number of its set
+in a table of the distinct sets of tags the column's cases carry (`tag_sets`, ~1.3 bytes a case
+for a dataset's usual few combinations), so that a selection by tags reads the columns too. Like
+chunks, a column is a function of its cases alone, so versions that share a stretch of chunks
+share the columns inside it.
 
-The root (`caseshelf.manifest/4`; format 3 is the same without sample columns) holds what every
+The root (`caseshelf.manifest/5`; format 4 is the same with sample columns of ids and digest
+prefixes only, `caseshelf.sample/1`, and format 3 without sample columns) holds what every
 reader needs first: the version's content (description, tags, shared files: the content digest is
 over these and the cases, never the layout), the case count and bytes, every tag name with each
 chunk's tags, each chunk's key, case count and first and last id, the packs the chunks name, where
 file bodies live, and each sample column's key and the number of chunks it covers. A page of cases
 reads the root and the chunks covering the page; a diff reads only the chunks whose keys differ; a
-selection by tags reads only the chunks that carry one; a sample reads the sample columns.
+selection is decided from the sample columns covering it (by tags, those covering a chunk
+that carries one); asked for the cases, it then reads the chunks holding the selected ones.
 """
 
 from __future__ import annotations
@@ -55,18 +60,25 @@ from caseshelf.domain.manifest import (
     IntColumn,
     Location,
     Manifest,
+    TagSetColumn,
     _pack_ints,
     _unpack_ints,
     blob_locations,
     column_array,
+    set_number_code,
 )
 
-ROOT_FORMAT = "caseshelf.manifest/4"
-# Every root format a reader takes: 3 is 4 without sample columns (versions registered before).
-ROOT_FORMATS = ("caseshelf.manifest/3", ROOT_FORMAT)
+ROOT_FORMAT = "caseshelf.manifest/5"
+# Every root format a reader takes (versions registered before keep theirs): 3 is 4 without
+# sample columns, and 4 is 5 with sample columns that carry no tags (`SAMPLE_FORMAT`).
+UNTAGGED_ROOT_FORMATS = ("caseshelf.manifest/3", "caseshelf.manifest/4")
+ROOT_FORMATS = (*UNTAGGED_ROOT_FORMATS, ROOT_FORMAT)
 CHUNK_FORMAT = "caseshelf.chunk/1"
 SUPERSEDED_FORMAT = "caseshelf.superseded/1"
+# Sample columns: ids and digest prefixes (format 4 roots name these), and the same with each
+# case's tags (format 5 roots).
 SAMPLE_FORMAT = "caseshelf.sample/1"
+TAGGED_SAMPLE_FORMAT = "caseshelf.sample/2"
 # Cases per chunk: at least MIN_CASES (bar the last), at most MAX_CASES; in between a chunk ends
 # after a case whose digest's last 8 hex digits are 0 modulo BOUNDARY_MODULUS, so chunks average
 # about MIN_CASES + BOUNDARY_MODULUS cases (~1,000: ~110 kB of chunk for GSM8K-sized ids).
@@ -238,53 +250,133 @@ def sample_group_ends(chunk_keys: Sequence[str]) -> list[int]:
 
 @dataclass(frozen=True)
 class SampleColumn:
-    """What a sample reads of some consecutive cases: their ids and the first 8 bytes of each
-    case digest (`digest_prefixes`), in dataset order."""
+    """What a selection without cases reads of some consecutive cases: their ids, the first 8
+    bytes of each case digest (`digest_prefixes`) and, in a column of `TAGGED_SAMPLE_FORMAT`,
+    the tags each case carries (numbers into `tag_names`), in dataset order. `tags` is None
+    in a column of `SAMPLE_FORMAT`, which carries none."""
 
     ids: list[str]
     prefixes: bytes
+    tag_names: list[str] = field(default_factory=list)
+    tags: TagSetColumn | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
 
 
-def sample_column_bytes(m: Manifest, start: int, stop: int) -> bytes:
-    """The sample column of `m`'s cases `start:stop`: a function of their ids and digests."""
+def sample_column_bytes(m: Manifest, start: int, stop: int, *, tags: bool = True) -> bytes:
+    """The sample column of `m`'s cases `start:stop`: a function of their ids, digests and
+    (`tags`, `TAGGED_SAMPLE_FORMAT`) tags. Without `tags`, a column of `SAMPLE_FORMAT`, as
+    the sample columns of format 4 roots are."""
     prefixes = digest_prefixes(m.digest_text()[64 * start : 64 * stop])
-    doc = {
-        "format": SAMPLE_FORMAT,
+    doc: dict[str, Any] = {
+        "format": TAGGED_SAMPLE_FORMAT if tags else SAMPLE_FORMAT,
         "count": stop - start,
         "ids": "\n".join(m.ids[start:stop]),
         "prefixes": base64.b64encode(prefixes).decode("ascii"),
     }
+    if tags:
+        names, sets, of_case = tag_sets(m, start, stop)
+        doc["tag_names"] = names
+        doc["tag_sets"] = sets
+        doc["tag_set"] = _pack_ints(of_case, of_case.typecode)
     return orjson.dumps(doc)
+
+
+def tag_sets(m: Manifest, start: int, stop: int) -> tuple[list[str], list[list[int]], array[int]]:
+    """The tags of `m`'s cases `start:stop` as a sample column holds them: the tag names they
+    carry (in order of first use), the distinct sets of them (tag numbers ascending, in order
+    of first use) and each case's set number (`TagSetColumn`); no names and no sets when no
+    case carries a tag. A function of the cases' tags alone, however `m` holds them."""
+    rows = m.case_tags
+    if len(rows) == len(m.ids) and isinstance(rows, CaseTags):
+        all_starts, values = column_array(rows.starts), column_array(rows.values)
+        lo, hi = all_starts[start], all_starts[stop]
+        flat = array("I", values[lo:hi])
+        bounds = [4 * (s - lo) for s in all_starts[start : stop + 1]]
+    else:  # a manifest built with a list of tags per case
+        flat, bounds = array("I"), [0]
+        for i in range(start, stop):
+            flat.extend(rows[i] if len(rows) else ())
+            bounds.append(4 * len(flat))
+    used = list(dict.fromkeys(flat))
+    if not used:
+        return [], [], array("B")
+    # Each case's stretch of the tag column as bytes: a key for its set, cut in C.
+    raw = flat.tobytes()
+    keys = list(map(raw.__getitem__, map(slice, bounds, islice(bounds, 1, None))))
+    local = {number: i for i, number in enumerate(used)}
+    table: dict[tuple[int, ...], int] = {}
+    number_of = {
+        key: table.setdefault(tuple(sorted({local[t] for t in array("I", key)})), len(table))
+        for key in dict.fromkeys(keys)
+    }
+    of_case = array(set_number_code(len(table)), map(number_of.__getitem__, keys))
+    return [m.tag_names[t] for t in used], [list(s) for s in table], of_case
 
 
 def sample_column_from_bytes(data: bytes) -> SampleColumn:
     try:
         doc: dict[str, Any] = orjson.loads(data)
-        if doc.get("format") != SAMPLE_FORMAT:
+        if doc.get("format") not in (SAMPLE_FORMAT, TAGGED_SAMPLE_FORMAT):
             raise ValueError(f"not a sample column (format {doc.get('format')!r})")
         count = int(doc["count"])
         ids = doc["ids"].split("\n") if count else []
         prefixes = base64.b64decode(doc["prefixes"], validate=True)
         if len(ids) != count or len(prefixes) != 8 * count:
             raise ValueError("columns of different lengths")
-        return SampleColumn(ids, prefixes)
+        if doc["format"] == SAMPLE_FORMAT:
+            return SampleColumn(ids, prefixes)
+        names, sets = doc["tag_names"], doc["tag_sets"]
+        if not all(isinstance(name, str) for name in names):
+            raise ValueError("a tag name that is no string")
+        if not all(
+            isinstance(tags, list) and all(type(t) is int and 0 <= t < len(names) for t in tags)
+            for tags in sets
+        ):
+            raise ValueError("a tag set that is no list of tag numbers")
+        of_case = _unpack_ints(doc["tag_set"], set_number_code(len(sets)))
+        if len(of_case) != (count if sets else 0) or max(of_case, default=-1) >= len(sets):
+            raise ValueError("a tag set column that does not match")
+        return SampleColumn(ids, prefixes, names, TagSetColumn(sets, of_case, count))
     except (KeyError, ValueError, TypeError, AttributeError, binascii.Error) as exc:
         raise BadRequest(f"corrupt sample column: {exc}") from exc
 
 
-def join_sample_columns(columns: Iterable[SampleColumn]) -> SampleColumn:
-    """Columns of consecutive cases as one."""
+def join_sample_columns(columns: Iterable[SampleColumn], *, tags: bool = True) -> SampleColumn:
+    """Columns of consecutive cases as one; with `tags`, their tags (when every one carries
+    them) with one table of names and one of sets. Without, the joined column carries none:
+    renumbering them costs ~10 ms per 100,000 cases, which a selection without tags (a sample
+    reads every column) need not pay."""
     parts = list(columns)
     ids = list(chain.from_iterable(c.ids for c in parts))
-    return SampleColumn(ids, b"".join(c.prefixes for c in parts))
+    prefixes = b"".join(c.prefixes for c in parts)
+    if not tags or any(c.tags is None for c in parts):
+        return SampleColumn(ids, prefixes)
+    names: list[str] = []
+    name_no: dict[str, int] = {}
+    table: dict[tuple[int, ...], int] = {}
+    numbers: list[Iterable[int]] = []
+    for c in parts:
+        assert c.tags is not None
+        local = [_number(name_no, names, name) for name in c.tag_names]
+        if not c.tags.sets:  # no case of this column carries a tag
+            numbers.append(repeat(table.setdefault((), len(table)), len(c)))
+            continue
+        renumbered = [
+            table.setdefault(tuple(sorted(local[t] for t in tags)), len(table))
+            for tags in c.tags.sets
+        ]
+        numbers.append(map(renumbered.__getitem__, c.tags.of_case))
+    if not names:
+        return SampleColumn(ids, prefixes, [], TagSetColumn([], array("B"), len(ids)))
+    of_case = array(set_number_code(len(table)), chain.from_iterable(numbers))
+    return SampleColumn(ids, prefixes, names, TagSetColumn(list(table), of_case, len(ids)))
 
 
 @dataclass
 class Root:
-    """A format 3 root (`chunk_keys[n]` is the sha256 hex of chunk n's bytes)."""
+    """A root of format 3, 4 or 5 (`chunk_keys[n]` is the sha256 hex of chunk n's bytes)."""
 
     content_digest: str
     description: str
@@ -317,9 +409,18 @@ class Root:
     # "" when it keeps none. `delta_base` is the base's content digest.
     delta_key: str = ""
     delta_base: str = ""
+    # The format the root is stored in (`ROOT_FORMATS`): from format 5 on, its sample columns
+    # carry each case's tags (`TAGGED_SAMPLE_FORMAT`).
+    root_format: str = ROOT_FORMAT
 
     def __len__(self) -> int:
         return self.count
+
+    @property
+    def sample_tags(self) -> bool:
+        """Whether the root's sample columns carry its cases' tags: a selection without cases
+        then reads them and no chunk (`caseshelf.domain.subset.columns_answer`)."""
+        return bool(self.sample_keys) and self.root_format not in UNTAGGED_ROOT_FORMATS
 
     def sample_starts(self) -> list[int]:
         """The position of each sample column's first case, and the case count last."""
@@ -337,7 +438,7 @@ class Root:
 
     def to_bytes(self) -> bytes:
         doc = {
-            "format": ROOT_FORMAT,
+            "format": self.root_format,
             "content_digest": self.content_digest,
             "description": self.description,
             "tags": self.tags,
@@ -400,6 +501,7 @@ class Root:
                 blob_container_index=_unpack_ints(blobs["container"], "I"),
                 blob_offsets=_unpack_ints(blobs["offset"], "Q"),
                 blob_lengths=_unpack_ints(blobs["length"], "Q"),
+                root_format=doc["format"],
             )
             superseded = doc.get("superseded")
             if superseded is not None:

@@ -20,7 +20,7 @@ import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import accumulate, chain, islice
+from itertools import accumulate, chain, compress, count, islice
 from typing import Any, Protocol
 
 import orjson
@@ -122,6 +122,51 @@ class CaseTags(Sequence[Sequence[int]]):
 
     def __getitem__(self, i: int) -> Sequence[int]:  # type: ignore[override]
         return self.values[self.starts[i] : self.starts[i + 1]]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(
+            list(a) == list(b) for a, b in zip(self, other, strict=True)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def set_number_code(sets: int) -> str:
+    """The array typecode of a column of numbers into a table of `sets` entries: one byte a
+    number while the table fits in one, then two, then four."""
+    return "B" if sets <= 1 << 8 else "H" if sets <= 1 << 16 else "I"
+
+
+class TagSetColumn(Sequence[Sequence[int]]):
+    """Each case's tags as a number into a table of the distinct sets of tags its cases carry
+    (`sets[of_case[i]]`, tag numbers ascending): cases of a dataset mostly repeat a few
+    combinations of tags, so a case costs one small number instead of its list of tags. An
+    empty table stands for cases that carry no tag at all (`of_case` is then empty too)."""
+
+    def __init__(self, sets: Sequence[Sequence[int]], of_case: Sequence[int], cases: int) -> None:
+        self.sets = sets
+        self.of_case = of_case
+        self.cases = cases
+
+    def __len__(self) -> int:
+        return self.cases
+
+    def __getitem__(self, i: int) -> Sequence[int]:  # type: ignore[override]
+        if not self.sets:
+            if not -self.cases <= i < self.cases:
+                raise IndexError("case position out of range")
+            return ()
+        return self.sets[self.of_case[i]]
+
+    def tagged(self, wanted: set[int]) -> Iterator[int]:
+        """Positions of the cases carrying any of the `wanted` tag numbers, ascending: a look-up
+        of each case's set in a table of which sets match, in C."""
+        matching = [not wanted.isdisjoint(tags) for tags in self.sets]
+        if not any(matching):
+            return iter(())
+        return compress(count(), map(matching.__getitem__, self.of_case))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence):

@@ -14,8 +14,9 @@ restored. Case digests are uniformly random, and `D -> A * D + B` is a bijection
 every seed draws a uniform sample; seeds draw unrelated samples because `A` and `B` come from a
 cryptographic hash of the seed. Ranking needs only integer arithmetic, which runs over the
 whole digest column at once (`_column_lanes`). Only the manifest is read: ids, digests and tags
-are all there; a sample without ids or tags reads only the version's sample columns (ids and
-digest prefixes, `select_sample`).
+are all there; a selection is decided from the version's sample
+columns covering it (ids, digest prefixes and tags, `columns_for_selection`,
+`select_from_columns`).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ import hashlib
 import re
 import sys
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress, count, groupby, islice, repeat
+from itertools import accumulate, chain, compress, count, groupby, islice, repeat
 from operator import itemgetter, sub
 from typing import Annotated, Any
 
@@ -34,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 from caseshelf.domain.chunks import Root, SampleColumn, digest_prefixes
 from caseshelf.domain.errors import BadRequest
-from caseshelf.domain.manifest import CaseTags, Manifest, column_array
+from caseshelf.domain.manifest import CaseTags, Manifest, TagSetColumn, column_array
 from caseshelf.domain.models import BumpKind, DatasetId, Label
 
 # Unknown ids are listed in full up to this many; beyond it, the first ones and a count.
@@ -274,6 +276,8 @@ def _nth_smallest(ranks: list[int], n: int) -> int:
 
 def _cases_tagged(case_tags: Sequence[Sequence[int]], wanted: set[int]) -> Iterator[int]:
     """Positions of the cases carrying any of the `wanted` tag indices, ascending, lazily."""
+    if isinstance(case_tags, TagSetColumn):
+        return case_tags.tagged(wanted)
     if not isinstance(case_tags, CaseTags):
         return (i for i, tags in enumerate(case_tags) if not wanted.isdisjoint(tags))
     # Scan the flat tag column once, in C: the owning case of each tag entry, kept where the
@@ -325,6 +329,23 @@ def chunks_for_selection(root: Root, sel: Selection) -> list[int] | None:
     return None
 
 
+def columns_answer(sel: Selection, *, tags: bool) -> bool:
+    """Whether a version's sample columns decide a selection: they hold every case's id and
+    digest prefix, and with `tags` (`Root.sample_tags`) its tags too, so every selection that
+    narrows the version, bar one by tags from columns without them (format 4 roots)."""
+    return not sel.empty and (tags or sel.tags is None)
+
+
+def columns_for_selection(root: Root, sel: Selection) -> list[int]:
+    """The sample columns of a version (numbers into `root.sample_keys`) a selection reads: the
+    ones covering the chunks `chunks_for_selection` names, or every one."""
+    numbers = chunks_for_selection(root, sel)
+    if numbers is None:
+        return list(range(len(root.sample_keys)))
+    ends = list(accumulate(root.sample_chunks))
+    return list(dict.fromkeys(bisect_right(ends, n) for n in numbers))
+
+
 def select_subset(
     manifest: Manifest,
     sel: Selection,
@@ -343,27 +364,41 @@ def select_subset(
     total = len(manifest) if total is None else total
     if sel.empty:
         return Subset(list(range(total)), None)
-    if positions is not None:
-        local = select_subset(manifest, sel, dataset_id=dataset_id, version=version)
-        assert local.stamp is not None
-        stamp = local.stamp.model_copy(update={"total": total})
-        return Subset([positions[i] for i in local.indices], stamp)
+    text = manifest.digest_text
 
+    def prefixes(upto: int) -> bytes:
+        return digest_prefixes(text()[: 64 * upto])
+
+    chosen = _choose(sel, manifest.ids, manifest.tag_names, manifest.case_tags, prefixes)
+    if positions is not None:
+        chosen = [positions[i] for i in chosen]
+    return _stamped(chosen, sel, dataset_id, version, manifest.content_digest, total)
+
+
+def _choose(
+    sel: Selection,
+    ids: Sequence[str],
+    tag_names: Sequence[str],
+    case_tags: Sequence[Sequence[int]],
+    prefixes: Callable[[int], bytes],
+) -> list[int]:
+    """The positions a selection that narrows keeps of cases with these `ids` and `case_tags`
+    (numbers into `tag_names`), ascending. `prefixes(n)` is the first `n` cases' digest
+    prefixes (`digest_prefixes`), asked for only when a sample is drawn."""
     candidates: Iterable[int]
     if sel.ids is not None:
         wanted = dict.fromkeys(sel.ids)
-        position = {cid: i for i, cid in enumerate(manifest.ids) if cid in wanted}
+        position = {cid: i for i, cid in enumerate(ids) if cid in wanted}
         unknown = [cid for cid in wanted if cid not in position]
         if unknown:
             raise _unknown_ids_error(unknown)
         candidates = sorted(position.values())
     else:
-        candidates = range(total)
+        candidates = range(len(ids))
 
     if sel.tags is not None:
-        tag_index = {name: t for t, name in enumerate(manifest.tag_names)}
+        tag_index = {name: t for t, name in enumerate(tag_names)}
         wanted_tags = {tag_index[t] for t in sel.tags if t in tag_index}
-        case_tags = manifest.case_tags
         if not wanted_tags:
             candidates = ()
         elif sel.ids is not None:  # a few named cases: look at each
@@ -373,25 +408,21 @@ def select_subset(
 
     if sel.limit is not None:
         # Lazily: tags + limit stops at the limit-th match instead of scanning every case.
-        candidates = islice(candidates, sel.limit)
-    if sel.sample is not None:
-        seed = DEFAULT_SEED if sel.seed is None else sel.seed
-        # (every case, when nothing else narrowed them: a range, never built as a list)
-        pool = candidates if isinstance(candidates, range) else list(candidates)
-        chosen = sample_positions(pool, manifest.digest_text(), sel.sample, seed)
-    else:
-        chosen = list(candidates)
-
-    return _stamped(chosen, sel, dataset_id, version, manifest.content_digest, total)
-
-
-def samples_from_column(sel: Selection) -> bool:
-    """Whether a selection needs of each case only its id and digest prefix (a sample, after a
-    limit or not): a version's sample columns answer it (`select_sample`)."""
-    return sel.sample is not None and sel.ids is None and sel.tags is None
+        if isinstance(candidates, range):
+            candidates = candidates[: sel.limit]
+        else:
+            candidates = islice(candidates, sel.limit)
+    if sel.sample is None:
+        return list(candidates)
+    seed = DEFAULT_SEED if sel.seed is None else sel.seed
+    # (the first cases, when nothing else narrowed them: a range, never built as a list)
+    pool = candidates if isinstance(candidates, range) else list(candidates)
+    if sel.sample >= len(pool):
+        return list(pool)
+    return sample_of_prefixes(pool, prefixes(pool[-1] + 1), sel.sample, seed)
 
 
-def select_sample(
+def select_from_columns(
     column: SampleColumn,
     sel: Selection,
     *,
@@ -399,17 +430,23 @@ def select_sample(
     version: str,
     content_digest: str,
     total: int,
+    positions: Sequence[int] | None = None,
 ) -> Subset:
-    """`select_subset` of a selection `samples_from_column` holds for, from the sample column
-    of the version's first cases (every case, or at least the first `limit`): the same
-    answer."""
+    """`select_subset` of a selection `columns_answer` holds for, from the sample columns
+    `columns_for_selection` names, joined (`caseshelf.domain.chunks.join_sample_columns`):
+    `positions[i]` is case i's position in the version (None when the columns are the
+    version's first ones), which has `total` cases. The same answer."""
     check_selection(sel)
-    if not samples_from_column(sel):
-        raise ValueError("select_sample takes a sample without ids or tags")
-    assert sel.sample is not None
-    pool = range(min(len(column), sel.limit if sel.limit is not None else total))
-    seed = DEFAULT_SEED if sel.seed is None else sel.seed
-    chosen = sample_of_prefixes(pool, column.prefixes[: 8 * len(pool)], sel.sample, seed)
+    if not columns_answer(sel, tags=column.tags is not None):
+        raise ValueError("select_from_columns takes a selection its columns answer")
+
+    def prefixes(upto: int) -> bytes:
+        return column.prefixes[: 8 * upto]
+
+    case_tags: Sequence[Sequence[int]] = column.tags if column.tags is not None else ()
+    chosen = _choose(sel, column.ids, column.tag_names, case_tags, prefixes)
+    if positions is not None:
+        chosen = [positions[i] for i in chosen]
     return _stamped(chosen, sel, dataset_id, version, content_digest, total)
 
 

@@ -1,20 +1,24 @@
 """Subset selection: resolve a version, decide the selection over its manifest, and optionally
 read the selected cases or register them as a derived version.
 
-Only the manifest is read unless the caller asks for the cases, and of it only the chunks the
-selection needs (`chunks_for_selection`: those carrying a wanted tag, the first ones for a limit,
-every one for ids); `register_as` writes a new manifest that points at the parent's packs (no
-case bytes are copied).
+Only the manifest is read unless the caller asks for the cases, and of it only what the
+selection needs: a selection chooses from the version's sample columns (`columns_for_selection`:
+ids, digest prefixes and, from root format 5 on, tags; those covering a wanted tag, the first
+ones for a limit, every one for ids or a sample) and, asked for the cases, reads then the chunks
+holding the selected ones, which say where they are. One by tags from columns without them
+(format 4 roots) reads the chunks (`chunks_for_selection`). `register_as` writes a new manifest
+that points at the parent's packs (no case bytes are copied).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from itertools import chain
-from typing import Any
+from itertools import chain, groupby
+from typing import Any, Protocol, TypeVar
 
-from caseshelf.domain.chunks import Root, concat_chunks, join_sample_columns
+from caseshelf.domain.chunks import Root, SampleColumn, concat_chunks, join_sample_columns
 from caseshelf.domain.errors import Corrupt, TooLarge
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.manifest import Manifest, column_array
@@ -23,14 +27,22 @@ from caseshelf.domain.subset import (
     Subset,
     SubsetRequest,
     chunks_for_selection,
+    columns_answer,
+    columns_for_selection,
     count_tagged,
-    samples_from_column,
-    select_sample,
+    select_from_columns,
     select_subset,
 )
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.services.registry import RegisterResult, RegistryService
 from caseshelf.services.storage import read_sample_columns
+
+
+class _Part(Protocol):
+    def __len__(self) -> int: ...
+
+
+_P = TypeVar("_P", bound=_Part)
 
 
 @dataclass(frozen=True)
@@ -63,8 +75,12 @@ class SelectionService:
         selection = request.selection()
         root = self.registry.root(rec)
         cases = None
-        if root.sample_keys and samples_from_column(selection) and not with_cases:
-            subset, case_ids = self._sample_from_columns(rec, root, selection)
+        by_columns = columns_answer(selection, tags=root.sample_tags)
+        if root.sample_keys and by_columns:
+            subset, case_ids = self._select_from_columns(rec, root, selection)
+            if with_cases:
+                lengths = self._lengths(rec, root, subset.indices)
+                cases = self._cases(rec, root, subset, case_ids, lengths)
         else:
             subset, case_ids, lengths = self._select_from_chunks(rec, root, selection)
             if with_cases:
@@ -102,7 +118,7 @@ class SelectionService:
             numbers = list(range(len(root.chunk_keys)))
         starts = root.chunk_starts()
         manifest = replace(
-            self._columns(rec, root, numbers, selection),
+            self._chunk_columns(rec, root, numbers, selection),
             content_digest=root.content_digest,
         )
         # Each read case's position in the version: the chunks' stretches, back to back.
@@ -118,43 +134,89 @@ class SelectionService:
             total=len(root),
         )
         if subset.stamp is None:  # the whole version
-            return subset, self._all_ids(rec), []
+            return subset, self._all_ids(rec, root), []
         local = [bisect_left(positions, p) for p in subset.indices]
         all_lengths = column_array(manifest.lengths)
         return subset, [manifest.ids[i] for i in local], [all_lengths[i] for i in local]
 
-    def _sample_from_columns(
+    def _select_from_columns(
         self, rec: VersionRecord, root: Root, selection: Selection
     ) -> tuple[Subset, list[str]]:
-        """A sample without ids or tags from the version's sample columns (ids and digest
-        prefixes), the first ones covering `limit` cases when one is given: a column per ~7
-        chunks at ~a fifth of their bytes, where the chunks would be a request per ~1,000
-        cases (`bench/bench_subset.py`, 100,000 cases on moto: 12 requests instead of 97,
-        ratio 0.037 instead of 0.142; embedded 0.011 instead of 0.065)."""
+        """A selection decided from the version's sample columns (ids, digest
+        prefixes and, in a root of format 5, tags; `columns_for_selection`), a column per ~7
+        chunks at ~a fifth of their bytes. `bench/bench_subset.py`, 100,000 cases: a sample
+        reads 12 objects instead of 97 (ratio 0.037 instead of 0.142 on moto; embedded 0.011
+        instead of 0.065); tags + limit 5,000 reads 3 (the root and 2 columns) instead of 20
+        (moto 0.008-0.011 instead of 0.042-0.063; embedded 0.005-0.007 instead of
+        0.024-0.039). Tags and a limit stop reading near the column where the limit is
+        reached (`_read_until_limit`)."""
+        numbers = columns_for_selection(root, selection)
         starts = root.sample_starts()
-        wanted = len(root.sample_keys)
-        if selection.limit is not None:
-            wanted = bisect_left(starts, min(selection.limit, len(root)), 1)
-        reg = self.registry
-        keys = root.sample_keys[:wanted]
-        column = join_sample_columns(
-            read_sample_columns(reg.store, rec.tenant, keys, workers=reg.read_workers)
-        )
-        if len(column) != starts[wanted]:
+        if selection.tags is not None and selection.limit is not None and selection.ids is None:
+            wanted = set(selection.tags)
+            counts = [starts[g + 1] - starts[g] for g in range(len(root.sample_keys))]
+            columns = _read_until_limit(
+                numbers,
+                counts,
+                selection.limit,
+                lambda batch: self._sample_columns(rec, root, batch),
+                lambda column: _tagged_in(column.tag_names, column.tags or (), wanted),
+            )
+        else:
+            columns = list(self._sample_columns(rec, root, numbers))
+        read = numbers[: len(columns)]
+        column = join_sample_columns(columns, tags=selection.tags is not None)
+        held = sum(starts[g + 1] - starts[g] for g in read)
+        if len(column) != held:
             raise Corrupt(
                 f"the sample columns of {rec.manifest_key} hold {len(column)} cases where "
-                f"the root counts {starts[wanted]} (run `caseshelf verify` on the version)",
+                f"the root counts {held} (run `caseshelf verify` on the version)",
                 key=rec.manifest_key,
             )
-        subset = select_sample(
+        if selection.tags is not None and column.tags is None:
+            raise Corrupt(
+                f"the sample columns of {rec.manifest_key} carry no tags where its root "
+                f"({root.root_format}) says they do (run `caseshelf verify` on the version)",
+                key=rec.manifest_key,
+            )
+        first = read == list(range(len(read)))  # the version's first columns: positions as read
+        positions = (
+            None
+            if first
+            else list(chain.from_iterable(range(starts[g], starts[g + 1]) for g in read))
+        )
+        subset = select_from_columns(
             column,
             selection,
             dataset_id=rec.name,
             version=rec.version,
             content_digest=root.content_digest,
             total=len(root),
+            positions=positions,
         )
-        return subset, [column.ids[i] for i in subset.indices]
+        if positions is None:
+            return subset, [column.ids[i] for i in subset.indices]
+        return subset, [column.ids[bisect_left(positions, p)] for p in subset.indices]
+
+    def _sample_columns(
+        self, rec: VersionRecord, root: Root, numbers: Iterable[int]
+    ) -> Iterable[SampleColumn]:
+        """The sample columns `numbers` of a version, in that order, several reads in flight."""
+        reg = self.registry
+        keys = [root.sample_keys[g] for g in numbers]
+        return read_sample_columns(reg.store, rec.tenant, keys, workers=reg.read_workers)
+
+    def _lengths(self, rec: VersionRecord, root: Root, indices: Sequence[int]) -> list[int]:
+        """The stored lengths of the cases at `indices` (ascending), from the chunks holding
+        them: the registry keeps the chunks it reads (`RegistryService.chunk`), so reading the
+        cases next reads no chunk again, where the selection over the chunks read every chunk
+        carrying a wanted tag and the cases' read then the ones holding a selected case."""
+        starts = root.chunk_starts()
+        out: list[int] = []
+        for n, run in groupby(indices, key=lambda i: bisect_right(starts, i) - 1):
+            lengths = column_array(self.registry.chunk(rec, n).lengths)
+            out.extend(lengths[i - starts[n]] for i in run)
+        return out
 
     def _cases(
         self,
@@ -176,22 +238,23 @@ class SelectionService:
             )
         return [case for _, case in self.registry.case_records(rec, subset.indices)]
 
-    def _columns(
+    def _chunk_columns(
         self, rec: VersionRecord, root: Root, numbers: list[int], selection: Selection
     ) -> Manifest:
         """The ids, digests and lengths (and tags, when the selection names some) of the chunks
-        `numbers`, back to back. A selection by tags and a limit without a sample stops reading
-        near the chunk where the limit is reached (`_until_limit`)."""
-        wanted = set(selection.tags or ())
-        stop_at = (
-            selection.limit
-            if selection.tags is not None and selection.sample is None and selection.ids is None
-            else None
-        )
-        if stop_at is None:
-            taken = list(self.registry.read_chunks(rec, numbers))
+        `numbers`, back to back. A selection by tags and a limit stops reading near the chunk
+        where the limit is reached (`_read_until_limit`)."""
+        if selection.tags is not None and selection.limit is not None and selection.ids is None:
+            wanted = set(selection.tags)
+            taken = _read_until_limit(
+                numbers,
+                root.chunk_counts,
+                selection.limit,
+                lambda batch: self.registry.read_chunks(rec, batch),
+                lambda chunk: _tagged_in(chunk.tag_names, chunk.case_tags, wanted),
+            )
         else:
-            taken = self._until_limit(rec, root, numbers, wanted, stop_at)
+            taken = list(self.registry.read_chunks(rec, numbers))
         return concat_chunks(
             taken,
             tag_names=root.tag_names,
@@ -199,32 +262,48 @@ class SelectionService:
             tags=selection.tags is not None,
         )
 
-    def _until_limit(
-        self, rec: VersionRecord, root: Root, numbers: list[int], wanted: set[str], limit: int
-    ) -> list[Manifest]:
-        """The chunks `numbers` (each carrying a wanted tag) in order, up to the one where
-        `limit` cases carrying one are found, read in batches (`_next_batch`)."""
-        taken: list[Manifest] = []
-        found = seen = at = 0
-        while at < len(numbers) and found < limit:
-            batch = _next_batch(root, numbers, at, limit - found, found, seen)
-            at += len(batch)
-            for chunk in self.registry.read_chunks(rec, batch):
-                taken.append(chunk)
-                tagged = {t for t, name in enumerate(chunk.tag_names) if name in wanted}
-                found += count_tagged(chunk.case_tags, tagged)
-                seen += len(chunk)
-        return taken
-
-    def _all_ids(self, rec: VersionRecord) -> list[str]:
-        """Every case id of a version, chunk by chunk."""
+    def _all_ids(self, rec: VersionRecord, root: Root) -> list[str]:
+        """Every case id of a version: from its sample columns when it has them (a column per
+        ~7 chunks), otherwise chunk by chunk."""
+        if root.sample_keys:
+            columns = self._sample_columns(rec, root, range(len(root.sample_keys)))
+            return [cid for column in columns for cid in column.ids]
         return [cid for _, chunk in self.registry.iter_chunks(rec) for cid in chunk.ids]
 
 
+def _tagged_in(
+    tag_names: Sequence[str], case_tags: Sequence[Sequence[int]], wanted: set[str]
+) -> int:
+    """How many cases of a chunk or a sample column carry one of the `wanted` tag names."""
+    return count_tagged(case_tags, {t for t, name in enumerate(tag_names) if name in wanted})
+
+
+def _read_until_limit(
+    numbers: list[int],
+    counts: Sequence[int],
+    limit: int,
+    read: Callable[[list[int]], Iterable[_P]],
+    matching: Callable[[_P], int],
+) -> list[_P]:
+    """The parts `numbers` of a version (chunks or sample columns, each covering a wanted tag,
+    `counts[n]` cases in part n) in order, up to the one where `limit` cases carrying one are
+    found (`matching`), read in batches (`_next_batch`)."""
+    taken: list[_P] = []
+    found = seen = at = 0
+    while at < len(numbers) and found < limit:
+        batch = _next_batch(counts, numbers, at, limit - found, found, seen)
+        at += len(batch)
+        for part in read(batch):
+            taken.append(part)
+            found += matching(part)
+            seen += len(part)
+    return taken
+
+
 def _next_batch(
-    root: Root, numbers: list[int], at: int, missing: int, found: int, seen: int
+    counts: Sequence[int], numbers: list[int], at: int, missing: int, found: int, seen: int
 ) -> list[int]:
-    """The next chunks a selection by tags and a limit reads, from `numbers[at]` on: as many as
+    """The next parts a selection by tags and a limit reads, from `numbers[at]` on: as many as
     hold the `missing` cases if every case carried a wanted tag (the first batch: no more can be
     needed), then as many as the share of matching cases seen so far says, with a tenth more.
     Each batch is a round of reads in flight; sized by the share seen, a selection reads in
@@ -236,6 +315,6 @@ def _next_batch(
     room = 0
     while at < len(numbers) and room < needed:
         batch.append(numbers[at])
-        room += root.chunk_counts[numbers[at]]
+        room += counts[numbers[at]]
         at += 1
     return batch

@@ -226,13 +226,17 @@ def _check_sample_columns(
     problem: Callable[[str, str, str], None],
 ) -> None:
     """Every sample column a root names is there, hashes to its key, and is the column of the
-    cases it covers (recomputed from the chunks: a sample reads nothing else)."""
+    cases it covers (recomputed from the chunks, with their tags when the root's columns carry
+    them: a selection is decided from nothing else)."""
     starts = root.sample_starts()
     for n, hex_digest in enumerate(root.sample_keys):
         key = layout.sample_key(tenant, hex_digest)
         data = _addressed(store, key, hex_digest, "the sample column", report, problem)
-        if data is not None and sample_column_bytes(manifest, starts[n], starts[n + 1]) != data:
-            problem("corrupt", key, "the sample column is not the ids and digests of its cases")
+        if data is None:
+            continue
+        if sample_column_bytes(manifest, starts[n], starts[n + 1], tags=root.sample_tags) != data:
+            what = "ids, digests and tags" if root.sample_tags else "ids and digests"
+            problem("corrupt", key, f"the sample column is not the {what} of its cases")
 
 
 def _check_delta(
