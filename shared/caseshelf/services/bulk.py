@@ -5,12 +5,16 @@ document, then a pydantic model per case) that all stay alive until the registra
 cyclic collector, triggered by those allocations, rescans the growing heap again and again for
 nothing: `parse_dataset` of 100,000 GSM8K-shaped cases took 15.7 s with the collector and 3.8 s
 without it (`bench/bench_register.py`'s dataset, on the shared development machine under load;
-the register step 6.7 s against 4.3 s). A streamed registration holds a window of cases, so it
-gains little; the document paths are where it pays.
+the register step 6.7 s against 4.3 s). A streamed registration holds a window of models, but
+`caseshelf register FILE` of a `.json` file over 5 MiB on the embedded store still parses the
+whole document in its process before streaming its cases: with the collector running, that
+command took 4.5-5.3 s for the same 100,000 cases, and 2.3-2.8 s with it paused (a quiet
+machine, 2026-12-01).
 
 The collector is process-wide state, so no service pauses it: the entry points that take whole
 documents do (the registry function's handler, the CLI's register and validate), scoped, and
-everything is as it was once the last of them ends.
+everything is as it was once the last of them ends. The CLI's register and validate pause it for a
+large file too (the upload's job runs in the CLI's process on the embedded store).
 """
 
 from __future__ import annotations
