@@ -152,12 +152,12 @@ def test_the_embedded_store_reads_one_span_at_a_time(tmp_path):
     assert svc.diff.read_workers == 1
 
 
-def test_an_object_read_whole_takes_a_ranged_read_per_buffer_not_per_8_kib():
+def test_an_object_read_whole_takes_a_ranged_read_per_buffer_not_per_8_kib() -> None:
     # Given an upload of two and a half reading buffers
     body = bytes(range(256)) * (READ_BYTES * 5 // 2 // 256)
     store = MemoryStore({"up": body})
     # When it is read as a file, whole (as a dataset document is)
-    with open_object(store, "up") as fh:  # type: ignore[arg-type]
+    with open_object(store, "up") as fh:
         got = fh.read()
     # Then it is read exactly, in three ranged reads
     assert got == body
