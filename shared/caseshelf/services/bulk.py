@@ -46,4 +46,20 @@ def gc_paused() -> Iterator[None]:
         with _lock:
             _depth -= 1
             if _depth == 0 and _was_enabled:
+                _promote_unscanned()
                 gc.enable()
+
+
+def _promote_unscanned() -> None:
+    """Move every object the collector tracks into its oldest generation, unscanned.
+
+    What was allocated during a pause is still in the youngest generation when it ends, so the
+    first allocation after it would scan all of it at once: after `parse_dataset` and
+    `register` of 100,000 cases, 1.7 million objects, 0.27-0.32 s, for objects that mostly die
+    by reference count a moment later (the document and its models). A collection would promote
+    the survivors to the older generations anyway; this moves them there without the scan (two
+    list splices: `freeze` into the permanent generation, `unfreeze` back out into the oldest),
+    so nothing stays frozen. Cyclic garbage made during the pause waits for the next full
+    collection."""
+    gc.freeze()
+    gc.unfreeze()
