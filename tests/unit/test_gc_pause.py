@@ -99,3 +99,19 @@ def test_cyclic_garbage_made_during_a_pause_is_still_collected() -> None:
     # When the collector next runs a full collection, it frees them
     gc.collect()
     assert not any(id(obj) in ids and isinstance(obj, _Node) for obj in gc.get_objects())
+
+
+def test_objects_frozen_by_someone_else_stay_frozen() -> None:
+    # Given objects frozen before the pause (as a server does before it forks)
+    gc.enable()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        with gc_paused():
+            made = [[i] for i in range(100)]
+        # Then the pause thawed none of them
+        assert gc.get_freeze_count() == frozen
+        del made
+    finally:
+        gc.unfreeze()

@@ -60,6 +60,8 @@ def _promote_unscanned() -> None:
     the survivors to the older generations anyway; this moves them there without the scan (two
     list splices: `freeze` into the permanent generation, `unfreeze` back out into the oldest),
     so nothing stays frozen. Cyclic garbage made during the pause waits for the next full
-    collection."""
-    gc.freeze()
-    gc.unfreeze()
+    collection. Skipped when something else froze objects (a server that freezes before it
+    forks): `unfreeze` would thaw them too."""
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()
