@@ -8,8 +8,8 @@ without it (`bench/bench_register.py`'s dataset, on the shared development machi
 the register step 6.7 s against 4.3 s). A streamed registration holds a window of models, but
 `caseshelf register FILE` of a `.json` file over 5 MiB on the embedded store still parses the
 whole document in its process before streaming its cases: with the collector running, that
-command took 4.5-5.3 s for the same 100,000 cases, and 2.3-2.8 s with it paused (a quiet
-machine, 2026-12-01).
+command took 4.5-5.3 s for the same 100,000 cases, and 2.2-2.8 s with it paused (load average
+2-3, 2026-12-01).
 
 The collector is process-wide state, so no service pauses it: the entry points that take whole
 documents do (the registry function's handler, the CLI's register and validate), scoped, and
@@ -55,7 +55,7 @@ def _promote_unscanned() -> None:
 
     What was allocated during a pause is still in the youngest generation when it ends, so the
     first allocation after it would scan all of it at once: after `parse_dataset` and
-    `register` of 100,000 cases, 1.7 million objects, 0.27-0.32 s, for objects that mostly die
+    `register` of 100,000 cases, 1.7 million objects, 0.27-0.38 s, for objects that mostly die
     by reference count a moment later (the document and its models). A collection would promote
     the survivors to the older generations anyway; this moves them there without the scan (two
     list splices: `freeze` into the permanent generation, `unfreeze` back out into the oldest),
