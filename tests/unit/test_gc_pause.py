@@ -66,3 +66,52 @@ def test_overlapping_pauses_in_threads_restore_once_the_last_ends() -> None:
     for t in threads:
         t.join()
     assert gc.isenabled()
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.other: _Node | None = None
+
+
+def test_what_a_pause_allocated_leaves_it_in_the_oldest_generation_unscanned() -> None:
+    # Given objects made during a pause, one of them kept
+    gc.enable()
+    with gc_paused():
+        made = [[i] for i in range(1000)]
+        kept = made[0]
+    del made
+    # Then none of them waits in the youngest generation for the next allocation to scan them,
+    # nothing is frozen, and the kept one is in the oldest generation
+    young = gc.get_objects(generation=0)
+    assert not any(obj is kept for obj in young)
+    assert gc.get_freeze_count() == 0
+    assert any(obj is kept for obj in gc.get_objects(generation=2))
+
+
+def test_cyclic_garbage_made_during_a_pause_is_still_collected() -> None:
+    # Given a reference cycle made and dropped during a pause
+    gc.enable()
+    with gc_paused():
+        a, b = _Node(), _Node()
+        a.other, b.other = b, a
+        ids = {id(a), id(b)}
+        del a, b
+    # When the collector next runs a full collection, it frees them
+    gc.collect()
+    assert not any(id(obj) in ids and isinstance(obj, _Node) for obj in gc.get_objects())
+
+
+def test_objects_frozen_by_someone_else_stay_frozen() -> None:
+    # Given objects frozen before the pause (as a server does before it forks)
+    gc.enable()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        with gc_paused():
+            made = [[i] for i in range(100)]
+        # Then the pause thawed none of them
+        assert gc.get_freeze_count() == frozen
+        del made
+    finally:
+        gc.unfreeze()

@@ -12,7 +12,9 @@ from caseshelf.bootstrap import build, build_adapters, load_settings
 from caseshelf.domain.errors import NotFound
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.manifest import Location
+from caseshelf.ports import ObjectInfo
 from caseshelf.services.diff import DiffService
+from caseshelf.services.objectio import READ_BYTES, open_object
 from caseshelf.services.registry import parse_dataset
 from caseshelf.services.storage import REMOTE_READ_WORKERS, read_records
 
@@ -42,6 +44,10 @@ class MemoryStore:
         if key not in self.objects:
             raise NotFound(f"no object {key}", key=key)
         return self.objects[key][offset : offset + length]
+
+    def head(self, key: str) -> ObjectInfo | None:
+        data = self.objects.get(key)
+        return None if data is None else ObjectInfo(key, len(data), 0.0)
 
 
 def scattered() -> tuple[dict[str, bytes], list[tuple[int, Location]]]:
@@ -144,3 +150,15 @@ def test_the_aws_backend_pools_a_connection_per_concurrent_read():
 def test_the_embedded_store_reads_one_span_at_a_time(tmp_path):
     svc = build(load_settings({}, home=str(tmp_path / "home")))
     assert svc.diff.read_workers == 1
+
+
+def test_an_object_read_whole_takes_a_ranged_read_per_buffer_not_per_8_kib() -> None:
+    # Given an upload of two and a half reading buffers
+    body = bytes(range(256)) * (READ_BYTES * 5 // 2 // 256)
+    store = MemoryStore({"up": body})
+    # When it is read as a file, whole (as a dataset document is)
+    with open_object(store, "up") as fh:
+        got = fh.read()
+    # Then it is read exactly, in three ranged reads
+    assert got == body
+    assert [length for _, _, length in store.reads] == [READ_BYTES, READ_BYTES, READ_BYTES // 2]

@@ -275,7 +275,12 @@ def register_commands(app: typer.Typer) -> None:
         from caseshelf.services.bulk import gc_paused
 
         if _large(file):
-            out = _register_file(file, dataset=dataset, version=version, bump=bump, base=base)[1]
+            # On the embedded store the upload's job runs in this process: the whole document
+            # is parsed there, and the collector would rescan it for every window of cases.
+            with gc_paused():
+                _, out = _register_file(
+                    file, dataset=dataset, version=version, bump=bump, base=base
+                )
         else:
             body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
             n = _case_count(body)
@@ -312,9 +317,10 @@ def register_commands(app: typer.Typer) -> None:
         from caseshelf.services.bulk import gc_paused
 
         if _large(file):
-            name, out = _register_file(
-                file, dataset=dataset, version=version, bump=bump, base=base, dry_run=True
-            )
+            with gc_paused():  # (as `register` of a large file)
+                name, out = _register_file(
+                    file, dataset=dataset, version=version, bump=bump, base=base, dry_run=True
+                )
         else:
             body = load_body(file, dataset=dataset, version=version, bump=bump, base=base)
             name = body["id"]

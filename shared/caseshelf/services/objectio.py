@@ -33,6 +33,21 @@ class _ObjectRaw(io.RawIOBase):
         self._at += n
         return n
 
+    def readall(self) -> bytes:
+        """The rest of the object, `READ_BYTES` per ranged read. (`io.RawIOBase.readall`, which
+        a reader's `read()` calls, reads 8 KiB at a time: a 39 MB upload was 4,800 ranged
+        reads, each a file opened on the embedded store and a request on S3.)"""
+        parts = []
+        while self._at < self._size:
+            data = self._store.get_range(
+                self._key, self._at, min(READ_BYTES, self._size - self._at)
+            )
+            if not data:  # (as `readinto`)
+                break
+            parts.append(data)
+            self._at += len(data)
+        return b"".join(parts)
+
 
 def open_object(store: BlobStore, key: str) -> io.BufferedReader:
     """The object at `key` as a binary file (lines, `read(n)`), read `READ_BYTES` at a time;
