@@ -110,6 +110,15 @@ def column_array(column: Sequence[int]) -> Sequence[int]:
     return column.array if isinstance(column, IntColumn) else column
 
 
+def _same_tags(tags: Sequence[Sequence[int]], other: object) -> bool:
+    """Whether `other` lists the same tag numbers for each case as `tags` (however stored)."""
+    if not isinstance(other, Sequence):
+        return NotImplemented
+    return len(tags) == len(other) and all(
+        list(a) == list(b) for a, b in zip(tags, other, strict=True)
+    )
+
+
 class CaseTags(Sequence[Sequence[int]]):
     """Each case's tag indices, stored compressed (CSR): `values[starts[i]:starts[i + 1]]`."""
 
@@ -124,11 +133,7 @@ class CaseTags(Sequence[Sequence[int]]):
         return self.values[self.starts[i] : self.starts[i + 1]]
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence):
-            return NotImplemented
-        return len(self) == len(other) and all(
-            list(a) == list(b) for a, b in zip(self, other, strict=True)
-        )
+        return _same_tags(self, other)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -169,11 +174,7 @@ class TagSetColumn(Sequence[Sequence[int]]):
         return compress(count(), map(matching.__getitem__, self.of_case))
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence):
-            return NotImplemented
-        return len(self) == len(other) and all(
-            list(a) == list(b) for a, b in zip(self, other, strict=True)
-        )
+        return _same_tags(self, other)
 
     __hash__ = None  # type: ignore[assignment]
 
