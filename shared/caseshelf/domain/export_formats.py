@@ -347,6 +347,9 @@ class CaseWindow(Sequence[Mapping[str, Any]]):
     Python."""
 
     def __init__(self, records: Iterable[bytes] = ()) -> None:
+        # True when the version holds no file bodies at all, so that no case of the window
+        # can have companion files (set by the reader, which knows)
+        self.without_files = False
         self._blocks: list[bytes] = []
         self._count = 0
         self._records: list[bytes] | None = None
@@ -417,7 +420,7 @@ def plan_row_window(
     are built by Arrow from its records where they can be (`export_parquet.arrow_rows`)."""
     if fmt == "parquet" and isinstance(cases, CaseWindow) and len(cases):
         raw = cases.joined()
-        if b'"files":' not in raw:  # no case has companion files: the rows are all there is
+        if cases.without_files or b'"files":' not in raw:  # no case has companion files
             return RowWindow(table=partial(_window_table, cases, raw), count=len(cases))
     window = RowWindow()
     columns: dict[str, list[Any]] = {c: [] for c in ROW_COLUMNS}

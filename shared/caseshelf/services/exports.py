@@ -394,7 +394,9 @@ class ExportService:
 
             def read(number: int) -> CaseWindow:
                 window = indices[number * size : (number + 1) * size]
-                return window_cases(self.registry, rec, starts, window, packs)
+                cases = window_cases(self.registry, rec, starts, window, packs)
+                cases.without_files = not locations  # the version holds no file body
+                return cases
 
             return read_ahead(read, -(-len(indices) // size))
 
