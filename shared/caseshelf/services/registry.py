@@ -12,7 +12,7 @@ import binascii
 import random
 import time
 from bisect import bisect_right
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -65,6 +65,8 @@ from caseshelf.services.fence import Lease, WriteFence
 from caseshelf.services.storage import (
     MAX_GAP_BYTES,
     BlobWriter,
+    ManifestWriter,
+    ManifestWritten,
     PackWriter,
     parse_root,
     read_blobs,
@@ -72,7 +74,6 @@ from caseshelf.services.storage import (
     read_chunk,
     read_chunks,
     read_superseded,
-    write_manifest,
 )
 from caseshelf.services.versioned import Clock, VersionedStore, utc_now
 
@@ -442,6 +443,41 @@ def _rows_error(seen: dict[str, int], ids: Sequence[str], before: int) -> BadReq
     raise ValueError("no id is repeated")
 
 
+class _HeldCases:
+    """Cases added to the manifest whose packs are still being written: a chunk names the
+    packs its cases are in, and a pack's name is the digest of its bytes. Each batch is
+    handed on to the `ManifestWriter`, in order, once every pack it went into is stored."""
+
+    def __init__(self, writer: ManifestWriter) -> None:
+        self._writer = writer
+        self._held: deque[tuple[Staged, list[str], list[int], list[int], int]] = deque()
+        self._names: dict[str, str] = {}  # placeholder -> pack name, of the packs stored
+
+    def add(
+        self,
+        batch: Staged,
+        containers: list[str],
+        offsets: list[int],
+        lengths: list[int],
+        packs_named: int,
+    ) -> None:
+        """A batch whose new records went into packs below number `packs_named`."""
+        self._held.append((batch, containers, offsets, lengths, packs_named))
+
+    def release(
+        self, stored: int, pending: Sequence[str], digest_of_pack: Callable[[int], str]
+    ) -> None:
+        """Hand on the batches whose packs are among the first `stored` (named by
+        `digest_of_pack`), their placeholders replaced by the packs' names."""
+        names = self._names
+        for number in range(len(names), min(stored, len(pending))):
+            names[pending[number]] = digest_of_pack(number)
+        while self._held and self._held[0][4] <= stored:
+            batch, containers, offsets, lengths, _ = self._held.popleft()
+            located = [names.get(c, c) for c in containers] if names else containers
+            self._writer.add(batch.ids, batch.digests, batch.tags, located, offsets, lengths)
+
+
 class RegistryService:
     def __init__(
         self,
@@ -669,7 +705,7 @@ class RegistryService:
             settled = self._settled(records, head, digester.digest())
             assert settled is not None
             return settled
-        manifest, mkey, stats = self._write(
+        written, stats = self._write(
             tenant,
             head,
             batches,
@@ -678,7 +714,7 @@ class RegistryService:
             known_blobs=known_blobs,
             inline_ahead=ahead,
         )
-        return self._commit(identity, head, manifest, mkey, stats, lease)
+        return self._commit(identity, head, written, stats, lease)
 
     def _settled(
         self, records: list[VersionRecord], head: VersionHead, cdigest: str
@@ -874,55 +910,73 @@ class RegistryService:
         known: dict[str, Location] | None,
         known_blobs: dict[str, Location] | None = None,
         inline_ahead: frozenset[str] = frozenset(),
-    ) -> tuple[Manifest, str, WriteStats]:
+    ) -> tuple[ManifestWritten, WriteStats]:
         """Apply each batch's plan: new records into packs (put-if-absent, named by digest),
-        bodies into blobs, every case into the manifest, which is stored last. Nothing here is
-        visible until `_commit`. `inline_ahead`: bodies a later batch sends inline (a buffered
-        source's; a streamed one names a body stored, or sent earlier in the stream)."""
+        bodies into blobs, every case into the manifest, whose chunks are stored as they fill
+        (`ManifestWriter`) and whose root is stored last. Nothing here is visible until
+        `_commit`. `inline_ahead`: bodies a later batch sends inline (a buffered source's; a
+        streamed one names a body stored, or sent earlier in the stream).
+
+        Memory holds a window of cases: those whose packs are still being written (a chunk
+        names its packs), and the chunk being filled. Only with a base are all the version's
+        cases kept until the end, for the copies of the records it supersedes and its delta
+        against the base, which compare the two whole (the base is held whole anyway: its
+        records are what the plan reuses)."""
         reusable = {**(base.locations_by_digest() if base is not None else {}), **(known or {})}
         stored = base.blob_locations() if base is not None else {}
         blobs = BlobWriter(self.store, tenant, {**stored, **(known_blobs or {})})
         packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
+        # The version's content and file bodies; its cases too, with a base only.
         builder = ManifestBuilder(
             description=head.description, tags=list(head.tags), shared_files=list(head.shared_files)
         )
+        chunks = ManifestWriter(self.store, tenant, workers=self.read_workers)
+        held = _HeldCases(chunks)
         digester = _digester(head)
         named: dict[str, None] = {}  # every body the version names, in order
         pending: list[str] = []  # the placeholder name of each pack number
         reused = 0
-        for batch in batches:
-            for hex_digest, data in batch.bodies.items():
-                blobs.add(hex_digest, data)
-            self._check_refs(
-                tenant,
-                batch.refs,
-                lambda h: blobs.has(h) or h in inline_ahead,
-                blobs.locate_standalone,
-            )
-            named.update(dict.fromkeys(batch.files))
-            if not batch.ids:
-                continue
-            digester.add(batch.pairs())
-            plan = plan_batch(batch.digests, reusable)
-            reused += len(batch.ids) - plan.new_count
-            containers, offsets, lengths = _reused_columns(plan.reused, batch.lengths)
-            if plan.runs:
-                if batch.data is None:
-                    raise ValueError("a batch with new records that does not hold them")
-                _write_runs(packs, batch, plan.runs, pending, containers, offsets)
-            builder.add_cases(batch.ids, batch.digests, batch.tags, containers, offsets, lengths)
-        named.update(dict.fromkeys(sf["digest"][7:] for sf in head.shared_files))
-        cdigest = digester.digest()
-        packs.flush()
-        builder.resolve_pending(packs.digest_of_pack)
-        blob_locs = blobs.finish()
-        for hex_digest in named:
-            builder.add_blob(hex_digest, blob_locs[hex_digest])
-        manifest = builder.build(cdigest)
-        manifest, copied = self._keep_superseded(tenant, base, manifest)
-        mkey = write_manifest(
-            self.store, tenant, manifest, workers=self.read_workers, base=base
-        ).key
+        try:
+            for batch in batches:
+                for hex_digest, data in batch.bodies.items():
+                    blobs.add(hex_digest, data)
+                self._check_refs(
+                    tenant,
+                    batch.refs,
+                    lambda h: blobs.has(h) or h in inline_ahead,
+                    blobs.locate_standalone,
+                )
+                named.update(dict.fromkeys(batch.files))
+                if not batch.ids:
+                    continue
+                digester.add(batch.pairs())
+                plan = plan_batch(batch.digests, reusable)
+                reused += len(batch.ids) - plan.new_count
+                containers, offsets, lengths = _reused_columns(plan.reused, batch.lengths)
+                if plan.runs:
+                    if batch.data is None:
+                        raise ValueError("a batch with new records that does not hold them")
+                    _write_runs(packs, batch, plan.runs, pending, containers, offsets)
+                if base is not None:
+                    builder.add_cases(
+                        batch.ids, batch.digests, batch.tags, containers, offsets, lengths
+                    )
+                held.add(batch, containers, offsets, lengths, len(pending))
+                held.release(packs.stored(), pending, packs.digest_of_pack)
+            named.update(dict.fromkeys(sf["digest"][7:] for sf in head.shared_files))
+            cdigest = digester.digest()
+            packs.flush()
+            held.release(len(pending), pending, packs.digest_of_pack)
+            builder.resolve_pending(packs.digest_of_pack)
+            blob_locs = blobs.finish()
+            for hex_digest in named:
+                builder.add_blob(hex_digest, blob_locs[hex_digest])
+            manifest = builder.build(cdigest)
+            manifest, copied = self._keep_superseded(tenant, base, manifest)
+            written = chunks.finish(manifest, base=base)
+        except BaseException:
+            chunks.close()
+            raise
         stats = WriteStats(
             case_bytes_written=packs.bytes_written + copied.bytes_written,
             pack_objects_written=packs.objects_written + copied.objects_written,
@@ -930,7 +984,7 @@ class RegistryService:
             cases_reused=reused,
             superseded_copied=copied.records,
         )
-        return manifest, mkey, stats
+        return written, stats
 
     def _keep_superseded(
         self, tenant: str, base: Manifest | None, manifest: Manifest
@@ -973,14 +1027,14 @@ class RegistryService:
         self,
         identity: Identity,
         head: VersionHead,
-        manifest: Manifest,
-        mkey: str,
+        written: ManifestWritten,
         stats: WriteStats,
         lease: Lease,
     ) -> RegisterResult:
         """Commit a version whose manifest is stored: the label given, or the next one the bump
         gives (retried when a racing bump takes it), with the registry's idempotency rules."""
-        cdigest = manifest.content_digest
+        root = written.root
+        cdigest = root.content_digest
         for attempt in range(BUMP_ATTEMPTS):
             if attempt:
                 _bump_pause(attempt)
@@ -994,9 +1048,9 @@ class RegistryService:
                 name=head.name,
                 version=label,
                 content_digest=cdigest,
-                manifest_key=mkey,
-                case_count=len(manifest),
-                bytes=manifest.case_bytes(),
+                manifest_key=written.key,
+                case_count=root.count,
+                bytes=root.case_bytes,
                 description=head.description,
                 tags=head.tags,
                 produced_by=head.produced_by,
