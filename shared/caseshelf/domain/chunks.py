@@ -38,7 +38,7 @@ import base64
 import binascii
 import sys
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import accumulate, chain, islice, repeat
@@ -545,6 +545,17 @@ class ManifestCutter:
 
     def __len__(self) -> int:
         return self._count
+
+    def where(self, position: int) -> tuple[str, int] | str:
+        """Where the case added at `position` is: the id itself while it is held, else its
+        chunk's key and its place in that chunk."""
+        if not 0 <= position < self._count:
+            raise IndexError(f"case position {position} out of range")
+        if position >= self._start:
+            return self._ids[position - self._start]
+        starts = list(accumulate(self._counts, initial=0))
+        n = bisect_right(starts, position) - 1
+        return self.chunk_keys[n], position - starts[n]
 
     def add(
         self,

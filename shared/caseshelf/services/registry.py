@@ -11,6 +11,7 @@ import base64
 import binascii
 import random
 import time
+from array import array
 from bisect import bisect_right
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -308,6 +309,9 @@ class Staged:
     bodies: dict[str, bytes] = field(default_factory=dict)  # file bodies sent inline, by hex
     refs: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # hex -> (case, path, size)
     files: list[str] = field(default_factory=list)  # every body the batch names, by hex
+    # Rows of an import (each row one case): an id given twice is refused naming both rows,
+    # checked as the batches are written (`SeenIds`).
+    rows: bool = False
 
     def pairs(self) -> list[tuple[str, str]]:
         """`[case id, case digest]` of each case, as the content digest takes them."""
@@ -427,20 +431,52 @@ def _write_runs(
                 offsets[i] = starts[i] - at + shift
 
 
-def _rows_error(seen: dict[str, int], ids: Sequence[str], before: int) -> BadRequest:
-    """The error for the first id of `ids` (rows `before`... of an import) given twice, naming
-    both rows: each row of an import makes one case."""
-    first: dict[str, int] = {}
-    for k, case_id in enumerate(ids):
-        j = seen.get(case_id, first.get(case_id))
-        if j is not None:
-            return BadRequest(
-                f"rows {j} and {before + k} both map to case id {case_id!r}",
-                case_ids=[case_id],
-                rows=[j, before + k],
-            )
-        first[case_id] = before + k
-    raise ValueError("no id is repeated")
+class SeenIds:
+    """The case ids a streamed registration has taken so far, kept as their hashes (`hash`,
+    this process's): ~60 bytes an id in a set of integers, where a dict of the ids to their
+    rows held ~130 (the id strings kept alive with it), most of what grew with the rows of an
+    import (1,000,000 rows: ~130 MB). A hash seen again is a repeated id, or two ids of one
+    hash (about one pair in 10^19): `first_repeat` tells them apart with the ids themselves,
+    the earlier one read back where it is (`id_at`)."""
+
+    def __init__(self, key: Callable[[str], int] = hash) -> None:
+        self._key = key
+        self._seen: set[int] = set()
+        self._order = array("q")  # each position's hash
+
+    def first_repeat(
+        self, ids: Sequence[str], id_at: Callable[[int], str]
+    ) -> tuple[int, int, str] | None:
+        """Take the ids of the next positions; answer `(earlier position, position, id)` of the
+        first that repeats an id before it, if one does."""
+        start = len(self._order)
+        hashes = list(map(self._key, ids))
+        fresh = set(hashes)
+        if len(fresh) == len(hashes) and self._seen.isdisjoint(fresh):
+            self._seen |= fresh
+            self._order.extend(hashes)
+            return None
+        for k, (case_id, h) in enumerate(zip(ids, hashes, strict=True)):
+            if h in self._seen:
+                for at in _positions(self._order, h):
+                    earlier = ids[at - start] if at >= start else id_at(at)
+                    if earlier == case_id:
+                        return at, start + k, case_id
+            self._seen.add(h)
+            self._order.append(h)
+        return None
+
+
+def _positions(column: array[int], value: int) -> Iterator[int]:
+    """Every position of `value` in `column`, in order (each found by a search in C)."""
+    at = 0
+    while True:
+        try:
+            at = column.index(value, at)
+        except ValueError:
+            return
+        yield at
+        at += 1
 
 
 class _HeldCases:
@@ -463,6 +499,17 @@ class _HeldCases:
     ) -> None:
         """A batch whose new records went into packs below number `packs_named`."""
         self._held.append((batch, containers, offsets, lengths, packs_named))
+
+    def case_id(self, position: int) -> str:
+        """The id of the case at `position` of the version (held here, or handed on)."""
+        at = len(self._writer)
+        if position < at:
+            return self._writer.case_id(position)
+        for batch, *_ in self._held:
+            if position < at + len(batch.ids):
+                return batch.ids[position - at]
+            at += len(batch.ids)
+        raise IndexError(f"case position {position} out of range")
 
     def release(
         self, stored: int, pending: Sequence[str], digest_of_pack: Callable[[int], str]
@@ -813,8 +860,7 @@ class RegistryService:
     def _stage_records(self, records: Iterable[RecordBatch]) -> Iterator[Staged]:
         """Canonical records (an import's mapper made and hashed them,
         `caseshelf.domain.mapping.record_batches`); two rows with the same case id are refused
-        naming both rows."""
-        seen: dict[str, int] = {}
+        naming both rows, as they are written (`rows`)."""
         for batch in records:
             ids = batch.ids
             if not ids:
@@ -831,13 +877,9 @@ class RegistryService:
                 tags=batch.tags if batch.tags is not None else [()] * len(ids),
                 lengths=batch.lengths,
                 data=batch.data,
+                rows=True,
             )
             _check_sizes(staged, self.max_case_bytes)
-            before = len(seen)
-            rows = dict(zip(ids, range(before, before + len(ids)), strict=True))
-            if len(rows) != len(ids) or not seen.keys().isdisjoint(rows):
-                raise _rows_error(seen, ids, before)
-            seen.update(rows)
             yield staged
 
     def _copied(self, parent: VersionRecord, src: Manifest, indices: Sequence[int]) -> Staged:
@@ -932,6 +974,7 @@ class RegistryService:
         )
         chunks = ManifestWriter(self.store, tenant, workers=self.read_workers)
         held = _HeldCases(chunks)
+        seen = SeenIds()
         digester = _digester(head)
         named: dict[str, None] = {}  # every body the version names, in order
         pending: list[str] = []  # the placeholder name of each pack number
@@ -949,6 +992,15 @@ class RegistryService:
                 named.update(dict.fromkeys(batch.files))
                 if not batch.ids:
                     continue
+                if batch.rows:
+                    repeat = seen.first_repeat(batch.ids, held.case_id)
+                    if repeat is not None:
+                        first, again, case_id = repeat
+                        raise BadRequest(
+                            f"rows {first} and {again} both map to case id {case_id!r}",
+                            case_ids=[case_id],
+                            rows=[first, again],
+                        )
                 digester.add(batch.pairs())
                 plan = plan_batch(batch.digests, reusable)
                 reused += len(batch.ids) - plan.new_count

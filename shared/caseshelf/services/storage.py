@@ -249,6 +249,20 @@ class ManifestWriter:
         ):
             self._put(self._key(kind, hex_digest), data)
 
+    def __len__(self) -> int:
+        return len(self._cutter)
+
+    def case_id(self, position: int) -> str:
+        """The id of the case added at `position`: held, or read back from its chunk (stored
+        already, not yet named by any root): a check that rarely needs one (a repeated id)."""
+        where = self._cutter.where(position)
+        if isinstance(where, str):
+            return where
+        while self._in_flight:
+            self._count(*self._in_flight.popleft().result())
+        key, local = where
+        return read_chunk(self._store, self._tenant, key).ids[local]
+
     def _key(self, kind: str, hex_digest: str) -> str:
         if kind == "chunk":
             return layout.chunk_key(self._tenant, hex_digest)
