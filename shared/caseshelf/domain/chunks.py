@@ -703,8 +703,10 @@ def _window(
 ) -> Manifest:
     """Some consecutive cases as a manifest of their own (no content), for `_chunk`: a chunk
     renumbers its packs and tags by first use, so the tables here need no particular order."""
-    packs, pack_no = _intern(containers)
-    tag_names, tag_no = _intern(chain.from_iterable(tags))
+    packs = list(dict.fromkeys(containers))
+    pack_no = {name: n for n, name in enumerate(packs)}
+    tag_names = list(dict.fromkeys(chain.from_iterable(tags)))
+    tag_no = {name: n for n, name in enumerate(tag_names)}
     return Manifest(
         content_digest="",
         description="",
