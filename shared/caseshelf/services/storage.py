@@ -219,14 +219,17 @@ class ManifestWriter:
 
     Every object is put-if-absent (one another version stored is reused, never overwritten);
     the root comes last, in `finish`, put-if-absent at the version's manifest key. A crash in
-    between leaves only objects no root names, which `gc` collects. `workers` above 1 (a remote
-    store, where a PUT waits on the network) keeps that many puts in flight: ~100 chunks of a
-    100,000-case version one at a time against S3 would add ~100 round trips."""
+    between leaves only objects no root names, which `gc` collects. The puts run on `workers`
+    threads (at least one) while the caller goes on: on a remote store a PUT waits on the
+    network (~100 chunks of a 100,000-case version one at a time against S3 would add ~100
+    round trips), and on local disk each object is a temporary file made, written and linked
+    (~1,200 of them at 1,000,000 cases: 0.3-0.45 ms each on the development machine, most of it in
+    system calls, which a thread overlaps with the caller's work)."""
 
     def __init__(self, store: BlobStore, tenant: str, *, workers: int = 1) -> None:
         self._store = store
         self._tenant = tenant
-        self._workers = workers
+        self._workers = max(1, workers)
         self._cutter = ManifestCutter()
         self._pool: ThreadPoolExecutor | None = None
         self._in_flight: deque[Future[tuple[bool, int]]] = deque()
@@ -269,9 +272,6 @@ class ManifestWriter:
         return layout.sample_key(self._tenant, hex_digest)
 
     def _put(self, key: str, data: bytes) -> None:
-        if self._workers <= 1:
-            self._count(self._store.put_if_absent(key, data), len(data))
-            return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="caseshelf-chunk")
         self._in_flight.append(self._pool.submit(self._put_counted, key, data))
