@@ -11,7 +11,7 @@ import pytest
 
 from caseshelf.domain.errors import BadRequest, NotFound
 from caseshelf.domain.mapping import RecordBatch
-from caseshelf.services.registry import RegistryService, SeenIds
+from caseshelf.services.registry import RegistryService
 from tests.conftest import Backend
 from tests.contract.test_registry_contract import ALICE
 
@@ -64,13 +64,3 @@ def test_an_id_repeated_far_from_its_first_row_names_both_rows(backend: Backend)
     ids[8_500] = "r8500"
     register(registry, ids)
     assert registry.get_version(ALICE, "rows", "1.0.0").case_count == 9_000
-
-
-def test_two_ids_of_one_hash_are_not_a_repeat() -> None:
-    # Given a key under which every id collides
-    seen = SeenIds(key=lambda case_id: 7)
-    stored = ["a", "b", "c"]
-    # Then distinct ids pass, within a batch and across batches, and a repeat is named
-    assert seen.first_repeat(["a", "b"], stored.__getitem__) is None
-    assert seen.first_repeat(["c"], stored.__getitem__) is None
-    assert seen.first_repeat(["d", "b"], stored.__getitem__) == (1, 4, "b")
