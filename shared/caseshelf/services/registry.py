@@ -695,10 +695,10 @@ class RegistryService:
     ) -> RegisterResult:
         """Register cases streamed as batches of canonical records
         (`caseshelf.domain.mapping.record_batches`), consumed once and never all held at once:
-        the import path, whose mapper builds each case already validated in canonical form. The
-        registry hashes every record itself. The same commit protocol, dedup against the latest
-        live version, size limit, and 409 / idempotency rules as `register`. An error while
-        consuming `records` leaves nothing registered."""
+        the import path, whose mapper builds each case already validated in canonical form and
+        hashes it. Two rows with the same case id are refused naming both rows. The same commit
+        protocol, dedup against the latest live version, size limit, and 409 / idempotency
+        rules as `register`. An error while consuming `records` leaves nothing registered."""
         tenant = identity.check_can_write()
         head = VersionHead(
             name=name,
