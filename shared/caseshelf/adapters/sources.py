@@ -816,7 +816,8 @@ class Worker(Generic[T]):
 
     The child (`multiprocessing`, forked: it inherits the unstarted iterator, pure work such as
     reading a file, mapping and canonicalising rows) puts each item on a bounded queue, at most
-    `WORKER_QUEUE_ITEMS` ahead of the caller. A `CaseshelfError` it raises is raised by
+    `WORKER_QUEUE_ITEMS` ahead of the caller; the records of a record batch come apart, over
+    shared memory (`Handover`). A `CaseshelfError` it raises is raised by
     `results()` with the same type, detail and fields, after the items before it; any other
     failure is a `WorkerFailed`. `close()` stops a child that has not finished and reaps it.
     When no process can be started, the items are produced here, by `results()`."""
