@@ -19,6 +19,9 @@ Figures:
   verdict line, which holds both (the 1,000,000-row one as `large`).
 - beside each wall time, the CPU time of the whole process tree (user + sys, the import's
   worker included; `datasets` reads with threads): a busy machine disturbs it less.
+- memory against the input: our peak RSS at 1,000,000 rows ÷ ours at 100,000 rows
+  (`rss_growth`, in the verdict line; goal <= 1.5): an import holds a window of cases, so
+  its memory should not follow the rows.
 
 Usage: python bench/bench_import.py [--rows N] [--runs R] [--hf-rows M] [--large-rows L]
 """
@@ -43,6 +46,7 @@ from common import REPO_ROOT, emit, gsm8k_rows, median, ratio, run_child
 NAME = "import"
 WALL_TARGET = 0.67
 LARGE_WALL_GOAL = 1.0  # at 1,000,000 rows (reported beside the 100,000-row figure, not gated)
+RSS_GROWTH_GOAL = 1.5  # our peak RSS at the large size ÷ at the small one (reported, not gated)
 RSS_TARGET = 1.0
 RECIPE = REPO_ROOT / "recipes" / "gsm8k.yaml"
 
@@ -220,12 +224,16 @@ def main() -> None:
             figures["large"] = {"rows": args.large_rows, **large, "goal": LARGE_WALL_GOAL}
             emit({"bench": NAME, "size": "large", "rows": args.large_rows, **large})
             if "error" not in large and "error" not in small:
+                growth = ratio(large["ours_rss_mb"], small["ours_rss_mb"])
+                figures["rss_growth"] = {"ratio": growth, "goal": RSS_GROWTH_GOAL}
                 print(
                     f"import ÷ datasets.load_dataset, wall (CPU): {args.rows:,} rows "
                     f"{small['wall_ratio']} ({small['cpu_ratio']}; {small['ours_s']} s vs "
                     f"{small['theirs_s']} s); {args.large_rows:,} rows {large['wall_ratio']} "
                     f"({large['cpu_ratio']}; {large['ours_s']} s vs {large['theirs_s']} s; "
-                    f"goal <= {LARGE_WALL_GOAL})",
+                    f"goal <= {LARGE_WALL_GOAL}); peak RSS {args.large_rows:,} ÷ {args.rows:,} "
+                    f"rows {growth} ({large['ours_rss_mb']} MB vs {small['ours_rss_mb']} MB; "
+                    f"goal <= {RSS_GROWTH_GOAL})",
                     file=sys.stderr,
                 )
         figures["hf_rows"] = args.hf_rows

@@ -306,3 +306,101 @@ def test_roots_keep_the_format_they_were_stored_in() -> None:
         back = Root.from_doc(doc)
         assert back.root_format == older and not back.sample_tags
         assert orjson.loads(back.to_bytes())["format"] == older
+
+
+def cut_streaming(m: Manifest, batch_sizes: list[int]) -> tuple[Root, list[tuple[str, bytes]]]:
+    """`m`'s cases through a `ManifestCutter`, in batches of the sizes given (cycled): the
+    root and every object it cut, chunks and sample columns, in the order cut."""
+    cutter = chunks.ManifestCutter()
+    objects: list[tuple[str, bytes]] = []
+    digests, n, k = m.digest_list(), len(m), 0
+    at = 0
+    while at < n:
+        stop = min(n, at + batch_sizes[k % len(batch_sizes)])
+        k += 1
+        part = range(at, stop)
+        objects += [
+            (kind + ":" + key, data)
+            for kind, key, data in cutter.add(
+                m.ids[at:stop],
+                digests[at:stop],
+                [m.tags_of(i) for i in part],
+                [m.location(i).container for i in part],
+                [m.location(i).offset for i in part],
+                [m.location(i).length for i in part],
+            )
+        ]
+        at = stop
+    root, rest = cutter.finish(m)
+    objects += [(kind + ":" + key, data) for kind, key, data in rest]
+    return root, objects
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.sampled_from([0, 1, MIN_CASES, MIN_CASES + 1, 3_000, 9_000, 21_000]),
+    every=st.sampled_from([1, 7, 10**9]),
+    sizes=st.lists(st.integers(1, 5_000), min_size=1, max_size=4),
+)
+def test_cutting_as_cases_come_gives_what_split_manifest_gives(
+    n: int, every: int, sizes: list[int]
+) -> None:
+    """Given a manifest, when its cases are cut into chunks as they come, in batches of any
+    sizes, then the chunks, sample columns and root are byte for byte those of
+    `split_manifest` over the whole manifest."""
+    m = build(ids(n), tags_every=every)
+    root, parts, _, samples = split_manifest(m)
+    streamed_root, objects = cut_streaming(m, sizes)
+    assert streamed_root.to_bytes() == root.to_bytes()
+    assert sorted(objects) == sorted(
+        [("chunk:" + k, d) for k, d in parts] + [("sample:" + k, d) for k, d in samples]
+    )
+    assert [o for o in objects if o[0].startswith("chunk:")] == [
+        ("chunk:" + k, d) for k, d in parts
+    ]
+
+
+def test_cutting_as_cases_come_holds_a_window_and_names_superseded_copies() -> None:
+    """Given 30,000 cases added 1,000 at a time, then the cutter never holds a whole chunk's
+    worth beyond `MAX_CASES`; and a manifest with superseded copies gets the root
+    `split_manifest` gives it (the copies' packs and object named)."""
+    m = build(ids(30_000))
+    cutter = chunks.ManifestCutter()
+    digests = m.digest_list()
+    for at in range(0, len(m), 1_000):
+        part = range(at, at + 1_000)
+        cutter.add(
+            m.ids[at : at + 1_000],
+            digests[at : at + 1_000],
+            [m.tags_of(i) for i in part],
+            [m.location(i).container for i in part],
+            [m.location(i).offset for i in part],
+            [m.location(i).length for i in part],
+        )
+        assert len(cutter._ids) < MAX_CASES
+    copied = m.with_superseded([(hx("old"), Location(hx("copies"), 0, 9))])
+    root, _, extra, _ = split_manifest(copied)
+    streamed, _ = cut_streaming(copied, [777])
+    assert extra is not None and streamed.superseded_key == extra[0]
+    assert streamed.to_bytes() == root.to_bytes()
+
+
+@pytest.mark.parametrize("sizes", [[1], [100, 7], [5_000]])
+def test_cutting_as_cases_come_cuts_at_the_edges_as_chunk_ends(sizes: list[int]) -> None:
+    """Given cases whose digests put boundaries at the edges of the rules (a chunk's
+    `MIN_CASES`th case, one before it, none for more than `MAX_CASES`, the very last case),
+    when they are cut as they come, then the chunks are those of `split_manifest`."""
+    boundary_at = {MIN_CASES - 2, MIN_CASES - 1, 2 * MIN_CASES - 1, 2 * MIN_CASES}
+    boundary_at |= {3 * MIN_CASES + MAX_CASES + 5, 9_999}
+    b = ManifestBuilder(description="", tags=[], shared_files=[])
+    for i in range(10_000):
+        tail = "00000000" if i in boundary_at else "01000000"
+        b.add_case(f"e{i}", hx(f"e{i}")[:56] + tail, [], hx("p"), 10 * i, 9)
+    m = b.build("sha256:" + hx("edges"))
+    root, parts, _, _ = split_manifest(m)
+    streamed, objects = cut_streaming(m, sizes)
+    assert streamed.chunk_counts == root.chunk_counts
+    assert streamed.to_bytes() == root.to_bytes()
+    assert [o for o in objects if o[0].startswith("chunk:")] == [
+        ("chunk:" + k, d) for k, d in parts
+    ]

@@ -359,6 +359,26 @@ def test_the_worker_streams_items_in_order_and_reports_failures():
 
 
 @needs_fork
+def test_record_batches_come_over_shared_memory_in_order_whatever_their_size(monkeypatch):
+    from caseshelf.domain.mapping import RecordBatch
+
+    # Given two slots of 64 bytes, fewer than the batches, and a batch larger than a slot
+    monkeypatch.setattr(sources, "HANDOVER_SLOTS", 2)
+    monkeypatch.setattr(sources, "HANDOVER_SLOT_BYTES", 64)
+
+    def batch(n: int, size: int) -> RecordBatch:
+        data = bytes([65 + n % 26]) * size + b"\n"
+        return RecordBatch([f"c{n}"], [size], data, None, [f"{n:064x}"])
+
+    sent = [batch(n, 100 if n == 5 else 10 + n) for n in range(12)]
+    # When a worker sends them, with another item between them
+    items = [*sent[:6], "between", *sent[6:]]
+    got = list(in_worker(iter(items)))
+    # Then every item comes back whole and in order (the large one through the queue)
+    assert got == items
+
+
+@needs_fork
 def test_closing_early_stops_and_reaps_the_worker(monkeypatch):
     forked = []
     real_fork = os.fork

@@ -22,6 +22,7 @@ import csv
 import gzip
 import io
 import ipaddress
+import mmap
 import os
 import queue
 import socket
@@ -68,6 +69,12 @@ WORKER_MIN_BYTES = 4 << 20
 # A worker runs at most this many items (record batches of up to 4 MiB) ahead of the importing
 # process while that one is busy elsewhere.
 WORKER_QUEUE_ITEMS = 16
+# The records of a worker's batches come over shared memory (`Handover`): a slot for each item
+# the queue holds, each large enough for a batch (up to `mapping.BATCH_BYTES` of records, and
+# the case that took it over, of at most the registry's 4 MiB); a larger one goes through the
+# queue. Only the pages written are memory (a slot holds ~0.6 MB of GSM8K-sized rows).
+HANDOVER_SLOTS = WORKER_QUEUE_ITEMS
+HANDOVER_SLOT_BYTES = 9 << 20
 # How long the importing process waits for an item before it checks that the worker still runs.
 WORKER_SILENCE_S = 1.0
 # A large plain jsonl file is cut at line ends into blocks of about this many bytes; the
@@ -809,7 +816,8 @@ class Worker(Generic[T]):
 
     The child (`multiprocessing`, forked: it inherits the unstarted iterator, pure work such as
     reading a file, mapping and canonicalising rows) puts each item on a bounded queue, at most
-    `WORKER_QUEUE_ITEMS` ahead of the caller. A `CaseshelfError` it raises is raised by
+    `WORKER_QUEUE_ITEMS` ahead of the caller; the records of a record batch come apart, over
+    shared memory (`Handover`). A `CaseshelfError` it raises is raised by
     `results()` with the same type, detail and fields, after the items before it; any other
     failure is a `WorkerFailed`. `close()` stops a child that has not finished and reaps it.
     When no process can be started, the items are produced here, by `results()`."""
@@ -821,11 +829,15 @@ class Worker(Generic[T]):
         self.finished = False
         context = multiprocessing.get_context("fork")
         self.queue: Any = context.Queue(WORKER_QUEUE_ITEMS)
-        self.process: Any = context.Process(target=_serve, args=(items, self.queue), daemon=True)
+        self.handover = Handover(context)
+        self.process: Any = context.Process(
+            target=_serve, args=(items, self.queue, self.handover), daemon=True
+        )
         try:
             self.process.start()
         except OSError:  # no process to spare (EAGAIN, ENOMEM): do the work here instead
             self.queue.close()
+            self.handover.close()
             self.process = None
             self.items = items
 
@@ -847,6 +859,10 @@ class Worker(Generic[T]):
             if kind == "item":
                 yield payload
                 continue
+            if kind == "batch":
+                batch, slot = payload
+                yield batch._replace(data=self.handover.take(slot))
+                continue
             self.finished = True
             if kind == "done":
                 return
@@ -865,13 +881,68 @@ class Worker(Generic[T]):
         self.queue.cancel_join_thread()
         process.join()
         process.close()
+        self.handover.close()
 
 
-def _serve(items: Iterator[Any], out: Any) -> None:  # pragma: no cover - child process
+class Slot(NamedTuple):
+    number: int
+    length: int
+
+
+class Handover:
+    """Shared memory through which a worker hands the records of its batches over: slots of
+    an anonymous shared mapping made before the fork, filled by the worker in turn and emptied
+    by the importing process in the same order, a semaphore counting the free ones.
+
+    Through the queue, a batch's records were pickled and written into the pipe a pipe's size
+    at a time by the worker's feeder thread, which waits for the GIL between two writes while
+    the worker maps rows, so the importing process waited on the pipe. Here they are copied in
+    and copied out, and only the ids, digests and lengths are pickled. Measured on 1,000,000
+    GSM8K-shaped rows on a quiet machine (load average under 1), alternating with the queue
+    alone, three runs each: 6.6-7.3 s of wall against 8.3-8.6 s (CPU 10.4-11.9 s against
+    11.6-12.1 s; peak RSS of the importing process +15 MB, the slots written). Under a load
+    average of 3-4 no difference showed in either."""
+
+    def __init__(self, context: Any) -> None:
+        self._slots = slots = HANDOVER_SLOTS
+        self._slot_bytes = slot_bytes = HANDOVER_SLOT_BYTES
+        self._memory = mmap.mmap(-1, slots * slot_bytes)  # shared, anonymous: kept over fork
+        self._free = context.Semaphore(slots)
+        self._next = 0  # the next slot the worker fills
+
+    def put(self, data: bytes) -> Slot | None:  # pragma: no cover - runs in the worker
+        """Copy `data` into the next slot once it is free (None: larger than a slot)."""
+        if len(data) > self._slot_bytes:
+            return None
+        self._free.acquire()
+        number, self._next = self._next, (self._next + 1) % self._slots
+        at = number * self._slot_bytes
+        self._memory[at : at + len(data)] = data
+        return Slot(number, len(data))
+
+    def take(self, slot: Slot) -> bytes:
+        """The bytes of `slot`, copied out; the slot is free again."""
+        at = slot.number * self._slot_bytes
+        data = self._memory[at : at + slot.length]
+        self._free.release()
+        return data
+
+    def close(self) -> None:
+        self._memory.close()
+
+
+def _serve(items: Iterator[Any], out: Any, handover: Handover) -> None:  # pragma: no cover
+    # (the work this process runs has imported it already; the importing process needs it not)
+    from caseshelf.domain.mapping import RecordBatch
+
     message: tuple[str, Any]
     try:
         for item in items:
-            out.put(("item", item))
+            slot = handover.put(item.data) if isinstance(item, RecordBatch) else None
+            if slot is None:
+                out.put(("item", item))
+            else:
+                out.put(("batch", (item._replace(data=b""), slot)))
         message = ("done", None)
     except CaseshelfError as exc:
         message = ("error", (type(exc), exc.detail, exc.fields))

@@ -43,7 +43,7 @@ import base64
 import binascii
 import sys
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import accumulate, chain, islice, repeat
@@ -596,6 +596,224 @@ def split_manifest(
         group_start = group_end
     root.sample_keys = [k for k, _ in samples]
     return root, chunks, extra, samples
+
+
+class ManifestCutter:
+    """A manifest cut into chunks and sample columns as its cases come, in dataset order: the
+    same objects, and at `finish` the same root, as `split_manifest` of the whole manifest
+    (the cut points depend on the cases alone, `chunk_ends` and `sample_group_ends`; tests
+    hold the two equal). It holds only the cases not yet in a chunk (fewer than `MAX_CASES`
+    once `add` returns), the ids and digests of the sample group being filled, and one row of
+    the root per chunk: memory that does not grow with the cases.
+
+    `add` answers the objects its cases completed, `finish` the rest and the root; each object
+    is `(kind, sha256 hex, bytes)`, kind `"chunk"` or `"sample"`. Every case must be stored
+    where `containers` says (pack names, not placeholders): a chunk names its packs."""
+
+    def __init__(self) -> None:
+        self._ids: list[str] = []
+        self._digests: list[str] = []
+        self._tags: list[Sequence[str]] = []
+        self._containers: list[str] = []
+        self._offsets = array("Q")
+        self._lengths = array("I")
+        self._start = 0  # the position of the first case held
+        self._count = 0  # the cases added
+        self._candidates: list[int] = []  # positions of held cases `is_boundary` holds for
+        self.case_bytes = 0
+        self.tag_names: list[str] = []
+        self._tag_no: dict[str, int] = {}
+        self.packs: list[str] = []
+        self._pack_no: dict[str, int] = {}
+        self.chunk_keys: list[str] = []
+        self._counts: list[int] = []
+        self._firsts: list[str] = []
+        self._lasts: list[str] = []
+        self._chunk_tags: list[list[int]] = []
+        self._group: list[Manifest] = []  # the chunks of the sample group being filled
+        self.sample_keys: list[str] = []
+        self._sample_chunks: list[int] = []
+
+    def __len__(self) -> int:
+        return self._count
+
+    def where(self, position: int) -> tuple[str, int] | str:
+        """Where the case added at `position` is: the id itself while it is held, else its
+        chunk's key and its place in that chunk."""
+        if not 0 <= position < self._count:
+            raise IndexError(f"case position {position} out of range")
+        if position >= self._start:
+            return self._ids[position - self._start]
+        starts = list(accumulate(self._counts, initial=0))
+        n = bisect_right(starts, position) - 1
+        return self.chunk_keys[n], position - starts[n]
+
+    def add(
+        self,
+        ids: Sequence[str],
+        digests: Sequence[str],
+        tags: Sequence[Sequence[str]],
+        containers: Sequence[str],
+        offsets: Iterable[int],
+        lengths: Iterable[int],
+    ) -> list[tuple[str, str, bytes]]:
+        """Add cases (columns of equal length: ids, digests hex, sorted tag names, and where
+        each record is stored); answers the chunks and sample columns they completed."""
+        if len(digests) != len(ids) or len(tags) != len(ids) or len(containers) != len(ids):
+            raise ValueError("columns of different lengths")
+        first = self._count
+        self._candidates += [first + i for i in _boundaries(digests)] if digests else []
+        for name in dict.fromkeys(containers):
+            self._pack_no.setdefault(name, len(self._pack_no))
+        if len(self._pack_no) > len(self.packs):
+            self.packs = list(self._pack_no)
+        for name in dict.fromkeys(chain.from_iterable(tags)):
+            self._tag_no.setdefault(name, len(self._tag_no))
+        if len(self._tag_no) > len(self.tag_names):
+            self.tag_names = list(self._tag_no)
+        self._ids += ids
+        self._digests += digests
+        self._tags += tags
+        self._containers += containers
+        self._offsets.extend(offsets)
+        before = len(self._lengths)
+        self._lengths.extend(lengths)
+        if len(self._lengths) - before != len(ids) or len(self._offsets) != len(self._lengths):
+            raise ValueError("columns of different lengths")
+        self.case_bytes += sum(self._lengths[before:])
+        self._count += len(ids)
+        out: list[tuple[str, str, bytes]] = []
+        while (end := self._next_end()) is not None:
+            out += self._cut(end)
+        return out
+
+    def _next_end(self) -> int | None:
+        """Where the chunk being filled ends, once enough cases are held to know (as
+        `chunk_ends` cuts it): after the first boundary case once it holds `MIN_CASES`, or
+        after `MAX_CASES`."""
+        start, candidates = self._start, self._candidates
+        at = bisect_left(candidates, start + MIN_CASES - 1)
+        end = start + MAX_CASES
+        if at < len(candidates):
+            end = min(candidates[at] + 1, end)
+        return end if end <= self._count else None
+
+    def _cut(self, end: int) -> list[tuple[str, str, bytes]]:
+        """The chunk of the held cases up to position `end`, and the sample column it
+        completes, if it does."""
+        n = end - self._start
+        window = _window(
+            self._ids[:n],
+            self._digests[:n],
+            self._tags[:n],
+            self._containers[:n],
+            self._offsets[:n],
+            self._lengths[:n],
+        )
+        data, names = _chunk(window, 0, n)
+        key = sha256_hex(data)
+        self.chunk_keys.append(key)
+        self._counts.append(n)
+        self._firsts.append(window.ids[0] if n else "")
+        self._lasts.append(window.ids[-1] if n else "")
+        self._chunk_tags.append(sorted(self._tag_no[name] for name in names))
+        self._group.append(window)
+        for column in (self._ids, self._digests, self._tags, self._containers):
+            del column[:n]
+        del self._offsets[:n], self._lengths[:n]
+        self._candidates = self._candidates[bisect_left(self._candidates, end) :]
+        self._start = end
+        out = [("chunk", key, data)]
+        held = len(self._group)
+        if (held >= SAMPLE_MIN_CHUNKS and int(key[56:64], 16) % SAMPLE_MODULUS == 0) or (
+            held >= SAMPLE_MAX_CHUNKS
+        ):
+            out.append(self._cut_group())
+        return out
+
+    def _cut_group(self) -> tuple[str, str, bytes]:
+        group = concat_chunks(self._group, locations=False)
+        data = sample_column_bytes(group, 0, len(group.ids))
+        key = sha256_hex(data)
+        self.sample_keys.append(key)
+        self._sample_chunks.append(len(self._group))
+        self._group = []
+        return ("sample", key, data)
+
+    def finish(self, m: Manifest) -> tuple[Root, list[tuple[str, str, bytes]]]:
+        """The last chunk and sample column, and the root, whose content, file bodies and
+        superseded copies are `m`'s (its cases are not read: those are the ones added). The
+        object of the superseded copies is `superseded_bytes(m)`, named by the root."""
+        out: list[tuple[str, str, bytes]] = []
+        if self._count > self._start or not self.chunk_keys:
+            out += self._cut(self._count)
+        if self._group:
+            out.append(self._cut_group())
+        used = list(self.packs)
+        if m.superseded_digests:  # the copies' packs are the version's too (as split_manifest)
+            used += [m.packs[p] for p in dict.fromkeys(m.superseded_pack) if m.packs[p] not in used]
+        root = Root(
+            content_digest=m.content_digest,
+            description=m.description,
+            tags=list(m.tags),
+            shared_files=list(m.shared_files),
+            count=self._count,
+            case_bytes=self.case_bytes,
+            tag_names=list(self.tag_names),
+            packs=used,
+            chunk_keys=list(self.chunk_keys),
+            chunk_counts=list(self._counts),
+            first_ids=list(self._firsts),
+            last_ids=list(self._lasts),
+            chunk_tags=list(self._chunk_tags),
+            blob_containers=list(m.blob_containers),
+            blob_digests=list(m.blob_digests),
+            blob_container_index=array("I", m.blob_container_index),
+            blob_offsets=array("Q", m.blob_offsets),
+            blob_lengths=array("Q", m.blob_lengths),
+            sample_keys=list(self.sample_keys),
+            sample_chunks=list(self._sample_chunks),
+        )
+        copies = superseded_bytes(m)
+        if copies is not None:
+            root.superseded_key, root.superseded_count = (
+                sha256_hex(copies),
+                len(m.superseded_digests),
+            )
+        return root, out
+
+
+def _window(
+    ids: list[str],
+    digests: list[str],
+    tags: Sequence[Sequence[str]],
+    containers: Sequence[str],
+    offsets: Sequence[int],
+    lengths: Sequence[int],
+) -> Manifest:
+    """Some consecutive cases as a manifest of their own (no content), for `_chunk`: a chunk
+    renumbers its packs and tags by first use, so the tables here need no particular order."""
+    packs = list(dict.fromkeys(containers))
+    pack_no = {name: n for n, name in enumerate(packs)}
+    tag_names = list(dict.fromkeys(chain.from_iterable(tags)))
+    tag_no = {name: n for n, name in enumerate(tag_names)}
+    return Manifest(
+        content_digest="",
+        description="",
+        tags=[],
+        shared_files=[],
+        ids=ids,
+        digests=digests,
+        packs=packs,
+        pack_index=array("I", map(pack_no.__getitem__, containers)),
+        offsets=array("Q", offsets),
+        lengths=array("I", lengths),
+        tag_names=tag_names,
+        case_tags=CaseTags(
+            array("I", accumulate(map(len, tags), initial=0)),
+            array("I", map(tag_no.__getitem__, chain.from_iterable(tags))),
+        ),
+    )
 
 
 def superseded_bytes(m: Manifest) -> bytes | None:

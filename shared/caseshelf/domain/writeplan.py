@@ -39,9 +39,9 @@ def plan_batch(digests: Sequence[str], known: Mapping[str, Location]) -> BatchPl
     (a case digest covers the whole canonical case, its id included, so equal digests are equal
     records); the others are new, grouped in runs so that a run is written as one slice of the
     batch's buffer."""
-    reused: list[Location | None] = (
-        [known.get(d) for d in digests] if known else [None] * len(digests)
-    )
+    if not known:  # nothing stored to reuse (a first version, an import): one run of all
+        return BatchPlan([None] * len(digests), [(0, len(digests))] if digests else [])
+    reused: list[Location | None] = [known.get(d) for d in digests]
     runs: list[tuple[int, int]] = []
     first = -1
     for i, loc in enumerate(reused):

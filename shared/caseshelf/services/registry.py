@@ -11,8 +11,9 @@ import base64
 import binascii
 import random
 import time
+from array import array
 from bisect import bisect_right
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -65,6 +66,8 @@ from caseshelf.services.fence import Lease, WriteFence
 from caseshelf.services.storage import (
     MAX_GAP_BYTES,
     BlobWriter,
+    ManifestWriter,
+    ManifestWritten,
     PackWriter,
     parse_root,
     read_blobs,
@@ -72,7 +75,6 @@ from caseshelf.services.storage import (
     read_chunk,
     read_chunks,
     read_superseded,
-    write_manifest,
 )
 from caseshelf.services.versioned import Clock, VersionedStore, utc_now
 
@@ -307,6 +309,9 @@ class Staged:
     bodies: dict[str, bytes] = field(default_factory=dict)  # file bodies sent inline, by hex
     refs: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # hex -> (case, path, size)
     files: list[str] = field(default_factory=list)  # every body the batch names, by hex
+    # Rows of an import (each row one case): an id given twice is refused naming both rows,
+    # checked as the batches are written (`SeenIds`).
+    rows: bool = False
 
     def pairs(self) -> list[tuple[str, str]]:
         """`[case id, case digest]` of each case, as the content digest takes them."""
@@ -426,20 +431,98 @@ def _write_runs(
                 offsets[i] = starts[i] - at + shift
 
 
-def _rows_error(seen: dict[str, int], ids: Sequence[str], before: int) -> BadRequest:
-    """The error for the first id of `ids` (rows `before`... of an import) given twice, naming
-    both rows: each row of an import makes one case."""
-    first: dict[str, int] = {}
-    for k, case_id in enumerate(ids):
-        j = seen.get(case_id, first.get(case_id))
-        if j is not None:
-            return BadRequest(
-                f"rows {j} and {before + k} both map to case id {case_id!r}",
-                case_ids=[case_id],
-                rows=[j, before + k],
-            )
-        first[case_id] = before + k
-    raise ValueError("no id is repeated")
+class SeenIds:
+    """The case ids a streamed registration has taken so far, kept as their hashes (`hash`,
+    this process's): ~60 bytes an id in a set of integers, where a dict of the ids to their
+    rows held ~130 (the id strings kept alive with it), most of what grew with the rows of an
+    import (1,000,000 rows: ~130 MB). A hash seen again is a repeated id, or two ids of one
+    hash (about one pair in 10^19): `first_repeat` tells them apart with the ids themselves,
+    the earlier one read back where it is (`id_at`)."""
+
+    def __init__(self, key: Callable[[str], int] = hash) -> None:
+        self._key = key
+        self._seen: set[int] = set()
+        self._order = array("q")  # each position's hash
+
+    def first_repeat(
+        self, ids: Sequence[str], id_at: Callable[[int], str]
+    ) -> tuple[int, int, str] | None:
+        """Take the ids of the next positions; answer `(earlier position, position, id)` of the
+        first that repeats an id before it, if one does."""
+        start = len(self._order)
+        hashes = list(map(self._key, ids))
+        fresh = set(hashes)
+        if len(fresh) == len(hashes) and self._seen.isdisjoint(fresh):
+            self._seen |= fresh
+            self._order.extend(hashes)
+            return None
+        for k, (case_id, h) in enumerate(zip(ids, hashes, strict=True)):
+            if h in self._seen:
+                for at in _positions(self._order, h):
+                    earlier = ids[at - start] if at >= start else id_at(at)
+                    if earlier == case_id:
+                        return at, start + k, case_id
+            self._seen.add(h)
+            self._order.append(h)
+        return None
+
+
+def _positions(column: array[int], value: int) -> Iterator[int]:
+    """Every position of `value` in `column`, in order (each found by a search in C)."""
+    at = 0
+    while True:
+        try:
+            at = column.index(value, at)
+        except ValueError:
+            return
+        yield at
+        at += 1
+
+
+class _HeldCases:
+    """Cases added to the manifest whose packs are still being written: a chunk names the
+    packs its cases are in, and a pack's name is the digest of its bytes. Each batch is
+    handed on to the `ManifestWriter`, in order, once every pack it went into is stored."""
+
+    def __init__(self, writer: ManifestWriter) -> None:
+        self._writer = writer
+        self._held: deque[tuple[Staged, list[str], list[int], list[int], int]] = deque()
+        self._names: dict[str, str] = {}  # placeholder -> pack name, of the packs stored
+
+    def add(
+        self,
+        batch: Staged,
+        containers: list[str],
+        offsets: list[int],
+        lengths: list[int],
+        packs_named: int,
+    ) -> None:
+        """A batch whose new records went into packs below number `packs_named`."""
+        self._held.append((batch, containers, offsets, lengths, packs_named))
+
+    def case_id(self, position: int) -> str:
+        """The id of the case at `position` of the version (held here, or handed on)."""
+        at = len(self._writer)
+        if position < at:
+            return self._writer.case_id(position)
+        for batch, *_ in self._held:
+            if position < at + len(batch.ids):
+                return batch.ids[position - at]
+            at += len(batch.ids)
+        raise IndexError(f"case position {position} out of range")
+
+    def release(
+        self, stored: int, pending: Sequence[str], digest_of_pack: Callable[[int], str]
+    ) -> None:
+        """Hand on the batches whose packs are among the first `stored` (named by
+        `digest_of_pack`), their placeholders replaced by the packs' names."""
+        names = self._names
+        for number in range(len(names), min(stored, len(pending))):
+            names[pending[number]] = digest_of_pack(number)
+        while self._held and self._held[0][4] <= stored:
+            batch, containers, offsets, lengths, _ = self._held.popleft()
+            located = [names.get(c, c) for c in containers] if names else containers
+            self._writer.add(batch.ids, batch.digests, batch.tags, located, offsets, lengths)
 
 
 class RegistryService:
@@ -612,10 +695,10 @@ class RegistryService:
     ) -> RegisterResult:
         """Register cases streamed as batches of canonical records
         (`caseshelf.domain.mapping.record_batches`), consumed once and never all held at once:
-        the import path, whose mapper builds each case already validated in canonical form. The
-        registry hashes every record itself. The same commit protocol, dedup against the latest
-        live version, size limit, and 409 / idempotency rules as `register`. An error while
-        consuming `records` leaves nothing registered."""
+        the import path, whose mapper builds each case already validated in canonical form and
+        hashes it. Two rows with the same case id are refused naming both rows. The same commit
+        protocol, dedup against the latest live version, size limit, and 409 / idempotency
+        rules as `register`. An error while consuming `records` leaves nothing registered."""
         tenant = identity.check_can_write()
         head = VersionHead(
             name=name,
@@ -669,7 +752,7 @@ class RegistryService:
             settled = self._settled(records, head, digester.digest())
             assert settled is not None
             return settled
-        manifest, mkey, stats = self._write(
+        written, stats = self._write(
             tenant,
             head,
             batches,
@@ -678,7 +761,7 @@ class RegistryService:
             known_blobs=known_blobs,
             inline_ahead=ahead,
         )
-        return self._commit(identity, head, manifest, mkey, stats, lease)
+        return self._commit(identity, head, written, stats, lease)
 
     def _settled(
         self, records: list[VersionRecord], head: VersionHead, cdigest: str
@@ -777,8 +860,7 @@ class RegistryService:
     def _stage_records(self, records: Iterable[RecordBatch]) -> Iterator[Staged]:
         """Canonical records (an import's mapper made and hashed them,
         `caseshelf.domain.mapping.record_batches`); two rows with the same case id are refused
-        naming both rows."""
-        seen: dict[str, int] = {}
+        naming both rows, as they are written (`rows`)."""
         for batch in records:
             ids = batch.ids
             if not ids:
@@ -795,13 +877,9 @@ class RegistryService:
                 tags=batch.tags if batch.tags is not None else [()] * len(ids),
                 lengths=batch.lengths,
                 data=batch.data,
+                rows=True,
             )
             _check_sizes(staged, self.max_case_bytes)
-            before = len(seen)
-            rows = dict(zip(ids, range(before, before + len(ids)), strict=True))
-            if len(rows) != len(ids) or not seen.keys().isdisjoint(rows):
-                raise _rows_error(seen, ids, before)
-            seen.update(rows)
             yield staged
 
     def _copied(self, parent: VersionRecord, src: Manifest, indices: Sequence[int]) -> Staged:
@@ -874,55 +952,83 @@ class RegistryService:
         known: dict[str, Location] | None,
         known_blobs: dict[str, Location] | None = None,
         inline_ahead: frozenset[str] = frozenset(),
-    ) -> tuple[Manifest, str, WriteStats]:
+    ) -> tuple[ManifestWritten, WriteStats]:
         """Apply each batch's plan: new records into packs (put-if-absent, named by digest),
-        bodies into blobs, every case into the manifest, which is stored last. Nothing here is
-        visible until `_commit`. `inline_ahead`: bodies a later batch sends inline (a buffered
-        source's; a streamed one names a body stored, or sent earlier in the stream)."""
+        bodies into blobs, every case into the manifest, whose chunks are stored as they fill
+        (`ManifestWriter`) and whose root is stored last. Nothing here is visible until
+        `_commit`. `inline_ahead`: bodies a later batch sends inline (a buffered source's; a
+        streamed one names a body stored, or sent earlier in the stream).
+
+        Memory holds a window of cases: those whose packs are still being written (a chunk
+        names its packs), and the chunk being filled. Only with a base are all the version's
+        cases kept until the end, for the copies of the records it supersedes and its delta
+        against the base, which compare the two whole (the base is held whole anyway: its
+        records are what the plan reuses)."""
         reusable = {**(base.locations_by_digest() if base is not None else {}), **(known or {})}
         stored = base.blob_locations() if base is not None else {}
         blobs = BlobWriter(self.store, tenant, {**stored, **(known_blobs or {})})
         packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
+        # The version's content and file bodies; its cases too, with a base only.
         builder = ManifestBuilder(
             description=head.description, tags=list(head.tags), shared_files=list(head.shared_files)
         )
+        chunks = ManifestWriter(self.store, tenant, workers=self.read_workers)
+        held = _HeldCases(chunks)
+        seen = SeenIds()
         digester = _digester(head)
         named: dict[str, None] = {}  # every body the version names, in order
         pending: list[str] = []  # the placeholder name of each pack number
         reused = 0
-        for batch in batches:
-            for hex_digest, data in batch.bodies.items():
-                blobs.add(hex_digest, data)
-            self._check_refs(
-                tenant,
-                batch.refs,
-                lambda h: blobs.has(h) or h in inline_ahead,
-                blobs.locate_standalone,
-            )
-            named.update(dict.fromkeys(batch.files))
-            if not batch.ids:
-                continue
-            digester.add(batch.pairs())
-            plan = plan_batch(batch.digests, reusable)
-            reused += len(batch.ids) - plan.new_count
-            containers, offsets, lengths = _reused_columns(plan.reused, batch.lengths)
-            if plan.runs:
-                if batch.data is None:
-                    raise ValueError("a batch with new records that does not hold them")
-                _write_runs(packs, batch, plan.runs, pending, containers, offsets)
-            builder.add_cases(batch.ids, batch.digests, batch.tags, containers, offsets, lengths)
-        named.update(dict.fromkeys(sf["digest"][7:] for sf in head.shared_files))
-        cdigest = digester.digest()
-        packs.flush()
-        builder.resolve_pending(packs.digest_of_pack)
-        blob_locs = blobs.finish()
-        for hex_digest in named:
-            builder.add_blob(hex_digest, blob_locs[hex_digest])
-        manifest = builder.build(cdigest)
-        manifest, copied = self._keep_superseded(tenant, base, manifest)
-        mkey = write_manifest(
-            self.store, tenant, manifest, workers=self.read_workers, base=base
-        ).key
+        try:
+            for batch in batches:
+                for hex_digest, data in batch.bodies.items():
+                    blobs.add(hex_digest, data)
+                self._check_refs(
+                    tenant,
+                    batch.refs,
+                    lambda h: blobs.has(h) or h in inline_ahead,
+                    blobs.locate_standalone,
+                )
+                named.update(dict.fromkeys(batch.files))
+                if not batch.ids:
+                    continue
+                if batch.rows:
+                    repeat = seen.first_repeat(batch.ids, held.case_id)
+                    if repeat is not None:
+                        first, again, case_id = repeat
+                        raise BadRequest(
+                            f"rows {first} and {again} both map to case id {case_id!r}",
+                            case_ids=[case_id],
+                            rows=[first, again],
+                        )
+                digester.add(batch.pairs())
+                plan = plan_batch(batch.digests, reusable)
+                reused += len(batch.ids) - plan.new_count
+                containers, offsets, lengths = _reused_columns(plan.reused, batch.lengths)
+                if plan.runs:
+                    if batch.data is None:
+                        raise ValueError("a batch with new records that does not hold them")
+                    _write_runs(packs, batch, plan.runs, pending, containers, offsets)
+                if base is not None:
+                    builder.add_cases(
+                        batch.ids, batch.digests, batch.tags, containers, offsets, lengths
+                    )
+                held.add(batch, containers, offsets, lengths, len(pending))
+                held.release(packs.stored(), pending, packs.digest_of_pack)
+            named.update(dict.fromkeys(sf["digest"][7:] for sf in head.shared_files))
+            cdigest = digester.digest()
+            packs.flush()
+            held.release(len(pending), pending, packs.digest_of_pack)
+            builder.resolve_pending(packs.digest_of_pack)
+            blob_locs = blobs.finish()
+            for hex_digest in named:
+                builder.add_blob(hex_digest, blob_locs[hex_digest])
+            manifest = builder.build(cdigest)
+            manifest, copied = self._keep_superseded(tenant, base, manifest)
+            written = chunks.finish(manifest, base=base)
+        except BaseException:
+            chunks.close()
+            raise
         stats = WriteStats(
             case_bytes_written=packs.bytes_written + copied.bytes_written,
             pack_objects_written=packs.objects_written + copied.objects_written,
@@ -930,7 +1036,7 @@ class RegistryService:
             cases_reused=reused,
             superseded_copied=copied.records,
         )
-        return manifest, mkey, stats
+        return written, stats
 
     def _keep_superseded(
         self, tenant: str, base: Manifest | None, manifest: Manifest
@@ -973,14 +1079,14 @@ class RegistryService:
         self,
         identity: Identity,
         head: VersionHead,
-        manifest: Manifest,
-        mkey: str,
+        written: ManifestWritten,
         stats: WriteStats,
         lease: Lease,
     ) -> RegisterResult:
         """Commit a version whose manifest is stored: the label given, or the next one the bump
         gives (retried when a racing bump takes it), with the registry's idempotency rules."""
-        cdigest = manifest.content_digest
+        root = written.root
+        cdigest = root.content_digest
         for attempt in range(BUMP_ATTEMPTS):
             if attempt:
                 _bump_pause(attempt)
@@ -994,9 +1100,9 @@ class RegistryService:
                 name=head.name,
                 version=label,
                 content_digest=cdigest,
-                manifest_key=mkey,
-                case_count=len(manifest),
-                bytes=manifest.case_bytes(),
+                manifest_key=written.key,
+                case_count=root.count,
+                bytes=root.case_bytes,
                 description=head.description,
                 tags=head.tags,
                 produced_by=head.produced_by,
