@@ -46,7 +46,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import accumulate, chain, islice, repeat
+from itertools import accumulate, chain, islice, pairwise, repeat
 from operator import sub
 from typing import Any
 
@@ -302,9 +302,9 @@ def tag_sets(m: Manifest, start: int, stop: int) -> tuple[list[str], list[list[i
     used = list(dict.fromkeys(flat))
     if not used:
         return [], [], array("B")
-    # Each case's stretch of the tag column as bytes: a key for its set, cut in C.
+    # Each case's stretch of the tag column as bytes: a key for its set.
     raw = flat.tobytes()
-    keys = list(map(raw.__getitem__, map(slice, bounds, islice(bounds, 1, None))))
+    keys = [raw[start:stop] for start, stop in pairwise(bounds)]
     local = {number: i for i, number in enumerate(used)}
     table: dict[tuple[int, ...], int] = {}
     number_of = {

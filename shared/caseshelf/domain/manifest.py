@@ -20,7 +20,7 @@ import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import accumulate, chain, compress, count, islice
+from itertools import accumulate, chain, islice
 from typing import Any, Protocol
 
 import orjson
@@ -166,12 +166,12 @@ class TagSetColumn(Sequence[Sequence[int]]):
         return self.sets[self.of_case[i]]
 
     def tagged(self, wanted: set[int]) -> Iterator[int]:
-        """Positions of the cases carrying any of the `wanted` tag numbers, ascending: a look-up
-        of each case's set in a table of which sets match, in C."""
+        """Positions of the cases carrying any of the `wanted` tag numbers, ascending: each
+        case's set looked up in a table of which sets match."""
         matching = [not wanted.isdisjoint(tags) for tags in self.sets]
         if not any(matching):
             return iter(())
-        return compress(count(), map(matching.__getitem__, self.of_case))
+        return (i for i, number in enumerate(self.of_case) if matching[number])
 
     def __eq__(self, other: object) -> bool:
         return _same_tags(self, other)
