@@ -545,56 +545,24 @@ def split_manifest(
     m: Manifest,
 ) -> tuple[Root, list[tuple[str, bytes]], tuple[str, bytes] | None, list[tuple[str, bytes]]]:
     """`m` as a root, its chunks (`(sha256 hex, bytes)`, in order), the object of its
-    superseded copies (None when it keeps none) and its sample columns (in order)."""
-    ends = chunk_ends(m.digest_list())
-    chunks: list[tuple[str, bytes]] = []
-    counts, firsts, lasts, chunk_tags = [], [], [], []
-    tag_no = {name: t for t, name in enumerate(m.tag_names)}
-    start = 0
-    for end in ends:
-        data, names = _chunk(m, start, end)
-        chunks.append((sha256_hex(data), data))
-        counts.append(end - start)
-        firsts.append(m.ids[start] if end > start else "")
-        lasts.append(m.ids[end - 1] if end > start else "")
-        chunk_tags.append(sorted(tag_no[name] for name in names))
-        start = end
-    used = [m.packs[p] for p in dict.fromkeys(column_array(m.pack_index))]
-    copies = superseded_bytes(m)
-    if copies is not None:  # the copies' packs are the version's too (gc keeps them with it)
-        used += [m.packs[p] for p in dict.fromkeys(m.superseded_pack) if m.packs[p] not in used]
-    root = Root(
-        content_digest=m.content_digest,
-        description=m.description,
-        tags=list(m.tags),
-        shared_files=list(m.shared_files),
-        count=len(m.ids),
-        case_bytes=m.case_bytes(),
-        tag_names=list(m.tag_names),
-        packs=list(used),
-        chunk_keys=[k for k, _ in chunks],
-        chunk_counts=counts,
-        first_ids=firsts,
-        last_ids=lasts,
-        chunk_tags=chunk_tags,
-        blob_containers=list(m.blob_containers),
-        blob_digests=list(m.blob_digests),
-        blob_container_index=array("I", m.blob_container_index),
-        blob_offsets=array("Q", m.blob_offsets),
-        blob_lengths=array("Q", m.blob_lengths),
+    superseded copies (None when it keeps none) and its sample columns (in order): what
+    `ManifestCutter` makes of its cases given all at once."""
+    cutter = ManifestCutter()
+    pack_index = column_array(m.pack_index)
+    objects = cutter.add(
+        m.ids,
+        m.digest_list(),
+        [m.tags_of(i) for i in range(len(m.ids))],
+        [m.packs[p] for p in pack_index],
+        column_array(m.offsets),
+        column_array(m.lengths),
     )
-    extra = None
-    if copies is not None:
-        extra = (sha256_hex(copies), copies)
-        root.superseded_key, root.superseded_count = extra[0], len(m.superseded_digests)
-    samples = []
-    starts, group_start = root.chunk_starts(), 0
-    for group_end in sample_group_ends(root.chunk_keys):
-        data = sample_column_bytes(m, starts[group_start], starts[group_end])
-        samples.append((sha256_hex(data), data))
-        root.sample_chunks.append(group_end - group_start)
-        group_start = group_end
-    root.sample_keys = [k for k, _ in samples]
+    root, rest = cutter.finish(m)
+    objects += rest
+    copies = superseded_bytes(m)
+    extra = (root.superseded_key, copies) if copies is not None else None
+    chunks = [(key, data) for kind, key, data in objects if kind == "chunk"]
+    samples = [(key, data) for kind, key, data in objects if kind == "sample"]
     return root, chunks, extra, samples
 
 
