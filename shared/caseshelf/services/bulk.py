@@ -12,9 +12,10 @@ command took 4.5-5.3 s for the same 100,000 cases, and 2.2-2.8 s with it paused 
 2-3, 2026-12-01).
 
 The collector is process-wide state, so no service pauses it: the entry points that take whole
-documents do (the registry function's handler, the CLI's register and validate), scoped, and
-everything is as it was once the last of them ends. The CLI's register and validate pause it for a
-large file too (the upload's job runs in the CLI's process on the embedded store).
+documents do (the registry function's handler, the importer function's upload jobs, the CLI's
+register and validate), scoped, and everything is as it was once the last of them ends. The CLI's
+register and validate pause it for a large file too (the upload's job runs in the CLI's process
+on the embedded store).
 """
 
 from __future__ import annotations
