@@ -21,6 +21,7 @@ lines, not cut at all (docs/decisions.md, "Whole packs for exports").
 from __future__ import annotations
 
 import hashlib
+import threading
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -205,7 +206,7 @@ class WholePacks:
     """The packs an export has read whole, each checked once against its address, kept for its
     next windows (the last `keep` of them). What it buys: an export of 100,000 GSM8K-shaped
     cases hashed each record apart (~1.5 µs each with the interpreter lock held) and cut each
-    out of its read; with whole packs it hashes ~6 packs with the lock released, and hands on
+    out of its read; with whole packs it hashes ~5 packs with the lock released, and hands on
     the window's records as the blocks of lines they already are (`bench/bench_export.py`,
     `export-parquet`; docs/benchmarks.md).
 
@@ -216,21 +217,24 @@ class WholePacks:
         self._store = store
         self._keep = keep
         self._held: dict[str, bytes] = {}  # oldest first
+        self._lock = threading.Lock()  # reads of a remote store run on several threads
 
     def wants(self, read: _Read) -> bool:
         return read.key in self._held or read.end - read.start >= WHOLE_PACK_MIN_BYTES
 
     def get(self, read: _Read) -> tuple[bytes, bool]:
         """(the whole pack, whether it hashes to its address)."""
-        data = self._held.get(read.key)
+        with self._lock:
+            data = self._held.get(read.key)
         if data is not None:
             return data, True
         data = self._store.get(read.key)
         if hashlib.sha256(data).hexdigest() != read.digest:
             return data, False
-        self._held[read.key] = data
-        while len(self._held) > self._keep:
-            del self._held[next(iter(self._held))]
+        with self._lock:
+            self._held[read.key] = data
+            while len(self._held) > self._keep:
+                del self._held[next(iter(self._held))]
         return data, True
 
 
@@ -284,9 +288,10 @@ def read_ahead(read: Callable[[int], CaseWindow], count: int) -> Iterator[CaseWi
     """`read(0)` … `read(count - 1)`, each read on a thread of its own while the caller works
     on the one before. What it buys: reading a window mostly waits on files or the network and
     hashes packs and chunks with the interpreter lock released, so it overlaps the planning of
-    the window before (and the building and writing of those before it); a parquet export of
-    100,000 GSM8K-shaped cases took ~15% less wall time with it (`bench/bench_export.py`,
-    `export-parquet`). At most one window is read ahead."""
+    the window before (and the building and writing of those before it). With `WholePacks`, a
+    parquet export of 100,000 GSM8K-shaped cases went from 3.00-3.18 times `write_table` to
+    2.67-2.83 on two quiet cores (`bench/bench_export.py`, `export-parquet`; the two were
+    measured together). At most one window is read ahead."""
     if not count:
         return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="caseshelf-read") as pool:
