@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from caseshelf.services import bulk
 from caseshelf.services.bulk import gc_paused
 
 pytestmark = pytest.mark.unit
@@ -102,16 +103,20 @@ def test_cyclic_garbage_made_during_a_pause_is_still_collected() -> None:
 
 
 def test_objects_frozen_by_someone_else_stay_frozen() -> None:
-    # Given objects frozen before the pause (as a server does before it forks)
-    gc.enable()
-    gc.freeze()
+    # Given objects frozen before the pause (as a server does before it forks, before any
+    # thread runs: here a thread left by another test may be ending a pause, so the freeze
+    # takes the pauses' lock, as no pause can then be between its check and its thaw)
+    with bulk._lock:
+        gc.enable()
+        gc.freeze()
     try:
         frozen = gc.get_freeze_count()
         assert frozen > 0
         with gc_paused():
             made = [[i] for i in range(100)]
-        # Then the pause thawed none of them
-        assert gc.get_freeze_count() == frozen
+        # Then the pause thawed none of them (a thaw would leave none frozen; a frozen object
+        # that died since, on this thread or a thread of another test, leaves the count)
+        assert gc.get_freeze_count() > frozen * 0.9
         del made
     finally:
         gc.unfreeze()
