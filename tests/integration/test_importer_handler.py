@@ -155,47 +155,29 @@ def test_upload_then_s3_event_runs_the_job_once(backend):
     assert api("GET", f"/jobs/{up['job_id']}", tenant="other")[0] == 404
 
 
-def test_a_job_is_running_while_its_import_runs(backend, monkeypatch):
+def test_a_job_is_running_while_its_import_runs_with_the_collector_paused(backend, monkeypatch):
+    import gc
+
     # Given an upload whose file has arrived
     _, up = api("POST", "/uploads", {"filename": "rows.jsonl", "recipe": "gsm8k", "dataset": "s"})
     backend.s3.put_object(Bucket=backend.settings.bucket, Key=up["key"], Body=ROWS.encode())
-    seen: list[str] = []
+    seen: list[tuple[str, bool]] = []
     imports = backend.services.jobs.imports
     real_run = imports.run
 
     def watching_run(*args: Any, **kwargs: Any) -> Any:
-        seen.append(api("GET", f"/jobs/{up['job_id']}")[1]["state"])
+        seen.append((api("GET", f"/jobs/{up['job_id']}")[1]["state"], gc.isenabled()))
         return real_run(*args, **kwargs)
 
     monkeypatch.setattr(imports, "run", watching_run)
     # When the S3 event runs it
-    _, handled = call(s3_event(up["key"]))
-    # Then the job went pending -> running -> succeeded
-    assert handled["objects"][0]["status"] == "succeeded"
-    assert seen == ["running"]
-    assert api("GET", f"/jobs/{up['job_id']}")[1]["state"] == "succeeded"
-
-
-def test_an_import_job_runs_with_the_collector_paused_and_restores_it(backend, monkeypatch):
-    import gc
-
-    # Given an upload whose file has arrived
-    _, up = api("POST", "/uploads", {"filename": "rows.jsonl", "recipe": "gsm8k", "dataset": "g"})
-    backend.s3.put_object(Bucket=backend.settings.bucket, Key=up["key"], Body=ROWS.encode())
-    seen: list[bool] = []
-    imports = backend.services.jobs.imports
-    real_run = imports.run
-
-    def watching_run(*args: Any, **kwargs: Any) -> Any:
-        seen.append(gc.isenabled())
-        return real_run(*args, **kwargs)
-
-    monkeypatch.setattr(imports, "run", watching_run)
-    # When the S3 event runs it, the cyclic collector is off while it does, and back after
     assert gc.isenabled()
     _, handled = call(s3_event(up["key"]))
+    # Then the job went pending -> running -> succeeded, the cyclic collector off while it ran
+    # (an uploaded document is parsed whole) and back on after
     assert handled["objects"][0]["status"] == "succeeded"
-    assert seen == [False] and gc.isenabled()
+    assert seen == [("running", False)] and gc.isenabled()
+    assert api("GET", f"/jobs/{up['job_id']}")[1]["state"] == "succeeded"
 
 
 def test_a_failed_job_reports_its_error_and_registers_nothing(backend):
