@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 
+from caseshelf.domain import layout
+from caseshelf.domain.chunks import split_manifest
+from caseshelf.domain.diff import delta_bytes
 from caseshelf.domain.identity import Identity
-from caseshelf.domain.manifest import Location
+from caseshelf.domain.manifest import Location, superseded_indices
 from caseshelf.services import registry as registry_module
 from caseshelf.services.diff import DiffService
 from caseshelf.services.gc import collect_garbage
@@ -187,3 +190,42 @@ def test_a_manifest_without_copies_is_written_as_before(backend: Backend) -> Non
     with_one = m.with_superseded([(m.digests[0], Location(m.packs[0], 0, 5))])
     assert with_one.packs == m.packs  # the pack was already listed
     assert with_one.superseded_locations() == {m.digests[0]: Location(m.packs[0], 0, 5)}
+
+
+def test_a_version_against_a_base_stores_what_its_whole_manifest_makes(backend: Backend) -> None:
+    """Registered against a base, a version's cases are not held to the end (its change against
+    the base is followed as they pass): what it stores is what the whole-manifest functions make
+    of its whole manifest, byte for byte, and its content digest is its cases'."""
+    reg = backend.services.registry
+    # Given v1, and v2 with cases changed, removed, added (two of them with the content of a
+    # base case under a new id), one moved, and the rest as they were
+    v1 = register(reg, "1", cases(3000))
+    docs = cases(3000, changed={5, 700, 2999}, removed={11, 1500})
+    docs.insert(40, {**docs[900], "id": "again-900"})
+    docs.insert(2000, {"id": "new-1", "inputs": {"user": "new"}})
+    docs.append({**docs[3], "id": "again-3"})
+    docs.insert(100, docs.pop(2500))
+    v2 = register(reg, "2", docs)
+    base_m, new_m = reg.manifest(v1.record), reg.manifest(v2.record)
+    # Then the root, every chunk, the superseded copies and the delta are split_manifest's and
+    # delta_bytes' of the whole manifest
+    root, chunks, copies, samples = split_manifest(new_m)
+    delta = delta_bytes(base_m, new_m)
+    assert delta is not None
+    root.delta_key, root.delta_base = hashlib.sha256(delta).hexdigest(), base_m.content_digest
+    stored = reg.root(v2.record)
+    assert reg.store.get(v2.record.manifest_key) == root.to_bytes()
+    assert reg.store.get(layout.delta_key("acme", stored.delta_key)) == delta
+    assert copies is not None
+    assert reg.store.get(layout.superseded_key("acme", stored.superseded_key)) == copies[1]
+    for key, data in chunks:
+        assert reg.store.get(layout.chunk_key("acme", key)) == data
+    for key, data in samples:
+        assert reg.store.get(layout.sample_key("acme", key)) == data
+    # And the copies are of exactly the records superseded_indices names
+    dropped = superseded_indices(base_m, new_m)
+    assert set(new_m.superseded_locations()) == {base_m.digests[i] for i in dropped}
+    assert v2.stats.superseded_copied == len(dropped) == 5
+    # And the content digest is what the same cases make without a base
+    fresh = reg.register(ME, parse_dataset({"id": "fresh", "version": "1", "cases": docs}))
+    assert fresh.record.content_digest == v2.record.content_digest

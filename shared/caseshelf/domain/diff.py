@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice, pairwise
 from operator import lt
@@ -34,6 +34,7 @@ import orjson
 from caseshelf.domain.chunks import Root, chunk_bytes, chunk_from_bytes
 from caseshelf.domain.errors import BadRequest
 from caseshelf.domain.manifest import (
+    PENDING_PACK,
     DigestColumn,
     Location,
     Manifest,
@@ -474,15 +475,26 @@ def _take(m: Manifest, positions: Sequence[int]) -> Manifest:
 
 def delta_bytes(base: Manifest, candidate: Manifest) -> bytes | None:
     """The delta of `candidate` against `base` (`Delta`), or None when they differ in no case
-    or in more than `DELTA_MAX_CASES` (known without a plan when their sizes differ by more)."""
+    or in more than `DELTA_MAX_CASES` (known without a plan when their sizes differ by more).
+    `ChangeAgainstBase` answers the same of a candidate whose cases pass a batch at a time."""
     if abs(len(base) - len(candidate)) > DELTA_MAX_CASES:
         return None
     plan = plan_diff(base, candidate)
     named = len(plan.added) + len(plan.removed) + len(plan.changed)
     if not named or named > DELTA_MAX_CASES:
         return None
+    cand_at = sorted(plan.added + [j for _, j in plan.changed])
+    return _delta_document(base, plan, _take(candidate, cand_at))
+
+
+def _delta_document(base: Manifest, plan: DiffPlan, candidate_cases: Manifest) -> bytes:
+    """The stored delta of `plan` (its `meta` left out): the base's cases it names read from
+    `base`, and `candidate_cases`, the candidate's added and changed cases in candidate order
+    (ids, digests, locations)."""
     base_at = sorted(plan.removed + [i for i, _ in plan.changed])
     cand_at = sorted(plan.added + [j for _, j in plan.changed])
+    if len(candidate_cases) != len(cand_at):
+        raise ValueError("candidate cases that do not match the plan")
 
     def ints(values: Sequence[int]) -> str:
         return _pack_ints(array("I", values), "I")
@@ -499,9 +511,189 @@ def delta_bytes(base: Manifest, candidate: Manifest) -> bytes | None:
         "base_positions": ints(base_at),
         "candidate_positions": ints(cand_at),
         "base_cases": orjson.Fragment(chunk_bytes(_take(base, base_at), 0, len(base_at))),
-        "candidate_cases": orjson.Fragment(chunk_bytes(_take(candidate, cand_at), 0, len(cand_at))),
+        "candidate_cases": orjson.Fragment(chunk_bytes(candidate_cases, 0, len(cand_at))),
     }
     return orjson.dumps(doc)
+
+
+# What `ChangeAgainstBase` knows of each base case: no case of the version has its id (yet), one
+# has it with another digest (changed), or one has it with the same digest (its record reused).
+_UNMATCHED, _CHANGED, _KEPT = 0, 1, 2
+
+
+class ChangeAgainstBase:
+    """A version's change against the base it is registered against, followed as its cases
+    pass in dataset order (each case once): what a registration needs of the two at the end
+    without holding the version's cases until then.
+
+    It keeps one byte per base case (`_UNMATCHED`, `_CHANGED`, `_KEPT`), and while the change
+    names at most `limit` cases, the added and changed positions with those cases' ids, digests
+    and locations: memory follows the base (held whole by the registration anyway) and the
+    change, not the version. Batches that line up with the base (the same ids at the same
+    positions: a re-import or an edited bump) are compared as slices; the first that does not
+    builds the base's id -> position index that matching by id needs.
+
+    `superseded()` answers what `superseded_indices` answers of the whole version, and
+    `delta()` what `delta_bytes` answers (the same bytes; tests hold them equal)."""
+
+    def __init__(self, base: Manifest, *, limit: int = DELTA_MAX_CASES) -> None:
+        self.base = base
+        self._ids = base.ids
+        self._digests = base.digest_list()
+        self._state = bytearray(len(base))  # every base case _UNMATCHED at first
+        self._position: dict[str, int] | None = None  # base id -> position, once needed
+        self._limit = limit
+        self._count = 0  # the version's cases so far
+        self._common = 0  # those whose id the base holds
+        self._last_common = -1  # the base position of the latest of them
+        self._order_changed = False
+        # The named cases while they fit `limit` (`_named`): positions, and the candidate's
+        # added and changed cases in order, with where each record is stored.
+        self._named = True
+        self._added: list[int] = []
+        self._changed: list[tuple[int, int]] = []
+        self._case_ids: list[str] = []
+        self._case_digests: list[str] = []
+        self._containers: list[str] = []
+        self._offsets = array("Q")
+        self._lengths = array("I")
+
+    def add(
+        self,
+        ids: Sequence[str],
+        digests: Sequence[str],
+        containers: Sequence[str],
+        offsets: Sequence[int],
+        lengths: Sequence[int],
+    ) -> None:
+        """The version's next cases: ids, digests hex, and where each record is stored (a
+        pack name, or a pending one that `resolve_pending` names later)."""
+        start, stop = self._count, self._count + len(ids)
+        self._count = stop
+        if self._ids[start:stop] == list(ids):
+            self._add_aligned(start, digests, containers, offsets, lengths)
+            return
+        if self._position is None:
+            self._position = dict(zip(self._ids, range(len(self._ids)), strict=True))
+        base_digests, state, position = self._digests, self._state, self._position
+        for k, case_id in enumerate(ids):
+            i = position.get(case_id)
+            if i is None:
+                self._note(start + k, None, k, ids, digests, containers, offsets, lengths)
+                continue
+            self._common += 1
+            if i < self._last_common:
+                self._order_changed = True
+            self._last_common = i
+            if base_digests[i] == digests[k]:
+                state[i] = _KEPT
+            else:
+                state[i] = _CHANGED
+                self._note(start + k, i, k, ids, digests, containers, offsets, lengths)
+
+    def _add_aligned(
+        self,
+        start: int,
+        digests: Sequence[str],
+        containers: Sequence[str],
+        offsets: Sequence[int],
+        lengths: Sequence[int],
+    ) -> None:
+        """Cases whose ids are the base's at the same positions from `start` on."""
+        n = len(digests)
+        stop = start + n
+        self._state[start:stop] = bytes([_KEPT]) * n
+        self._common += n
+        if not n:
+            return
+        if start < self._last_common:
+            self._order_changed = True
+        self._last_common = stop - 1
+        held = self._digests[start:stop]
+        if held == list(digests):
+            return
+        ids = self._ids[start:stop]
+        for k, digest in enumerate(digests):
+            if held[k] != digest:
+                self._state[start + k] = _CHANGED
+                self._note(start + k, start + k, k, ids, digests, containers, offsets, lengths)
+
+    def _note(
+        self,
+        j: int,
+        base_position: int | None,
+        k: int,
+        ids: Sequence[str],
+        digests: Sequence[str],
+        containers: Sequence[str],
+        offsets: Sequence[int],
+        lengths: Sequence[int],
+    ) -> None:
+        """Case `k` of a batch, at position `j` of the version: added (no base position) or
+        changed. Past `limit` named cases the version keeps no delta: nothing more is noted."""
+        if not self._named:
+            return
+        if base_position is None:
+            self._added.append(j)
+        else:
+            self._changed.append((base_position, j))
+        if len(self._added) + len(self._changed) > self._limit:
+            self._named = False
+            self._added, self._changed, self._case_ids, self._case_digests = [], [], [], []
+            self._containers, self._offsets, self._lengths = [], array("Q"), array("I")
+            return
+        self._case_ids.append(ids[k])
+        self._case_digests.append(digests[k])
+        self._containers.append(containers[k])
+        self._offsets.append(offsets[k])
+        self._lengths.append(lengths[k])
+
+    def resolve_pending(self, digest_of_pack: Callable[[int], str]) -> None:
+        """Name the packs that were still being written when the noted cases were added
+        (`ManifestBuilder.resolve_pending`)."""
+        self._containers = [
+            digest_of_pack(int(c[len(PENDING_PACK) :])) if c.startswith(PENDING_PACK) else c
+            for c in self._containers
+        ]
+
+    def superseded(self) -> list[int]:
+        """The base positions whose record the version does not hold (its removed cases and
+        the earlier form of its changed ones), ascending: `superseded_indices`."""
+        return [i for i, s in enumerate(self._state) if s != _KEPT]
+
+    def delta(self) -> bytes | None:
+        """The delta of the version against the base: `delta_bytes` of the whole version."""
+        base, limit = self.base, self._limit
+        if not self._named or abs(len(base) - self._count) > limit:
+            return None
+        removed = [i for i, s in enumerate(self._state) if s == _UNMATCHED]
+        named = len(self._added) + len(removed) + len(self._changed)
+        if not named or named > limit:
+            return None
+        plan = DiffPlan(
+            self._added,
+            removed,
+            self._changed,
+            self._common - len(self._changed),
+            self._order_changed,
+        )
+        packs = list(dict.fromkeys(self._containers))
+        pack_no = {name: n for n, name in enumerate(packs)}
+        cases = Manifest(
+            content_digest="",
+            description="",
+            tags=[],
+            shared_files=[],
+            ids=self._case_ids,
+            digests=DigestColumn("".join(self._case_digests)),
+            packs=packs,
+            pack_index=array("I", [pack_no[name] for name in self._containers]),
+            offsets=self._offsets,
+            lengths=self._lengths,
+            tag_names=[],
+            case_tags=[],
+        )
+        return _delta_document(base, plan, cases)
 
 
 def delta_from_bytes(data: bytes) -> Delta:

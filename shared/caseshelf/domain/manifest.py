@@ -487,7 +487,8 @@ class Manifest:
 def superseded_indices(base: Manifest, new: Manifest) -> list[int]:
     """Positions of the base version's cases whose record the new version does not hold: its
     removed cases and the earlier form of its changed ones (a digest covers the id too). These
-    are what a diff of the two reads from the base."""
+    are what a diff of the two reads from the base. (A registration follows the same as its
+    cases pass, `caseshelf.domain.diff.ChangeAgainstBase.superseded`.)"""
     held = set(new.digest_list())
     return [i for i, digest in enumerate(base.digest_list()) if digest not in held]
 

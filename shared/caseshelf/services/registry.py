@@ -32,6 +32,7 @@ from caseshelf.domain.canonical import (
     inline_body,
 )
 from caseshelf.domain.chunks import Root, join_chunks, root_of_legacy
+from caseshelf.domain.diff import ChangeAgainstBase
 from caseshelf.domain.envelope import canonical_into, validation_problem
 from caseshelf.domain.errors import BadRequest, Conflict, Corrupt, NotFound, TooLarge
 from caseshelf.domain.identity import Identity
@@ -41,7 +42,6 @@ from caseshelf.domain.manifest import (
     Manifest,
     ManifestBuilder,
     column_array,
-    superseded_indices,
 )
 from caseshelf.domain.models import (
     Case,
@@ -960,20 +960,23 @@ class RegistryService:
         streamed one names a body stored, or sent earlier in the stream).
 
         Memory holds a window of cases: those whose packs are still being written (a chunk
-        names its packs), and the chunk being filled. Only with a base are all the version's
-        cases kept until the end, for the copies of the records it supersedes and its delta
-        against the base, which compare the two whole (the base is held whole anyway: its
-        records are what the plan reuses)."""
+        names its packs), and the chunk being filled. With a base, the change against it is
+        followed as the batches pass (`ChangeAgainstBase`: a byte per base case, and the
+        changed and added cases while they number few enough for a delta), for the copies of
+        the records the version supersedes and its delta against the base: memory follows the
+        base (held whole: its records are what the plan reuses) and the change, not the new
+        input."""
         reusable = {**(base.locations_by_digest() if base is not None else {}), **(known or {})}
         stored = base.blob_locations() if base is not None else {}
         blobs = BlobWriter(self.store, tenant, {**stored, **(known_blobs or {})})
         packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
-        # The version's content and file bodies; its cases too, with a base only.
+        # The version's content and file bodies (its cases go to `chunks` as they come).
         builder = ManifestBuilder(
             description=head.description, tags=list(head.tags), shared_files=list(head.shared_files)
         )
         chunks = ManifestWriter(self.store, tenant, workers=self.read_workers)
         held = _HeldCases(chunks)
+        change = ChangeAgainstBase(base) if base is not None else None
         seen = SeenIds()
         digester = _digester(head)
         named: dict[str, None] = {}  # every body the version names, in order
@@ -1009,23 +1012,29 @@ class RegistryService:
                     if batch.data is None:
                         raise ValueError("a batch with new records that does not hold them")
                     _write_runs(packs, batch, plan.runs, pending, containers, offsets)
-                if base is not None:
-                    builder.add_cases(
-                        batch.ids, batch.digests, batch.tags, containers, offsets, lengths
-                    )
+                if change is not None:
+                    change.add(batch.ids, batch.digests, containers, offsets, lengths)
                 held.add(batch, containers, offsets, lengths, len(pending))
                 held.release(packs.stored(), pending, packs.digest_of_pack)
             named.update(dict.fromkeys(sf["digest"][7:] for sf in head.shared_files))
             cdigest = digester.digest()
             packs.flush()
             held.release(len(pending), pending, packs.digest_of_pack)
-            builder.resolve_pending(packs.digest_of_pack)
             blob_locs = blobs.finish()
             for hex_digest in named:
                 builder.add_blob(hex_digest, blob_locs[hex_digest])
             manifest = builder.build(cdigest)
-            manifest, copied = self._keep_superseded(tenant, base, manifest)
-            written = chunks.finish(manifest, base=base)
+            if change is None:
+                copied = _Copied()
+                written = chunks.finish(manifest)
+            else:
+                change.resolve_pending(packs.digest_of_pack)
+                manifest, copied = self._keep_superseded(
+                    tenant, change.base, change.superseded(), manifest
+                )
+                written = chunks.finish(
+                    manifest, delta=change.delta(), delta_base=change.base.content_digest
+                )
         except BaseException:
             chunks.close()
             raise
@@ -1039,17 +1048,14 @@ class RegistryService:
         return written, stats
 
     def _keep_superseded(
-        self, tenant: str, base: Manifest | None, manifest: Manifest
+        self, tenant: str, base: Manifest, dropped: Sequence[int], manifest: Manifest
     ) -> tuple[Manifest, _Copied]:
-        """`manifest` with copies of the base version's records it no longer holds (its changed
-        and removed cases), written back to back: a diff of the two then reads them in one span
-        instead of one request each, scattered through the base's packs. Registration pays
-        those reads once, with this store's read plan (`read_gap`, `read_workers`). Skipped beyond
-        `SUPERSEDED_MAX_RECORDS` or `SUPERSEDED_MAX_BYTES` (a large change costs a diff more
-        reads in any case)."""
-        if base is None:
-            return manifest, _Copied()
-        dropped = superseded_indices(base, manifest)
+        """`manifest` with copies of the base version's records at `dropped`, those the new
+        version no longer holds (its changed and removed cases), written back to back: a diff
+        of the two then reads them in one span instead of one request each, scattered through
+        the base's packs. Registration pays those reads once, with this store's read plan
+        (`read_gap`, `read_workers`). Skipped beyond `SUPERSEDED_MAX_RECORDS` or
+        `SUPERSEDED_MAX_BYTES` (a large change costs a diff more reads in any case)."""
         lengths = column_array(base.lengths)
         if (
             not dropped

@@ -204,7 +204,11 @@ def write_manifest(
             offsets[at : part.stop],
             lengths[at : part.stop],
         )
-    return writer.finish(manifest, base=base)
+    if base is None:
+        return writer.finish(manifest)
+    return writer.finish(
+        manifest, delta=delta_bytes(base, manifest), delta_base=base.content_digest
+    )
 
 
 MANIFEST_FEED_CASES = 4096  # cases handed to a ManifestWriter at a time by write_manifest
@@ -302,19 +306,20 @@ class ManifestWriter:
         self._in_flight.clear()
         self._drain()
 
-    def finish(self, manifest: Manifest, *, base: Manifest | None = None) -> ManifestWritten:
+    def finish(
+        self, manifest: Manifest, *, delta: bytes | None = None, delta_base: str = ""
+    ) -> ManifestWritten:
         """Store the last chunks, the object of the superseded copies and the root, whose
         content, file bodies and superseded copies are `manifest`'s; its cases are the ones
-        added (`manifest` holds them whole only where `base` is given: with the base the
-        version was registered against, it keeps its change against it too, `delta_bytes`,
-        for a diff of the two)."""
+        added (`manifest` need not hold them). `delta`: the version's change against the base
+        it was registered against (`delta_bytes`, or `ChangeAgainstBase.delta` as the cases
+        came), whose content digest is `delta_base`, kept for a diff of the two."""
         try:
             root, rest = self._cutter.finish(manifest)
             for kind, hex_digest, data in rest:
                 self._put(self._key(kind, hex_digest), data)
-            delta = delta_bytes(base, manifest) if base is not None else None
-            if delta is not None and base is not None:
-                root.delta_key, root.delta_base = sha256_hex(delta), base.content_digest
+            if delta is not None:
+                root.delta_key, root.delta_base = sha256_hex(delta), delta_base
                 self._put(layout.delta_key(self._tenant, root.delta_key), delta)
             copies = superseded_bytes(manifest)
             if copies is not None:
