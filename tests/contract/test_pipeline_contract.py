@@ -122,6 +122,31 @@ def test_a_refused_stream_names_the_case_and_registers_nothing(
         registry.get_version(ALICE, "gsm", "1")
 
 
+def test_an_id_repeated_windows_apart_is_refused_naming_both_cases(
+    registry: RegistryService, backend: Backend
+) -> None:
+    # Given a stream of 60 cases in windows of 7 whose case 45 repeats the id of case 4
+    items = cases(60)
+    items[45] = {**items[45], "id": items[4]["id"]}
+    head = parse_head({"id": "gsm", "version": "1"})
+    # Then registering it is refused naming the id and both cases
+    with pytest.raises(BadRequest) as exc:
+        registry.register_stream(ALICE, head, windows(items))
+    wanted = "duplicate case ids: q00004 (the cases at index 4 and 45)"
+    assert exc.value.detail == wanted
+    assert exc.value.fields == {"case_ids": ["q00004"], "indices": [4, 45]}
+    with pytest.raises(NotFound):
+        registry.get_version(ALICE, "gsm", "1")
+    # And so is validating it, and registering it where its label is taken
+    with pytest.raises(BadRequest, match=r"\(the cases at index 4 and 45\)"):
+        registry.validate_stream(ALICE, head, windows(items))
+    registry.register_stream(ALICE, head, windows(cases(60)))
+    before = sorted(o.key for o in backend.store.list("t/"))
+    with pytest.raises(BadRequest, match=r"\(the cases at index 4 and 45\)"):
+        registry.register_stream(ALICE, head, windows(items))
+    assert sorted(o.key for o in backend.store.list("t/")) == before
+
+
 def test_a_taken_label_with_other_content_is_a_conflict_and_stores_nothing(
     registry: RegistryService, backend: Backend
 ) -> None:

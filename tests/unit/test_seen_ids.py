@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from caseshelf.services.registry import SeenIds
+from caseshelf.services.registry import IdLog, SeenIds
 
 pytestmark = pytest.mark.unit
 
@@ -30,3 +30,17 @@ def test_a_repeat_within_one_batch_is_found_without_reading_back() -> None:
     assert seen.first_repeat(["x", "y"], nothing) is None
     # Then a repeat within the next batch is named by its positions
     assert seen.first_repeat(["z", "w", "z"], nothing) == (2, 4, "z")
+
+
+def test_a_validation_reads_an_earlier_id_back_from_its_log() -> None:
+    # Given a stream that stores nothing, its ids kept a batch to a string, and a key under
+    # which every id collides (every batch after the first reads ids back)
+    seen, log = SeenIds(key=lambda case_id: 7), IdLog()
+    for batch in (["a", "b"], [], ["c"], ["d", "e", "f"]):
+        assert seen.first_repeat(batch, log.case_id) is None
+        log.add(batch)
+    assert [log.case_id(i) for i in range(6)] == ["a", "b", "c", "d", "e", "f"]
+    # Then a repeat of an id three batches back is named by its positions
+    assert seen.first_repeat(["g", "c"], log.case_id) == (2, 7, "c")
+    with pytest.raises(IndexError):
+        log.case_id(6)

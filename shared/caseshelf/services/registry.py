@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import chain
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from pydantic import TypeAdapter, ValidationError
@@ -309,9 +309,10 @@ class Staged:
     bodies: dict[str, bytes] = field(default_factory=dict)  # file bodies sent inline, by hex
     refs: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # hex -> (case, path, size)
     files: list[str] = field(default_factory=list)  # every body the batch names, by hex
-    # Rows of an import (each row one case): an id given twice is refused naming both rows,
-    # checked as the batches are written (`SeenIds`).
-    rows: bool = False
+    # Batches of a stream consumed once, whose ids are checked as they pass (`SeenIds`): an id
+    # given twice is refused naming both positions, the rows of an import ("rows") or the cases
+    # of a streamed dataset ("cases"). "" for a document's, whose ids were checked whole.
+    positions: Literal["", "rows", "cases"] = ""
 
     def pairs(self) -> list[tuple[str, str]]:
         """`[case id, case digest]` of each case, as the content digest takes them."""
@@ -467,6 +468,48 @@ class SeenIds:
         return None
 
 
+def _refuse_repeats(seen: SeenIds, batch: Staged, id_at: Callable[[int], str]) -> None:
+    """Refuse a batch of a stream that repeats an id given before it or in it (`SeenIds`;
+    `id_at` reads an earlier position's id back), naming the id and both positions."""
+    repeat = seen.first_repeat(batch.ids, id_at)
+    if repeat is None:
+        return
+    first, again, case_id = repeat
+    if batch.positions == "rows":
+        raise BadRequest(
+            f"rows {first} and {again} both map to case id {case_id!r}",
+            case_ids=[case_id],
+            rows=[first, again],
+        )
+    raise BadRequest(
+        f"duplicate case ids: {case_id} (the cases at index {first} and {again})",
+        case_ids=[case_id],
+        indices=[first, again],
+    )
+
+
+class IdLog:
+    """The ids of a stream that stores nothing (a validation, a registration whose label is
+    taken), for `SeenIds` to read an earlier id back when a hash comes again: each batch's ids
+    joined into one string (a case id holds no control character), about a byte a character
+    where a set of the id strings holds ~80 bytes more an id."""
+
+    def __init__(self) -> None:
+        self._batches: list[str] = []
+        self._starts = [0]  # the position of each batch's first id, and the count last
+
+    def add(self, ids: Sequence[str]) -> None:
+        if ids:
+            self._batches.append("\n".join(ids))
+            self._starts.append(self._starts[-1] + len(ids))
+
+    def case_id(self, position: int) -> str:
+        if not 0 <= position < self._starts[-1]:
+            raise IndexError(f"case position {position} out of range")
+        n = bisect_right(self._starts, position) - 1
+        return self._batches[n].split("\n")[position - self._starts[n]]
+
+
 def _positions(column: array[int], value: int) -> Iterator[int]:
     """Every position of `value` in `column`, in order (each found by a search in C)."""
     at = 0
@@ -593,7 +636,10 @@ class RegistryService:
         digester = _digester(head)
         count = 0
         inline: set[str] = set()
+        seen, log = SeenIds(), IdLog()
         for batch in self._stage_stream(head, cases):
+            _refuse_repeats(seen, batch, log.case_id)
+            log.add(batch.ids)
             digester.add(batch.pairs())
             count += len(batch.ids)
             inline.update(batch.bodies)
@@ -747,7 +793,11 @@ class RegistryService:
             # The label is taken: whatever the content, this registration stores nothing (it is
             # the same content, or a conflict), so the stream is only validated and digested.
             digester = _digester(head)
+            seen, log = SeenIds(), IdLog()
             for batch in batches:
+                if batch.positions:
+                    _refuse_repeats(seen, batch, log.case_id)
+                    log.add(batch.ids)
                 digester.add(batch.pairs())
             settled = self._settled(records, head, digester.digest())
             assert settled is not None
@@ -805,20 +855,17 @@ class RegistryService:
 
     def _stage_stream(self, head: VersionHead, cases: Iterable[Sequence[Any]]) -> Iterator[Staged]:
         """Batches of plain cases validated, canonicalised and digested one batch at a time.
-        The head's shared files were decoded with the head (`shared_part`)."""
+        The head's shared files were decoded with the head (`shared_part`). A repeated id is
+        refused where the batches are consumed (`positions`: `SeenIds` holds a hash an id, not
+        the ids)."""
         yield _staged_shared(head)
-        seen: set[str] = set()
         start = 0
         for raw in cases:
             models = _validate_cases(raw, start)
-            ids = {c.id: None for c in models}
-            if len(ids) != len(models) or not seen.isdisjoint(ids):
-                counts = Counter(c.id for c in models)
-                dups = sorted({cid for cid, n in counts.items() if n > 1} | (seen & ids.keys()))
-                raise BadRequest(f"duplicate case ids: {', '.join(dups[:50])}", case_ids=dups)
-            seen.update(ids)
             start += len(models)
-            yield self._stage_cases(models)
+            staged = self._stage_cases(models)
+            staged.positions = "cases"
+            yield staged
 
     def _stage_cases(self, cases: Sequence[Case]) -> Staged:
         """Cases with their inline file bodies taken out (stored as blobs, named by digest),
@@ -877,7 +924,7 @@ class RegistryService:
                 tags=batch.tags if batch.tags is not None else [()] * len(ids),
                 lengths=batch.lengths,
                 data=batch.data,
-                rows=True,
+                positions="rows",
             )
             _check_sizes(staged, self.max_case_bytes)
             yield staged
@@ -995,15 +1042,8 @@ class RegistryService:
                 named.update(dict.fromkeys(batch.files))
                 if not batch.ids:
                     continue
-                if batch.rows:
-                    repeat = seen.first_repeat(batch.ids, held.case_id)
-                    if repeat is not None:
-                        first, again, case_id = repeat
-                        raise BadRequest(
-                            f"rows {first} and {again} both map to case id {case_id!r}",
-                            case_ids=[case_id],
-                            rows=[first, again],
-                        )
+                if batch.positions:
+                    _refuse_repeats(seen, batch, held.case_id)
                 digester.add(batch.pairs())
                 plan = plan_batch(batch.digests, reusable)
                 reused += len(batch.ids) - plan.new_count
