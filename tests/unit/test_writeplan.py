@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from caseshelf.domain.manifest import Location
 from caseshelf.domain.writeplan import plan_batch, record_spans
+from caseshelf.services.registry import Staged, _write_runs
+from caseshelf.services.storage import PackWriter
 
 pytestmark = pytest.mark.unit
 
@@ -49,3 +51,33 @@ def test_record_spans_lie_back_to_back_with_their_newlines(lengths: list[int]) -
         b"x" * n for n in lengths
     ]
     assert (stops[-1] if stops else 0) == len(data)
+
+
+class _Store:
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        return self.objects.setdefault(key, data) is data
+
+
+def test_a_batch_that_reuses_records_does_not_keep_its_buffer_in_the_pack_being_filled() -> None:
+    # Given a batch of four records, and a pack being filled
+    records = [b'{"id":"a"}', b'{"id":"b"}', b'{"id":"c"}', b'{"id":"d"}']
+    data = bytearray(b"".join(r + b"\n" for r in records))
+    batch = Staged(["a", "b", "c", "d"], ["0" * 64] * 4, [()] * 4, [len(r) for r in records], data)
+    store = _Store()
+    packs = PackWriter(store, lambda h: f"packs/{h}")  # type: ignore[arg-type]
+    containers, offsets = [""] * 4, [0] * 4
+    # When only two of its records are new
+    _write_runs(packs, batch, [(1, 2), (3, 4)], [], containers, offsets)
+    # Then the pack holds copies of them, not views of the batch's buffer
+    assert all(getattr(piece, "obj", None) is not data for piece in packs._pieces)
+    # And a batch of new records alone is appended as a view of its buffer
+    _write_runs(packs, batch, [(0, 4)], [], [""] * 4, [0] * 4)
+    assert packs._pieces[-1].obj is data  # type: ignore[union-attr]
+    # And each record is where the columns say it is
+    packs.flush()
+    (stored,) = store.objects.values()
+    assert stored[offsets[1] : offsets[1] + len(records[1])] == records[1]
+    assert stored[offsets[3] : offsets[3] + len(records[3])] == records[3]

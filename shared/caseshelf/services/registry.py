@@ -416,13 +416,20 @@ def _write_runs(
     offsets: list[int],
 ) -> None:
     """Append each run of new records to the packs as one slice of the batch's buffer, and
-    note where each record went (its pack by placeholder name until the pack is stored)."""
+    note where each record went (its pack by placeholder name until the pack is stored).
+
+    A batch whose records are all new is appended as a view of its buffer (no copy). A batch
+    that reuses some has its runs copied out (`_run_bytes`): a view would keep the whole buffer
+    alive while the pack being filled waits for more records, and in a re-import with 1% of its
+    cases changed that pack fills slowly, so every batch's buffer stayed until the end."""
     assert batch.data is not None
     starts, stops = record_spans(batch.lengths)
     view = memoryview(batch.data)
+    whole = runs == [(0, len(batch.lengths))]
     for first, stop in runs:
         at = starts[first]
-        segments = packs.append_run(view[at : stops[stop - 1]], [e - at for e in stops[first:stop]])
+        run = view[at : stops[stop - 1]] if whole else _run_bytes(view, at, stops[stop - 1])
+        segments = packs.append_run(run, [e - at for e in stops[first:stop]])
         for n, (seg_first, number, shift) in enumerate(segments):
             seg_stop = segments[n + 1][0] if n + 1 < len(segments) else stop - first
             while len(pending) <= number:
@@ -430,6 +437,12 @@ def _write_runs(
             for i in range(first + seg_first, first + seg_stop):
                 containers[i] = pending[number]
                 offsets[i] = starts[i] - at + shift
+
+
+def _run_bytes(view: memoryview, start: int, stop: int) -> memoryview:
+    """A copy of `view[start:stop]`, as a view of the copy (a pack slices it without copying
+    again)."""
+    return memoryview(bytes(view[start:stop]))
 
 
 class SeenIds:
@@ -522,14 +535,28 @@ def _positions(column: array[int], value: int) -> Iterator[int]:
         at += 1
 
 
+@dataclass(frozen=True)
+class _HeldBatch:
+    """A batch's manifest columns, waiting for the packs below `packs_named` to be stored."""
+
+    ids: list[str]
+    digests: list[str]
+    tags: Sequence[Sequence[str]]
+    containers: list[str]
+    offsets: list[int]
+    lengths: list[int]
+    packs_named: int
+
+
 class _HeldCases:
     """Cases added to the manifest whose packs are still being written: a chunk names the
-    packs its cases are in, and a pack's name is the digest of its bytes. Each batch is
-    handed on to the `ManifestWriter`, in order, once every pack it went into is stored."""
+    packs its cases are in, and a pack's name is the digest of its bytes. Each batch's columns
+    (not its records: those are in the packs) are handed on to the `ManifestWriter`, in order,
+    once every pack it went into is stored."""
 
     def __init__(self, writer: ManifestWriter) -> None:
         self._writer = writer
-        self._held: deque[tuple[Staged, list[str], list[int], list[int], int]] = deque()
+        self._held: deque[_HeldBatch] = deque()
         self._names: dict[str, str] = {}  # placeholder -> pack name, of the packs stored
 
     def add(
@@ -541,14 +568,18 @@ class _HeldCases:
         packs_named: int,
     ) -> None:
         """A batch whose new records went into packs below number `packs_named`."""
-        self._held.append((batch, containers, offsets, lengths, packs_named))
+        self._held.append(
+            _HeldBatch(
+                batch.ids, batch.digests, batch.tags, containers, offsets, lengths, packs_named
+            )
+        )
 
     def case_id(self, position: int) -> str:
         """The id of the case at `position` of the version (held here, or handed on)."""
         at = len(self._writer)
         if position < at:
             return self._writer.case_id(position)
-        for batch, *_ in self._held:
+        for batch in self._held:
             if position < at + len(batch.ids):
                 return batch.ids[position - at]
             at += len(batch.ids)
@@ -562,10 +593,10 @@ class _HeldCases:
         names = self._names
         for number in range(len(names), min(stored, len(pending))):
             names[pending[number]] = digest_of_pack(number)
-        while self._held and self._held[0][4] <= stored:
-            batch, containers, offsets, lengths, _ = self._held.popleft()
-            located = [names.get(c, c) for c in containers] if names else containers
-            self._writer.add(batch.ids, batch.digests, batch.tags, located, offsets, lengths)
+        while self._held and self._held[0].packs_named <= stored:
+            b = self._held.popleft()
+            located = [names.get(c, c) for c in b.containers] if names else b.containers
+            self._writer.add(b.ids, b.digests, b.tags, located, b.offsets, b.lengths)
 
 
 class RegistryService:
