@@ -72,9 +72,11 @@ def follow(base: Manifest, written: Manifest, cuts: list[int], **kw: int) -> Cha
     change = ChangeAgainstBase(base, **kw)
     digests = written.digest_list()
     for start, stop in zip([0, *cuts], [*cuts, len(written)], strict=True):
-        change.add(
-            written.ids[start:stop],
-            digests[start:stop],
+        reused = change.match(written.ids[start:stop], digests[start:stop])
+        # (what the base holds of the batch is where the base stores it)
+        held = base.locations_by_digest()
+        assert reused == {d: held[d] for d in digests[start:stop] if d in held}
+        change.place(
             [written.location(i).container for i in range(start, stop)],
             [written.location(i).offset for i in range(start, stop)],
             [written.location(i).length for i in range(start, stop)],

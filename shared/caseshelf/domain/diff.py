@@ -524,22 +524,25 @@ _UNMATCHED, _CHANGED, _KEPT = 0, 1, 2
 class ChangeAgainstBase:
     """A version's change against the base it is registered against, followed as its cases
     pass in dataset order (each case once): what a registration needs of the two at the end
-    without holding the version's cases until then.
+    without holding the version's cases until then, and, batch by batch, which base records
+    the version's cases reuse (in place of a dict of every base record by digest).
 
     It keeps one byte per base case (`_UNMATCHED`, `_CHANGED`, `_KEPT`), and while the change
     names at most `limit` cases, the added and changed positions with those cases' ids, digests
     and locations: memory follows the base (held whole by the registration anyway) and the
     change, not the version. Batches that line up with the base (the same ids at the same
-    positions: a re-import or an edited bump) are compared as slices; the first that does not
-    builds the base's id -> position index that matching by id needs.
+    positions: a re-import or an edited bump) are compared as slices of its columns; the first
+    that does not builds the base's id -> position index that matching by id needs.
 
-    `superseded()` answers what `superseded_indices` answers of the whole version, and
-    `delta()` what `delta_bytes` answers (the same bytes; tests hold them equal)."""
+    Each batch is `match`ed (ids and digests), then `place`d (where its records are stored,
+    once the plan has put its new ones in packs). `superseded()` answers what
+    `superseded_indices` answers of the whole version, and `delta()` what `delta_bytes`
+    answers (the same bytes; tests hold them equal)."""
 
     def __init__(self, base: Manifest, *, limit: int = DELTA_MAX_CASES) -> None:
         self.base = base
         self._ids = base.ids
-        self._digests = base.digest_list()
+        self._digests = base.digest_text()  # 64 hex a case, back to back (never cut up)
         self._state = bytearray(len(base))  # every base case _UNMATCHED at first
         self._position: dict[str, int] | None = None  # base id -> position, once needed
         self._limit = limit
@@ -557,77 +560,70 @@ class ChangeAgainstBase:
         self._containers: list[str] = []
         self._offsets = array("Q")
         self._lengths = array("I")
+        self._unplaced: list[int] = []  # the noted cases of the batch matched last, not placed
 
-    def add(
-        self,
-        ids: Sequence[str],
-        digests: Sequence[str],
-        containers: Sequence[str],
-        offsets: Sequence[int],
-        lengths: Sequence[int],
-    ) -> None:
-        """The version's next cases: ids, digests hex, and where each record is stored (a
-        pack name, or a pending one that `resolve_pending` names later)."""
+    def _base_digest(self, i: int) -> str:
+        return self._digests[64 * i : 64 * i + 64]
+
+    def match(self, ids: Sequence[str], digests: Sequence[str]) -> dict[str, Location]:
+        """The version's next cases (ids, digests hex): answers where the base stores the
+        records they reuse (the same id and digest), by digest, for the batch's plan."""
+        if self._unplaced:
+            raise ValueError("the batch matched last is not placed yet")
         start, stop = self._count, self._count + len(ids)
         self._count = stop
         if self._ids[start:stop] == list(ids):
-            self._add_aligned(start, digests, containers, offsets, lengths)
-            return
+            return self._match_aligned(start, ids, digests)
         if self._position is None:
             self._position = dict(zip(self._ids, range(len(self._ids)), strict=True))
-        base_digests, state, position = self._digests, self._state, self._position
+        state, position, base = self._state, self._position, self.base
+        reused: dict[str, Location] = {}
         for k, case_id in enumerate(ids):
             i = position.get(case_id)
             if i is None:
-                self._note(start + k, None, k, ids, digests, containers, offsets, lengths)
+                self._note(start + k, None, k, ids, digests)
                 continue
             self._common += 1
             if i < self._last_common:
                 self._order_changed = True
             self._last_common = i
-            if base_digests[i] == digests[k]:
+            if self._base_digest(i) == digests[k]:
                 state[i] = _KEPT
+                reused[digests[k]] = base.location(i)
             else:
                 state[i] = _CHANGED
-                self._note(start + k, i, k, ids, digests, containers, offsets, lengths)
+                self._note(start + k, i, k, ids, digests)
+        return reused
 
-    def _add_aligned(
-        self,
-        start: int,
-        digests: Sequence[str],
-        containers: Sequence[str],
-        offsets: Sequence[int],
-        lengths: Sequence[int],
-    ) -> None:
+    def _match_aligned(
+        self, start: int, ids: Sequence[str], digests: Sequence[str]
+    ) -> dict[str, Location]:
         """Cases whose ids are the base's at the same positions from `start` on."""
-        n = len(digests)
-        stop = start + n
-        self._state[start:stop] = bytes([_KEPT]) * n
-        self._common += n
+        n = len(ids)
         if not n:
-            return
+            return {}
+        stop = start + n
         if start < self._last_common:
             self._order_changed = True
         self._last_common = stop - 1
-        held = self._digests[start:stop]
-        if held == list(digests):
-            return
-        ids = self._ids[start:stop]
+        self._common += n
+        base = self.base
+        if self._digests[64 * start : 64 * stop] == "".join(digests):
+            self._state[start:stop] = bytes([_KEPT]) * n
+            return {d: base.location(start + k) for k, d in enumerate(digests)}
+        reused: dict[str, Location] = {}
         for k, digest in enumerate(digests):
-            if held[k] != digest:
-                self._state[start + k] = _CHANGED
-                self._note(start + k, start + k, k, ids, digests, containers, offsets, lengths)
+            i = start + k
+            if self._base_digest(i) == digest:
+                self._state[i] = _KEPT
+                reused[digest] = base.location(i)
+            else:
+                self._state[i] = _CHANGED
+                self._note(i, i, k, ids, digests)
+        return reused
 
     def _note(
-        self,
-        j: int,
-        base_position: int | None,
-        k: int,
-        ids: Sequence[str],
-        digests: Sequence[str],
-        containers: Sequence[str],
-        offsets: Sequence[int],
-        lengths: Sequence[int],
+        self, j: int, base_position: int | None, k: int, ids: Sequence[str], digests: Sequence[str]
     ) -> None:
         """Case `k` of a batch, at position `j` of the version: added (no base position) or
         changed. Past `limit` named cases the version keeps no delta: nothing more is noted."""
@@ -641,12 +637,22 @@ class ChangeAgainstBase:
             self._named = False
             self._added, self._changed, self._case_ids, self._case_digests = [], [], [], []
             self._containers, self._offsets, self._lengths = [], array("Q"), array("I")
+            self._unplaced = []
             return
         self._case_ids.append(ids[k])
         self._case_digests.append(digests[k])
-        self._containers.append(containers[k])
-        self._offsets.append(offsets[k])
-        self._lengths.append(lengths[k])
+        self._unplaced.append(k)
+
+    def place(
+        self, containers: Sequence[str], offsets: Sequence[int], lengths: Sequence[int]
+    ) -> None:
+        """Where the records of the batch matched last are stored (a pack name, or a pending
+        one that `resolve_pending` names later), each case's."""
+        for k in self._unplaced:
+            self._containers.append(containers[k])
+            self._offsets.append(offsets[k])
+            self._lengths.append(lengths[k])
+        self._unplaced = []
 
     def resolve_pending(self, digest_of_pack: Callable[[int], str]) -> None:
         """Name the packs that were still being written when the noted cases were added

@@ -13,7 +13,7 @@ import random
 import time
 from array import array
 from bisect import bisect_right
-from collections import Counter, deque
+from collections import ChainMap, Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -1044,7 +1044,9 @@ class RegistryService:
         the records the version supersedes and its delta against the base: memory follows the
         base (held whole: its records are what the plan reuses) and the change, not the new
         input."""
-        reusable = {**(base.locations_by_digest() if base is not None else {}), **(known or {})}
+        # The records the plan may point at: the base's, found batch by batch (`change.match`),
+        # and `known` (a derived version's parent's).
+        reusable: Mapping[str, Location] = known or {}
         stored = base.blob_locations() if base is not None else {}
         blobs = BlobWriter(self.store, tenant, {**stored, **(known_blobs or {})})
         packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
@@ -1076,6 +1078,9 @@ class RegistryService:
                 if batch.positions:
                     _refuse_repeats(seen, batch, held.case_id)
                 digester.add(batch.pairs())
+                if change is not None:
+                    matched = change.match(batch.ids, batch.digests)
+                    reusable = ChainMap(known, matched) if known else matched
                 plan = plan_batch(batch.digests, reusable)
                 reused += len(batch.ids) - plan.new_count
                 containers, offsets, lengths = _reused_columns(plan.reused, batch.lengths)
@@ -1084,7 +1089,7 @@ class RegistryService:
                         raise ValueError("a batch with new records that does not hold them")
                     _write_runs(packs, batch, plan.runs, pending, containers, offsets)
                 if change is not None:
-                    change.add(batch.ids, batch.digests, containers, offsets, lengths)
+                    change.place(containers, offsets, lengths)
                 held.add(batch, containers, offsets, lengths, len(pending))
                 held.release(packs.stored(), pending, packs.digest_of_pack)
             named.update(dict.fromkeys(sf["digest"][7:] for sf in head.shared_files))
@@ -1143,8 +1148,10 @@ class RegistryService:
             workers=self.read_workers,
         )
         packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
-        digests = base.digest_list()
-        placed = [(digests[i], packs.append(records[i]), len(records[i])) for i in dropped]
+        text = base.digest_text()
+        placed = [
+            (text[64 * i : 64 * i + 64], packs.append(records[i]), len(records[i])) for i in dropped
+        ]
         packs.flush()
         copies = [(d, packs.location(where, size)) for d, where, size in placed]
         copied = _Copied(len(copies), packs.bytes_written, packs.objects_written)
