@@ -190,3 +190,16 @@ def test_a_corrupt_integer_column_is_a_typed_error_when_it_is_read():
         Manifest.from_bytes(orjson.dumps(doc))
     with pytest.raises(ValueError, match="wrong length"):
         IntColumn("abc", "Q")
+
+
+def test_one_digest_of_a_stored_column_is_read_without_cutting_the_column() -> None:
+    digests = [f"{i:064x}" for i in range(5)]
+    column = DigestColumn("".join(digests))
+    # A digest asked for by position is its slice of the text: the column is not cut
+    assert [column[i] for i in range(5)] == digests and column[-1] == digests[-1]
+    assert column._cut is None
+    with pytest.raises(IndexError):
+        column[5]
+    # And a slice, or a loop, cuts it once
+    assert column[1:3] == digests[1:3] and column._cut == digests
+    assert column[2] == digests[2]
