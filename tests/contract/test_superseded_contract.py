@@ -229,3 +229,40 @@ def test_a_version_against_a_base_stores_what_its_whole_manifest_makes(backend: 
     # And the content digest is what the same cases make without a base
     fresh = reg.register(ME, parse_dataset({"id": "fresh", "version": "1", "cases": docs}))
     assert fresh.record.content_digest == v2.record.content_digest
+
+
+def test_cases_waiting_on_a_slowly_filled_pack_are_bounded(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A version that reuses most of its base fills its pack of new records slowly: past
+    `HELD_MAX_CASES` cases waiting on it, the pack is stored as it is, and the version is the
+    same (its cases, content digest, and objects the whole manifest makes)."""
+    reg = backend.services.registry
+    monkeypatch.setattr(registry_module, "HELD_MAX_CASES", 100)
+    held: list[int] = []
+    release = registry_module._HeldCases.release
+
+    def watched(self: Any, *args: Any) -> None:
+        held.append(len(self))
+        release(self, *args)
+
+    monkeypatch.setattr(registry_module._HeldCases, "release", watched)
+    register(reg, "1", cases(1000))
+    held.clear()
+    # When v2 changes one case in 100, streamed in windows of 25
+    docs = cases(1000, changed=set(range(0, 1000, 100)))
+    head = registry_module.parse_head({"id": "ds", "version": "2"})
+    v2 = reg.register_stream(ME, head, [docs[i : i + 25] for i in range(0, 1000, 25)])
+    # Then no more than the bound and a window waited, and the new records went into packs
+    # of their own as they came
+    assert max(held) <= 100 + 25
+    assert v2.stats.pack_objects_written > 2  # (the copies of the superseded records: one)
+    got = reg.list_cases(ME, "ds", "2", limit=1000).items
+    assert [c["expectations"]["ground_truth"] for c in got] == [
+        c["expectations"]["ground_truth"] for c in docs
+    ]
+    whole = reg.manifest(v2.record)
+    root, chunks, _, _ = split_manifest(whole)
+    assert reg.root(v2.record).chunk_keys == root.chunk_keys == [key for key, _ in chunks]
+    fresh = reg.register(ME, parse_dataset({"id": "fresh", "version": "1", "cases": docs}))
+    assert fresh.record.content_digest == v2.record.content_digest

@@ -121,6 +121,14 @@ class PackWriter:
             first, pos = cut + 1, end
         return segments
 
+    def cut(self) -> None:
+        """Store the pack being filled now, whatever its size, and wait until every pack is
+        stored (`stored()` then counts them all); the records appended after it go into the
+        next pack. Nothing is stored when the pack being filled is empty."""
+        if self._pieces:
+            self._submit()
+            self._collect(len(self._submitted))
+
     def _store_pack(self, data: bytes) -> tuple[str, bool, int]:
         hex_digest = sha256_hex(data)
         return hex_digest, self._store.put_if_absent(self._key_for(hex_digest), data), len(data)
