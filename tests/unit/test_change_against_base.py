@@ -13,7 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from caseshelf.domain.diff import ChangeAgainstBase, delta_bytes, delta_from_bytes
+from caseshelf.domain.chunks import chunk_bytes, chunk_from_bytes
+from caseshelf.domain.diff import (
+    DELTA_MAX_CASES,
+    ChangeAgainstBase,
+    delta_bytes,
+    delta_from_bytes,
+)
 from caseshelf.domain.manifest import PENDING_PACK, Manifest, ManifestBuilder, superseded_indices
 
 pytestmark = pytest.mark.unit
@@ -68,13 +74,33 @@ def candidate(
     return written, stored
 
 
-def follow(base: Manifest, written: Manifest, cuts: list[int], **kw: int) -> ChangeAgainstBase:
-    change = ChangeAgainstBase(base, **kw)
+def chunked(base: Manifest, rnd: random.Random) -> list[tuple[int, Manifest]]:
+    """The base cut into chunks of random sizes, as a reader of its stored chunks sees it."""
+    out, start = [], 0
+    while start < len(base) or not out:
+        stop = min(len(base), start + rnd.randint(1, 90))
+        out.append((start, chunk_from_bytes(chunk_bytes(base, start, stop))))
+        start = stop
+    return out
+
+
+def follow(
+    base: Manifest, written: Manifest, cuts: list[int], *, seed: int = 0, **kw: int
+) -> ChangeAgainstBase:
+    wholes: list[Manifest] = []
+
+    def whole() -> Manifest:
+        wholes.append(base)
+        return base
+
+    chunks = chunked(base, random.Random(seed))
+    change = ChangeAgainstBase(base.content_digest, len(base), iter(chunks), whole, **kw)
+    change.wholes = wholes  # type: ignore[attr-defined]
     digests = written.digest_list()
+    held = base.locations_by_digest()
     for start, stop in zip([0, *cuts], [*cuts, len(written)], strict=True):
         reused = change.match(written.ids[start:stop], digests[start:stop])
         # (what the base holds of the batch is where the base stores it)
-        held = base.locations_by_digest()
         assert reused == {d: held[d] for d in digests[start:stop] if d in held}
         change.place(
             [written.location(i).container for i in range(start, stop)],
@@ -83,6 +109,15 @@ def follow(base: Manifest, written: Manifest, cuts: list[int], **kw: int) -> Cha
         )
     change.resolve_pending(lambda number: f"new-pack-{number}")
     return change
+
+
+def expected_cases(base: Manifest, at: list[int]) -> list[tuple[str, str, object]]:
+    return [(base.ids[i], base.digests[i], base.location(i)) for i in at]
+
+
+def cases_of(m: Manifest | None) -> list[tuple[str, str, object]]:
+    assert m is not None
+    return [(m.ids[k], m.digests[k], m.location(k)) for k in range(len(m))]
 
 
 @settings(max_examples=60, deadline=None)
@@ -101,8 +136,11 @@ def test_the_change_followed_batch_by_batch_is_the_whole_manifests(
     written, stored = candidate(rows, rnd, changes=min(changes, n // 2))
     new = manifest(stored, "new")
     cuts = sorted(rnd.sample(range(len(written) + 1), min(batches - 1, len(written) + 1)))
-    change = follow(base, manifest(written, "new"), cuts)
-    assert change.superseded() == superseded_indices(base, new)
+    change = follow(base, manifest(written, "new"), cuts, seed=seed)
+    dropped = superseded_indices(base, new)
+    assert change.superseded() == dropped
+    if len(dropped) <= DELTA_MAX_CASES:
+        assert cases_of(change.superseded_cases()) == expected_cases(base, dropped)
     assert change.delta() == delta_bytes(base, new)
 
 
@@ -129,9 +167,25 @@ def test_an_edited_bump_lines_up_with_its_base_and_builds_no_id_index() -> None:
     ]
     new = manifest(stored, "new")
     change = follow(base, new, [64, 128, 200])
-    assert change._position is None  # (every batch compared as slices of the base)
     assert change.superseded() == superseded_indices(base, new) == [3, 53, 103, 153, 203, 253]
+    assert cases_of(change.superseded_cases()) == expected_cases(base, change.superseded())
     assert change.delta() == delta_bytes(base, new)
+    # (every batch compared with the base's chunks as they came: never loaded whole)
+    assert change.wholes == []  # type: ignore[attr-defined]
+
+
+def test_a_version_that_ends_early_reads_the_rest_of_the_base_for_its_removed_tail() -> None:
+    rows = base_rows(700)
+    base = manifest(rows, "base")
+    stored = rows[:450]
+    stored[10] = (*stored[10][:1], "edited", *stored[10][2:])
+    new = manifest(stored, "new")
+    change = follow(base, new, [100, 300], seed=5)
+    dropped = superseded_indices(base, new)
+    assert change.superseded() == dropped == [10, *range(450, 700)]
+    assert cases_of(change.superseded_cases()) == expected_cases(base, dropped)
+    assert change.delta() == delta_bytes(base, new)
+    assert change.wholes == []  # type: ignore[attr-defined]
 
 
 def test_no_delta_beyond_the_limit_or_without_a_change_and_the_superseded_still_follow() -> None:

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice, pairwise
 from operator import lt
@@ -483,25 +484,31 @@ def delta_bytes(base: Manifest, candidate: Manifest) -> bytes | None:
     named = len(plan.added) + len(plan.removed) + len(plan.changed)
     if not named or named > DELTA_MAX_CASES:
         return None
-    cand_at = sorted(plan.added + [j for _, j in plan.changed])
-    return _delta_document(base, plan, _take(candidate, cand_at))
-
-
-def _delta_document(base: Manifest, plan: DiffPlan, candidate_cases: Manifest) -> bytes:
-    """The stored delta of `plan` (its `meta` left out): the base's cases it names read from
-    `base`, and `candidate_cases`, the candidate's added and changed cases in candidate order
-    (ids, digests, locations)."""
     base_at = sorted(plan.removed + [i for i, _ in plan.changed])
     cand_at = sorted(plan.added + [j for _, j in plan.changed])
-    if len(candidate_cases) != len(cand_at):
-        raise ValueError("candidate cases that do not match the plan")
+    return _delta_document(
+        base.content_digest, plan, _take(base, base_at), _take(candidate, cand_at)
+    )
+
+
+def _delta_document(
+    base_digest: str, plan: DiffPlan, base_cases: Manifest, candidate_cases: Manifest
+) -> bytes:
+    """The stored delta of `plan` (its `meta` left out) against the base of content digest
+    `base_digest`: `base_cases` are the base's removed and changed cases and `candidate_cases`
+    the candidate's added and changed ones, each in their version's order (ids, digests,
+    locations)."""
+    base_at = sorted(plan.removed + [i for i, _ in plan.changed])
+    cand_at = sorted(plan.added + [j for _, j in plan.changed])
+    if len(candidate_cases) != len(cand_at) or len(base_cases) != len(base_at):
+        raise ValueError("cases that do not match the plan")
 
     def ints(values: Sequence[int]) -> str:
         return _pack_ints(array("I", values), "I")
 
     doc = {
         "format": DELTA_FORMAT,
-        "base": base.content_digest,
+        "base": base_digest,
         "unchanged": plan.unchanged,
         "order_changed": plan.order_changed,
         "added": ints(plan.added),
@@ -510,15 +517,49 @@ def _delta_document(base: Manifest, plan: DiffPlan, candidate_cases: Manifest) -
         "changed_candidate": ints([j for _, j in plan.changed]),
         "base_positions": ints(base_at),
         "candidate_positions": ints(cand_at),
-        "base_cases": orjson.Fragment(chunk_bytes(_take(base, base_at), 0, len(base_at))),
+        "base_cases": orjson.Fragment(chunk_bytes(base_cases, 0, len(base_at))),
         "candidate_cases": orjson.Fragment(chunk_bytes(candidate_cases, 0, len(cand_at))),
     }
     return orjson.dumps(doc)
 
 
+def _cases_at(ids: list[str], digests: list[str], locations: Sequence[Location]) -> Manifest:
+    """Some cases as a manifest of their own (ids, digests, locations; no content, no tags)."""
+    packs = list(dict.fromkeys(loc.container for loc in locations))
+    pack_no = {name: n for n, name in enumerate(packs)}
+    return Manifest(
+        content_digest="",
+        description="",
+        tags=[],
+        shared_files=[],
+        ids=ids,
+        digests=DigestColumn("".join(digests)),
+        packs=packs,
+        pack_index=array("I", [pack_no[loc.container] for loc in locations]),
+        offsets=array("Q", [loc.offset for loc in locations]),
+        lengths=array("I", [loc.length for loc in locations]),
+        tag_names=[],
+        case_tags=[],
+    )
+
+
 # What `ChangeAgainstBase` knows of each base case: no case of the version has its id (yet), one
 # has it with another digest (changed), or one has it with the same digest (its record reused).
 _UNMATCHED, _CHANGED, _KEPT = 0, 1, 2
+
+
+class _BaseSpan:
+    """Base positions `start:stop`: their ids, digests (64 hex each, back to back), and where
+    each record is, read from the chunks (or the whole manifest) holding them."""
+
+    def __init__(self, parts: Sequence[tuple[int, Manifest]]) -> None:
+        self._parts = parts  # (position of the chunk's first case, chunk), in order
+        self._firsts = [first for first, _ in parts]
+
+    def location(self, i: int) -> Location:
+        n = bisect_right(self._firsts, i) - 1
+        first, chunk = self._parts[n]
+        return chunk.location(i - first)
 
 
 class ChangeAgainstBase:
@@ -527,24 +568,43 @@ class ChangeAgainstBase:
     without holding the version's cases until then, and, batch by batch, which base records
     the version's cases reuse (in place of a dict of every base record by digest).
 
-    It keeps one byte per base case (`_UNMATCHED`, `_CHANGED`, `_KEPT`), and while the change
-    names at most `limit` cases, the added and changed positions with those cases' ids, digests
-    and locations: memory follows the base (held whole by the registration anyway) and the
-    change, not the version. Batches that line up with the base (the same ids at the same
-    positions: a re-import or an edited bump) are compared as slices of its columns; the first
-    that does not builds the base's id -> position index that matching by id needs.
+    The base is read a chunk at a time, in order, while the batches line up with it (the same
+    ids at the same positions: a re-import or an edited bump), each compared as a slice of
+    those chunks; the first batch that does not has the whole base manifest loaded (`whole`)
+    and its id -> position index built, for matching by id. Besides, it keeps one byte per base
+    case (`_UNMATCHED`, `_CHANGED`, `_KEPT`), and while the change names at most `limit` cases,
+    the named positions with the cases on each side (ids, digests, locations): memory follows
+    the change, and the base only where the batches do not line up with it.
 
     Each batch is `match`ed (ids and digests), then `place`d (where its records are stored,
     once the plan has put its new ones in packs). `superseded()` answers what
-    `superseded_indices` answers of the whole version, and `delta()` what `delta_bytes`
-    answers (the same bytes; tests hold them equal)."""
+    `superseded_indices` answers of the whole version, `superseded_cases()` those base cases,
+    and `delta()` what `delta_bytes` answers (the same bytes; tests hold them equal). `close()`
+    stops reading the base's chunks."""
 
-    def __init__(self, base: Manifest, *, limit: int = DELTA_MAX_CASES) -> None:
-        self.base = base
-        self._ids = base.ids
-        self._digests = base.digest_text()  # 64 hex a case, back to back (never cut up)
-        self._state = bytearray(len(base))  # every base case _UNMATCHED at first
+    def __init__(
+        self,
+        content_digest: str,
+        count: int,
+        chunks: Iterable[tuple[int, Manifest]],
+        whole: Callable[[], Manifest],
+        *,
+        limit: int = DELTA_MAX_CASES,
+    ) -> None:
+        """The base: its content digest, case count, its chunks in order (each with the
+        position of its first case, read as they are asked for) and a way to load it whole."""
+        self.content_digest = content_digest
+        self._base_count = count
+        self._chunks: Iterator[tuple[int, Manifest]] = iter(chunks)
+        self._load_whole = whole
+        self._whole: Manifest | None = None
         self._position: dict[str, int] | None = None  # base id -> position, once needed
+        self._window: deque[tuple[int, Manifest]] = deque()  # chunks read and still needed
+        self._read_to = 0  # the base position the chunks read so far reach
+        self._state = bytearray(count)  # every base case _UNMATCHED at first
+        # The base's changed cases met while the batches lined up: position -> id, digest, where
+        # (while they fit `limit`).
+        self._dropped: dict[int, tuple[str, str, Location]] = {}
         self._limit = limit
         self._count = 0  # the version's cases so far
         self._common = 0  # those whose id the base holds
@@ -561,9 +621,44 @@ class ChangeAgainstBase:
         self._offsets = array("Q")
         self._lengths = array("I")
         self._unplaced: list[int] = []  # the noted cases of the batch matched last, not placed
+        self._superseded_cases: Manifest | None = None
 
-    def _base_digest(self, i: int) -> str:
-        return self._digests[64 * i : 64 * i + 64]
+    def close(self) -> None:
+        """Stop reading the base's chunks (at the end, or when a registration fails)."""
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
+        self._window.clear()
+
+    def _whole_base(self) -> Manifest:
+        if self._whole is None:
+            self._whole = self._load_whole()
+            if len(self._whole) != self._base_count:
+                raise ValueError("a whole base of another count than its chunks")
+            self.close()
+        return self._whole
+
+    def _span(self, start: int, stop: int) -> tuple[list[str], str, _BaseSpan]:
+        """The ids and digests of base positions `start:stop` (fewer where the base ends) and
+        where they are, from the chunks read in order (positions never go back)."""
+        stop = min(stop, self._base_count)
+        window = self._window
+        while window and window[0][0] + len(window[0][1]) <= start:
+            window.popleft()  # (the batches have passed it)
+        while self._read_to < stop:
+            first, chunk = next(self._chunks)
+            if first != self._read_to:
+                raise ValueError("base chunks out of order")
+            window.append((first, chunk))
+            self._read_to = first + len(chunk)
+        ids: list[str] = []
+        texts: list[str] = []
+        for first, chunk in window:
+            a, b = max(start - first, 0), min(stop - first, len(chunk))
+            if a < b:
+                ids += chunk.ids[a:b]
+                texts.append(chunk.digest_text()[64 * a : 64 * b])
+        return ids, "".join(texts), _BaseSpan(list(window))
 
     def match(self, ids: Sequence[str], digests: Sequence[str]) -> dict[str, Location]:
         """The version's next cases (ids, digests hex): answers where the base stores the
@@ -572,11 +667,21 @@ class ChangeAgainstBase:
             raise ValueError("the batch matched last is not placed yet")
         start, stop = self._count, self._count + len(ids)
         self._count = stop
-        if self._ids[start:stop] == list(ids):
-            return self._match_aligned(start, ids, digests)
+        if not ids:
+            return {}
+        if self._position is None and stop <= self._base_count:
+            base_ids, text, span = self._span(start, stop)
+            if base_ids == list(ids):
+                return self._match_aligned(start, ids, digests, text, span)
+        return self._match_by_id(start, ids, digests)
+
+    def _match_by_id(
+        self, start: int, ids: Sequence[str], digests: Sequence[str]
+    ) -> dict[str, Location]:
+        whole = self._whole_base()
         if self._position is None:
-            self._position = dict(zip(self._ids, range(len(self._ids)), strict=True))
-        state, position, base = self._state, self._position, self.base
+            self._position = dict(zip(whole.ids, range(len(whole)), strict=True))
+        state, position, text = self._state, self._position, whole.digest_text()
         reused: dict[str, Location] = {}
         for k, case_id in enumerate(ids):
             i = position.get(case_id)
@@ -587,38 +692,43 @@ class ChangeAgainstBase:
             if i < self._last_common:
                 self._order_changed = True
             self._last_common = i
-            if self._base_digest(i) == digests[k]:
+            if text[64 * i : 64 * i + 64] == digests[k]:
                 state[i] = _KEPT
-                reused[digests[k]] = base.location(i)
+                reused[digests[k]] = whole.location(i)
             else:
                 state[i] = _CHANGED
                 self._note(start + k, i, k, ids, digests)
         return reused
 
     def _match_aligned(
-        self, start: int, ids: Sequence[str], digests: Sequence[str]
+        self,
+        start: int,
+        ids: Sequence[str],
+        digests: Sequence[str],
+        text: str,
+        span: _BaseSpan,
     ) -> dict[str, Location]:
-        """Cases whose ids are the base's at the same positions from `start` on."""
+        """Cases whose ids are the base's at the same positions from `start` on (`text`:
+        those base cases' digests)."""
         n = len(ids)
-        if not n:
-            return {}
         stop = start + n
         if start < self._last_common:
             self._order_changed = True
         self._last_common = stop - 1
         self._common += n
-        base = self.base
-        if self._digests[64 * start : 64 * stop] == "".join(digests):
+        if text == "".join(digests):
             self._state[start:stop] = bytes([_KEPT]) * n
-            return {d: base.location(start + k) for k, d in enumerate(digests)}
+            return {d: span.location(start + k) for k, d in enumerate(digests)}
         reused: dict[str, Location] = {}
         for k, digest in enumerate(digests):
             i = start + k
-            if self._base_digest(i) == digest:
+            if text[64 * k : 64 * k + 64] == digest:
                 self._state[i] = _KEPT
-                reused[digest] = base.location(i)
+                reused[digest] = span.location(i)
             else:
                 self._state[i] = _CHANGED
+                if len(self._dropped) <= self._limit:
+                    self._dropped[i] = (ids[k], text[64 * k : 64 * k + 64], span.location(i))
                 self._note(i, i, k, ids, digests)
         return reused
 
@@ -667,14 +777,55 @@ class ChangeAgainstBase:
         the earlier form of its changed ones), ascending: `superseded_indices`."""
         return [i for i, s in enumerate(self._state) if s != _KEPT]
 
+    def superseded_cases(self) -> Manifest | None:
+        """The base's cases at `superseded()` (ids, digests, where each record is), in base
+        order; None when they are more than `limit`. Asked for once all cases have come."""
+        if self._superseded_cases is None:
+            at = self.superseded()
+            if len(at) > self._limit:
+                return None
+            self._superseded_cases = self._cases_of(at)
+        return self._superseded_cases
+
+    def _cases_of(self, at: list[int]) -> Manifest:
+        if self._whole is not None or self._position is not None:
+            whole = self._whole_base()
+            text = whole.digest_text()
+            return _cases_at(
+                [whole.ids[i] for i in at],
+                [text[64 * i : 64 * i + 64] for i in at],
+                [whole.location(i) for i in at],
+            )
+        # Every batch lined up with the base: the superseded are its changed cases, met on the
+        # way, and the base's cases past the version's last (read now, a chunk at a time).
+        cases = [self._dropped[i] for i in at if i < self._count]
+        if self._count < self._base_count:
+            start = self._count
+            while start < self._base_count:
+                stop = min(start + 4096, self._base_count)
+                ids, text, span = self._span(start, stop)
+                cases += [
+                    (ids[k], text[64 * k : 64 * k + 64], span.location(start + k))
+                    for k in range(stop - start)
+                ]
+                start = stop
+        return _cases_at(
+            [case_id for case_id, _, _ in cases],
+            [digest for _, digest, _ in cases],
+            [loc for _, _, loc in cases],
+        )
+
     def delta(self) -> bytes | None:
         """The delta of the version against the base: `delta_bytes` of the whole version."""
-        base, limit = self.base, self._limit
-        if not self._named or abs(len(base) - self._count) > limit:
+        limit = self._limit
+        if not self._named or abs(self._base_count - self._count) > limit:
             return None
         removed = [i for i, s in enumerate(self._state) if s == _UNMATCHED]
         named = len(self._added) + len(removed) + len(self._changed)
         if not named or named > limit:
+            return None
+        base_cases = self.superseded_cases()
+        if base_cases is None:
             return None
         plan = DiffPlan(
             self._added,
@@ -683,23 +834,15 @@ class ChangeAgainstBase:
             self._common - len(self._changed),
             self._order_changed,
         )
-        packs = list(dict.fromkeys(self._containers))
-        pack_no = {name: n for n, name in enumerate(packs)}
-        cases = Manifest(
-            content_digest="",
-            description="",
-            tags=[],
-            shared_files=[],
-            ids=self._case_ids,
-            digests=DigestColumn("".join(self._case_digests)),
-            packs=packs,
-            pack_index=array("I", [pack_no[name] for name in self._containers]),
-            offsets=self._offsets,
-            lengths=self._lengths,
-            tag_names=[],
-            case_tags=[],
+        candidate_cases = _cases_at(
+            self._case_ids,
+            self._case_digests,
+            [
+                Location(c, o, n)
+                for c, o, n in zip(self._containers, self._offsets, self._lengths, strict=True)
+            ],
         )
-        return _delta_document(base, plan, cases)
+        return _delta_document(self.content_digest, plan, base_cases, candidate_cases)
 
 
 def delta_from_bytes(data: bytes) -> Delta:

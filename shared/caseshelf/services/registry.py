@@ -41,7 +41,6 @@ from caseshelf.domain.manifest import (
     Location,
     Manifest,
     ManifestBuilder,
-    column_array,
 )
 from caseshelf.domain.models import (
     Case,
@@ -354,7 +353,7 @@ def _all_refs(batches: Iterable[Staged]) -> dict[str, tuple[str, str, int]]:
     return refs
 
 
-def _has_in(base: Manifest | None, batches: Iterable[Staged]) -> Callable[[str], bool]:
+def _has_in(base: Root | None, batches: Iterable[Staged]) -> Callable[[str], bool]:
     """Whether a body is stored in the base version or sent inline by one of `batches`."""
     have = set(base.blob_locations() if base is not None else ())
     for batch in batches:
@@ -664,7 +663,7 @@ class RegistryService:
         head = head_of(body)
         batches = list(self._stage_document(body, head))
         records = self.index.list_versions(tenant, KIND, head.name)
-        base = self._base_manifest(head, records)
+        base = self._base_root(head, records)
         cdigest = _content_digest(head, batches)
         self._check_refs(
             tenant, _all_refs(batches), _has_in(base, batches), self._head_blob(tenant)
@@ -678,7 +677,7 @@ class RegistryService:
         tenant = identity.check_can_write()
         _check_head(head)
         records = self.index.list_versions(tenant, KIND, head.name)
-        base = self._base_manifest(head, records)
+        base = self._base_root(head, records)
         known = base.blob_locations() if base is not None else {}
         digester = _digester(head)
         count = 0
@@ -824,7 +823,7 @@ class RegistryService:
         stored already that the plan may point at besides the base version's; `dedup=False`:
         no base version (a derived version points at its parent's records)."""
         records = self.index.list_versions(tenant, KIND, head.name)
-        base = self._base_manifest(head, records) if dedup else None
+        base = self._base_version(head, records) if dedup else None
         ahead: frozenset[str] = frozenset()
         if buffered:
             staged = list(batches)
@@ -832,7 +831,10 @@ class RegistryService:
             if settled is not None:
                 return settled
             self._check_refs(
-                tenant, _all_refs(staged), _has_in(base, staged), self._head_blob(tenant)
+                tenant,
+                _all_refs(staged),
+                _has_in(self.root(base) if base is not None else None, staged),
+                self._head_blob(tenant),
             )
             batches = staged
             ahead = frozenset(chain.from_iterable(b.bodies for b in staged))
@@ -876,16 +878,20 @@ class RegistryService:
             return None
         return RegisterResult(self.versions.settle_existing(current, cdigest), created=False)
 
-    def _base_manifest(self, head: VersionHead, records: list[VersionRecord]) -> Manifest | None:
+    def _base_version(
+        self, head: VersionHead, records: list[VersionRecord]
+    ) -> VersionRecord | None:
         """The version whose stored records and bodies a registration reuses: `base`, or the
         latest live version."""
         if head.base is not None:
-            rec = resolve_ref(records, head.base, include_deleted=True, name=head.name)
-            return self.manifest(rec)
+            return resolve_ref(records, head.base, include_deleted=True, name=head.name)
         live = [r for r in records if r.live]
-        if not live:
-            return None
-        return self.manifest(ordered(live)[-1])
+        return ordered(live)[-1] if live else None
+
+    def _base_root(self, head: VersionHead, records: list[VersionRecord]) -> Root | None:
+        """The root of `_base_version` (its file bodies, for a validation's references)."""
+        rec = self._base_version(head, records)
+        return self.root(rec) if rec is not None else None
 
     # -- stagers: validate, canonicalise, digest ---------------------------------------------
 
@@ -1042,7 +1048,7 @@ class RegistryService:
         head: VersionHead,
         batches: Iterable[Staged],
         *,
-        base: Manifest | None,
+        base: VersionRecord | None,
         known: dict[str, Location] | None,
         known_blobs: dict[str, Location] | None = None,
         inline_ahead: frozenset[str] = frozenset(),
@@ -1063,7 +1069,8 @@ class RegistryService:
         # The records the plan may point at: the base's, found batch by batch (`change.match`),
         # and `known` (a derived version's parent's).
         reusable: Mapping[str, Location] = known or {}
-        stored = base.blob_locations() if base is not None else {}
+        root = self.root(base) if base is not None else None
+        stored = root.blob_locations() if root is not None else {}
         blobs = BlobWriter(self.store, tenant, {**stored, **(known_blobs or {})})
         packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
         # The version's content and file bodies (its cases go to `chunks` as they come).
@@ -1072,7 +1079,16 @@ class RegistryService:
         )
         chunks = ManifestWriter(self.store, tenant, workers=self.read_workers)
         held = _HeldCases(chunks)
-        change = ChangeAgainstBase(base) if base is not None else None
+        change = (
+            ChangeAgainstBase(
+                root.content_digest,
+                root.count,
+                self.iter_chunks(base),
+                lambda: self.manifest(base),
+            )
+            if base is not None and root is not None
+            else None
+        )
         seen = SeenIds()
         digester = _digester(head)
         named: dict[str, None] = {}  # every body the version names, in order
@@ -1124,14 +1140,17 @@ class RegistryService:
             else:
                 change.resolve_pending(packs.digest_of_pack)
                 manifest, copied = self._keep_superseded(
-                    tenant, change.base, change.superseded(), manifest
+                    tenant, change.superseded_cases(), manifest
                 )
                 written = chunks.finish(
-                    manifest, delta=change.delta(), delta_base=change.base.content_digest
+                    manifest, delta=change.delta(), delta_base=change.content_digest
                 )
         except BaseException:
             chunks.close()
             raise
+        finally:
+            if change is not None:
+                change.close()
         stats = WriteStats(
             case_bytes_written=packs.bytes_written + copied.bytes_written,
             pack_objects_written=packs.objects_written + copied.objects_written,
@@ -1142,33 +1161,35 @@ class RegistryService:
         return written, stats
 
     def _keep_superseded(
-        self, tenant: str, base: Manifest, dropped: Sequence[int], manifest: Manifest
+        self, tenant: str, cases: Manifest | None, manifest: Manifest
     ) -> tuple[Manifest, _Copied]:
-        """`manifest` with copies of the base version's records at `dropped`, those the new
-        version no longer holds (its changed and removed cases), written back to back: a diff
-        of the two then reads them in one span instead of one request each, scattered through
-        the base's packs. Registration pays those reads once, with this store's read plan
-        (`read_gap`, `read_workers`). Skipped beyond `SUPERSEDED_MAX_RECORDS` or
-        `SUPERSEDED_MAX_BYTES` (a large change costs a diff more reads in any case)."""
-        lengths = column_array(base.lengths)
+        """`manifest` with copies of the base version's records `cases` (ids, digests and
+        where they are), those the new version no longer holds (its changed and removed cases),
+        written back to back: a diff of the two then reads them in one span instead of one
+        request each, scattered through the base's packs. Registration pays those reads once,
+        with this store's read plan (`read_gap`, `read_workers`). Skipped beyond
+        `SUPERSEDED_MAX_RECORDS` or `SUPERSEDED_MAX_BYTES` (a large change costs a diff more
+        reads in any case), or when `cases` is None (more than its tracker keeps)."""
         if (
-            not dropped
-            or len(dropped) > SUPERSEDED_MAX_RECORDS
-            or sum(lengths[i] for i in dropped) > SUPERSEDED_MAX_BYTES
+            cases is None
+            or not len(cases)
+            or len(cases) > SUPERSEDED_MAX_RECORDS
+            or cases.case_bytes() > SUPERSEDED_MAX_BYTES
         ):
             return manifest, _Copied()
         records = read_cases(
             self.store,
             tenant,
-            base,
-            dropped,
+            cases,
+            range(len(cases)),
             max_gap=self.read_gap,
             workers=self.read_workers,
         )
         packs = PackWriter(self.store, lambda h: layout.pack_key(tenant, h))
-        text = base.digest_text()
+        text = cases.digest_text()
         placed = [
-            (text[64 * i : 64 * i + 64], packs.append(records[i]), len(records[i])) for i in dropped
+            (text[64 * k : 64 * k + 64], packs.append(records[k]), len(records[k]))
+            for k in range(len(cases))
         ]
         packs.flush()
         copies = [(d, packs.location(where, size)) for d, where, size in placed]
