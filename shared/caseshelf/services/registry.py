@@ -1060,12 +1060,12 @@ class RegistryService:
         streamed one names a body stored, or sent earlier in the stream).
 
         Memory holds a window of cases: those whose packs are still being written (a chunk
-        names its packs), and the chunk being filled. With a base, the change against it is
-        followed as the batches pass (`ChangeAgainstBase`: a byte per base case, and the
-        changed and added cases while they number few enough for a delta), for the copies of
-        the records the version supersedes and its delta against the base: memory follows the
-        base (held whole: its records are what the plan reuses) and the change, not the new
-        input."""
+        names its packs; at most `HELD_MAX_CASES`), and the chunk being filled. With a base,
+        the change against it is followed as the batches pass (`ChangeAgainstBase`: the base
+        read a chunk at a time while the batches line up with it, else whole; a byte per base
+        case; the changed and added cases while they number few enough for a delta), for the
+        records the plan reuses, the copies of those the version supersedes and its delta
+        against the base: memory follows the change, not the new input."""
         # The records the plan may point at: the base's, found batch by batch (`change.match`),
         # and `known` (a derived version's parent's).
         reusable: Mapping[str, Location] = known or {}
