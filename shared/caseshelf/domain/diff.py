@@ -549,8 +549,8 @@ _UNMATCHED, _CHANGED, _KEPT = 0, 1, 2
 
 
 class _BaseSpan:
-    """Base positions `start:stop`: their ids, digests (64 hex each, back to back), and where
-    each record is, read from the chunks (or the whole manifest) holding them."""
+    """Where the records of some base positions are: the chunks holding them, each with the
+    position of its first case."""
 
     def __init__(self, parts: Sequence[tuple[int, Manifest]]) -> None:
         self._parts = parts  # (position of the chunk's first case, chunk), in order
