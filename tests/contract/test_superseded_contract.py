@@ -192,20 +192,42 @@ def test_a_manifest_without_copies_is_written_as_before(backend: Backend) -> Non
     assert with_one.superseded_locations() == {m.digests[0]: Location(m.packs[0], 0, 5)}
 
 
-def test_a_version_against_a_base_stores_what_its_whole_manifest_makes(backend: Backend) -> None:
-    """Registered against a base, a version's cases are not held to the end (its change against
-    the base is followed as they pass): what it stores is what the whole-manifest functions make
-    of its whole manifest, byte for byte, and its content digest is its cases'."""
-    reg = backend.services.registry
-    # Given v1, and v2 with cases changed, removed, added (two of them with the content of a
-    # base case under a new id), one moved, and the rest as they were
-    v1 = register(reg, "1", cases(3000))
-    docs = cases(3000, changed={5, 700, 2999}, removed={11, 1500})
+def reshaped(n: int) -> list[dict[str, Any]]:
+    """v2 of `cases(n)` with cases changed, removed, added (two of them with the content of a
+    base case under a new id), one moved: its batches stop lining up with the base."""
+    docs = cases(n, changed={5, 700, n - 1}, removed={11, 1500})
     docs.insert(40, {**docs[900], "id": "again-900"})
     docs.insert(2000, {"id": "new-1", "inputs": {"user": "new"}})
     docs.append({**docs[3], "id": "again-3"})
     docs.insert(100, docs.pop(2500))
-    v2 = register(reg, "2", docs)
+    return docs
+
+
+def edited(n: int) -> list[dict[str, Any]]:
+    """v2 of `cases(n)` with every 97th case changed and the last 300 removed: every batch lines
+    up with the base (read a chunk at a time), the removed tail read after the last case."""
+    return cases(n - 300, changed=set(range(3, n, 97)))
+
+
+@pytest.mark.parametrize("v2_of", [reshaped, edited])
+def test_a_version_against_a_base_stores_what_its_whole_manifest_makes(
+    backend: Backend, v2_of: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Registered against a base, a version's cases are not held to the end (its change against
+    the base is followed as they pass): what it stores is what the whole-manifest functions make
+    of its whole manifest, byte for byte, and its content digest is its cases'."""
+    reg = backend.services.registry
+    # Given v1, and v2 streamed in windows of 700 cases
+    v1 = register(reg, "1", cases(3000))
+    docs = v2_of(3000)
+    head = registry_module.parse_head({"id": "ds", "version": "2"})
+    whole = reg.manifest
+    loaded: list[Any] = []
+    monkeypatch.setattr(reg, "manifest", lambda rec: loaded.append(rec) or whole(rec))
+    v2 = reg.register_stream(ME, head, [docs[i : i + 700] for i in range(0, len(docs), 700)])
+    # (the base is loaded whole only where the batches stop lining up with it)
+    assert len(loaded) == (1 if v2_of is reshaped else 0)
+    monkeypatch.undo()
     base_m, new_m = reg.manifest(v1.record), reg.manifest(v2.record)
     # Then the root, every chunk, the superseded copies and the delta are split_manifest's and
     # delta_bytes' of the whole manifest
@@ -225,7 +247,7 @@ def test_a_version_against_a_base_stores_what_its_whole_manifest_makes(backend: 
     # And the copies are of exactly the records superseded_indices names
     dropped = superseded_indices(base_m, new_m)
     assert set(new_m.superseded_locations()) == {base_m.digests[i] for i in dropped}
-    assert v2.stats.superseded_copied == len(dropped) == 5
+    assert v2.stats.superseded_copied == len(dropped) == (5 if v2_of is reshaped else 328)
     # And the content digest is what the same cases make without a base
     fresh = reg.register(ME, parse_dataset({"id": "fresh", "version": "1", "cases": docs}))
     assert fresh.record.content_digest == v2.record.content_digest
