@@ -18,9 +18,8 @@ import base64
 import binascii
 import sys
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import accumulate, chain, islice
 from typing import Any, Protocol
 
 import orjson
@@ -560,36 +559,6 @@ class ManifestBuilder:
         self._pack_index.append(pi)
         self._offsets.append(offset)
         self._lengths.append(length)
-
-    def add_cases(
-        self,
-        case_ids: Sequence[str],
-        digests_hex: Sequence[str],
-        tags: Sequence[Sequence[str]],
-        containers: Sequence[str],
-        offsets: Iterable[int],
-        lengths: Iterable[int],
-    ) -> None:
-        """`add_case` for many cases at once (columns of equal length), in dataset order."""
-        pack_no, packs = self._pack_no, self._packs
-        for container in dict.fromkeys(containers):
-            if container not in pack_no:
-                pack_no[container] = len(packs)
-                packs.append(container)
-        tag_no, tag_names = self._tag_no, self._tag_names
-        for t in dict.fromkeys(chain.from_iterable(tags)):
-            if t not in tag_no:
-                tag_no[t] = len(tag_names)
-                tag_names.append(t)
-        self._tag_values.extend(map(tag_no.__getitem__, chain.from_iterable(tags)))
-        self._tag_starts.extend(
-            islice(accumulate(map(len, tags), initial=self._tag_starts[-1]), 1, None)
-        )
-        self._ids.extend(case_ids)
-        self._digests.extend(digests_hex)
-        self._pack_index.extend(map(pack_no.__getitem__, containers))
-        self._offsets.extend(offsets)
-        self._lengths.extend(lengths)
 
     def resolve_pending(self, digest_of_pack: Callable[[int], str]) -> None:
         """Name the packs that were still being written when their cases were added."""
