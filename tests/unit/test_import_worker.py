@@ -8,6 +8,7 @@ import json
 import os
 import sys
 
+import orjson
 import pytest
 
 from caseshelf.adapters import sources
@@ -460,6 +461,25 @@ def test_jsonl_read_in_chunks_keeps_rows_and_line_numbers(tmp_path, monkeypatch,
     # And a bad line is named by its line number, blank lines counted
     path.write_bytes(b'{"q": "a"}\n\n{"q": "b"}\n[1]\n')
     with pytest.raises(BadRequest, match="line 4: a row must be a JSON object"):
+        list(reader.rows(JsonlSource(kind="jsonl", url=str(path))))
+
+
+def test_a_line_longer_than_many_chunks_is_read_whole_and_one_that_never_ends_is_refused(
+    tmp_path, monkeypatch
+):
+    # Given rows far longer than a read, between short ones, and no final newline
+    monkeypatch.setattr(sources, "READ_CHUNK", 8)
+    long_q = "x" * 500
+    path = tmp_path / "rows.jsonl"
+    long_row = orjson.dumps({"q": long_q})
+    path.write_bytes(b'{"q": "a"}\n' + long_row + b'\n{"q": "b"}\n' + long_row)
+    reader = SourceReader(smart_opener())
+    # Then each long row comes out whole, numbered in order
+    got = list(reader.rows(JsonlSource(kind="jsonl", url=str(path))))
+    assert got == [(0, {"q": "a"}), (1, {"q": long_q}), (2, {"q": "b"}), (3, {"q": long_q})]
+    # And a line that goes on past the limit is refused while it is read, not held
+    monkeypatch.setattr(sources, "MAX_LINE_BYTES", 100)
+    with pytest.raises(TooLarge, match="longer than 100 bytes"):
         list(reader.rows(JsonlSource(kind="jsonl", url=str(path))))
 
 

@@ -59,7 +59,11 @@ Work = Callable[[Iterator[tuple[int, dict[str, Any]]]], Iterator[Any]]
 Offload = Callable[[Work], Iterator[Any]]
 
 _DECODE_ERRORS: tuple[type[BaseException], ...] = (EOFError, zlib.error, OSError, ValueError)
-READ_CHUNK = 1 << 20  # bytes read at a time from a jsonl stream
+# Bytes read at a time from a jsonl stream. Every read is split, parsed and checked
+# (`parsed_exactly`) in several passes over its bytes: a read that stays in a core's cache makes
+# each pass cheaper. Reading, parsing and mapping 400,000 GSM8K-shaped rows took 5.2-5.5 us of CPU
+# a row at 32-128 KiB against 6.5-6.9 us at 1 MiB (best of 5, alternating, load average 2-4).
+READ_CHUNK = 128 << 10
 # The longest jsonl line read (a row is one case: 4 MiB at most, and a mapped row is smaller).
 MAX_LINE_BYTES = 64 * 1024 * 1024
 # A compressed source streams, so its total is generous; the ratio bound stops a bomb early.
@@ -309,8 +313,10 @@ def _rows_from_stream(
 def _lines(fh: IO[bytes], end: int | None = None) -> Iterator[list[bytes]]:
     """The lines of a binary stream (without their `\\n`), a chunk's worth at a time: one large
     read and one split per chunk instead of a buffered readline per line. With `end`, the
-    stream is read up to that many bytes."""
-    tail = b""
+    stream is read up to that many bytes. A line longer than a chunk is kept as its pieces and
+    joined once it ends, so a long line costs one copy, not one per chunk it spans."""
+    tail: list[bytes] = []  # the pieces of the line the last chunks cut
+    held = 0  # their bytes
     left = end
     while True:
         chunk = fh.read(READ_CHUNK if left is None else min(READ_CHUNK, left))
@@ -319,17 +325,28 @@ def _lines(fh: IO[bytes], end: int | None = None) -> Iterator[list[bytes]]:
         if left is not None:
             left -= len(chunk)
         lines = chunk.split(b"\n")
+        if len(lines) == 1:  # no line ends in this chunk: the line goes on
+            tail.append(chunk)
+            held += len(chunk)
+            _check_line(held)
+            continue
         if tail:
-            lines[0] = tail + lines[0]  # the line the last chunk cut
-        tail = lines.pop()
-        if len(tail) > MAX_LINE_BYTES:  # a row that never ends: refused, not held
-            raise TooLarge(
-                f"a line of the source is longer than {MAX_LINE_BYTES} bytes", field="source"
-            )
-        if lines:
-            yield lines
-    if tail:
-        yield [tail]
+            lines[0] = b"".join([*tail, lines[0]])
+        last = lines.pop()
+        tail, held = [last], len(last)
+        _check_line(held)
+        yield lines
+    if held:
+        yield [b"".join(tail)]
+
+
+def _check_line(held: int) -> None:
+    """Refuse a line that has not ended within `MAX_LINE_BYTES` (a row that never ends is not
+    held)."""
+    if held > MAX_LINE_BYTES:
+        raise TooLarge(
+            f"a line of the source is longer than {MAX_LINE_BYTES} bytes", field="source"
+        )
 
 
 @dataclass
