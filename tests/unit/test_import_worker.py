@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import sys
+import time
 
 import orjson
 import pytest
@@ -271,6 +272,46 @@ def test_the_first_bad_line_wins_whichever_process_reads_it(svc, tmp_path, monke
     alternating(monkeypatch)
     with pytest.raises(BadRequest, match="line 501: malformed JSON"):
         run(svc, str(path))
+
+
+@needs_fork
+def test_this_process_takes_blocks_while_the_worker_is_still_on_the_next_one(
+    svc, tmp_path, monkeypatch
+):
+    # Given a file of 40 blocks, and a worker that is slow on every block it reads
+    url = rows_file(tmp_path / "rows.jsonl", 2000)
+    monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 1 << 40)
+    alone = run(svc, url, dataset="alone")
+    monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 0)
+    monkeypatch.setattr(
+        sources, "SPLIT_BLOCK_BYTES", (tmp_path / "rows.jsonl").stat().st_size // 40
+    )
+    parent = os.getpid()
+    read_part = sources._jsonl_part
+
+    def slow_in_the_worker(*args, **kw):
+        if os.getpid() != parent:
+            time.sleep(0.05)
+        return read_part(*args, **kw)
+
+    monkeypatch.setattr(sources, "_jsonl_part", slow_in_the_worker)
+    here = []
+    take_first = sources.BlockClaims.take_first
+
+    def counted(self, start, who):
+        block = take_first(self, start, who)
+        if block is not None and who == sources.BlockClaims.HERE:
+            here.append(block)
+        return block
+
+    monkeypatch.setattr(sources.BlockClaims, "take_first", counted)
+    # When it is imported split between this process and the worker
+    worked = run(svc, url, dataset="worked")
+    # Then this process took blocks beyond the first ones whenever the worker was still busy
+    # (the worker's first item of a block comes as it starts, so that is no sign it is done),
+    # and the version is the one of a single pass
+    assert len(here) >= 10, here
+    assert worked.result.record.content_digest == alone.result.record.content_digest
 
 
 @pytest.mark.parametrize(
