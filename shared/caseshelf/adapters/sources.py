@@ -8,9 +8,10 @@ opened directly (the same decompressors, without smart_open's import cost on the
 Errors name the source and the line: a malformed JSON line, a CSV row with the wrong number of
 cells, a truncated or corrupt compressed stream.
 
-jsonl is read 128 KiB at a time (`READ_CHUNK`) and split into lines in one go. The work on a large local
-file's rows can run in a forked worker process (`SourceReader.offload`, `in_worker`): it reads,
-maps, canonicalises and hashes while the caller stores, and its errors come back as they are.
+jsonl is read 128 KiB at a time (`READ_CHUNK`) and split into lines in one go. The work on a
+large local file's rows can run in a forked worker process (`SourceReader.offload`,
+`in_worker`): it reads, maps, canonicalises and hashes while the caller stores, and its errors
+come back as they are.
 A large plain jsonl file is shared in blocks by both processes (`split_jsonl`).
 """
 
