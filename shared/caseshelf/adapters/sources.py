@@ -331,7 +331,7 @@ def _lines(fh: IO[bytes], end: int | None = None) -> Iterator[list[bytes]]:
             held += len(chunk)
             _check_line(held)
             continue
-        if tail:
+        if held:  # the line the last chunks cut
             lines[0] = b"".join([*tail, lines[0]])
         last = lines.pop()
         tail, held = [last], len(last)
