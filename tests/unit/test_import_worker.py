@@ -7,7 +7,9 @@ import gzip
 import json
 import os
 import sys
+import time
 
+import orjson
 import pytest
 
 from caseshelf.adapters import sources
@@ -272,6 +274,46 @@ def test_the_first_bad_line_wins_whichever_process_reads_it(svc, tmp_path, monke
         run(svc, str(path))
 
 
+@needs_fork
+def test_this_process_takes_blocks_while_the_worker_is_still_on_the_next_one(
+    svc, tmp_path, monkeypatch
+):
+    # Given a file of 40 blocks, and a worker that is slow on every block it reads
+    url = rows_file(tmp_path / "rows.jsonl", 2000)
+    monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 1 << 40)
+    alone = run(svc, url, dataset="alone")
+    monkeypatch.setattr(sources, "WORKER_MIN_BYTES", 0)
+    monkeypatch.setattr(
+        sources, "SPLIT_BLOCK_BYTES", (tmp_path / "rows.jsonl").stat().st_size // 40
+    )
+    parent = os.getpid()
+    read_part = sources._jsonl_part
+
+    def slow_in_the_worker(*args, **kw):
+        if os.getpid() != parent:
+            time.sleep(0.05)
+        return read_part(*args, **kw)
+
+    monkeypatch.setattr(sources, "_jsonl_part", slow_in_the_worker)
+    here = []
+    take_first = sources.BlockClaims.take_first
+
+    def counted(self, start, who):
+        block = take_first(self, start, who)
+        if block is not None and who == sources.BlockClaims.HERE:
+            here.append(block)
+        return block
+
+    monkeypatch.setattr(sources.BlockClaims, "take_first", counted)
+    # When it is imported split between this process and the worker
+    worked = run(svc, url, dataset="worked")
+    # Then this process took blocks beyond the first ones whenever the worker was still busy
+    # (the worker's first item of a block comes as it starts, so that is no sign it is done),
+    # and the version is the one of a single pass
+    assert len(here) >= 10, here
+    assert worked.result.record.content_digest == alone.result.record.content_digest
+
+
 @pytest.mark.parametrize(
     ("data", "blank"),
     [
@@ -460,6 +502,25 @@ def test_jsonl_read_in_chunks_keeps_rows_and_line_numbers(tmp_path, monkeypatch,
     # And a bad line is named by its line number, blank lines counted
     path.write_bytes(b'{"q": "a"}\n\n{"q": "b"}\n[1]\n')
     with pytest.raises(BadRequest, match="line 4: a row must be a JSON object"):
+        list(reader.rows(JsonlSource(kind="jsonl", url=str(path))))
+
+
+def test_a_line_longer_than_many_chunks_is_read_whole_and_one_that_never_ends_is_refused(
+    tmp_path, monkeypatch
+):
+    # Given rows far longer than a read, between short ones, and no final newline
+    monkeypatch.setattr(sources, "READ_CHUNK", 8)
+    long_q = "x" * 500
+    path = tmp_path / "rows.jsonl"
+    long_row = orjson.dumps({"q": long_q})
+    path.write_bytes(b'{"q": "a"}\n' + long_row + b'\n{"q": "b"}\n' + long_row)
+    reader = SourceReader(smart_opener())
+    # Then each long row comes out whole, numbered in order
+    got = list(reader.rows(JsonlSource(kind="jsonl", url=str(path))))
+    assert got == [(0, {"q": "a"}), (1, {"q": long_q}), (2, {"q": "b"}), (3, {"q": long_q})]
+    # And a line that goes on past the limit is refused while it is read, not held
+    monkeypatch.setattr(sources, "MAX_LINE_BYTES", 100)
+    with pytest.raises(TooLarge, match="longer than 100 bytes"):
         list(reader.rows(JsonlSource(kind="jsonl", url=str(path))))
 
 
