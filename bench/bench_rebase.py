@@ -4,8 +4,9 @@ Figure: peak RSS of re-importing 1,000,000 GSM8K-shaped rows (`recipes/gsm8k.yam
 them changed (every 100th row's answer), against the version the first import of the same rows
 registered, ÷ peak RSS of that first import. Goal: <= 1.5 (`RSS_GOAL`). The re-import is a bump
 against the base: it reuses the base's records, copies the ones it supersedes and keeps its
-delta against the base (`caseshelf.domain.diff.ChangeAgainstBase`), and its base manifest is read
-whole (what the plan reuses), so it may hold more than the first import, but not the new input.
+delta against the base (`caseshelf.domain.diff.ChangeAgainstBase`); it reads its base a chunk at a
+time while its batches line up with it (the whole base only once one does not), so it holds a
+window of the base and of the new input besides the change.
 
 Each import runs in a fresh interpreter on the embedded store (the first one on an empty home,
 the re-import on that home after it), whole process; peak RSS is the process's plus its largest
