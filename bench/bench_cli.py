@@ -29,11 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO_ROOT, emit, gsm8k_rows, median, ratio
+from common import REPO_ROOT, emit, gsm8k_jsonl, median, ratio
 
 NAME = "cli"
 WALL_TARGET = 0.3
@@ -156,16 +154,6 @@ def startup(runs: int) -> dict[str, Any]:
     }
 
 
-def write_rows(path: Path, n: int) -> None:
-    rows, _ = gsm8k_rows()
-    with path.open("wb") as fh:
-        for i in range(n):
-            row = rows[i % len(rows)]
-            variant = i // len(rows)
-            q = row["question"] if variant == 0 else f"{row['question']} (variant {variant})"
-            fh.write(orjson.dumps({"question": q, "answer": row["answer"]}) + b"\n")
-
-
 def memory(small: int, big: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="caseshelf-bench-cli-") as tmp:
@@ -173,7 +161,7 @@ def memory(small: int, big: int) -> dict[str, Any]:
         recipe = str(REPO_ROOT / "recipes" / "gsm8k.yaml")
         for label, n in (("small", small), ("big", big)):
             rows = Path(tmp) / f"{label}.jsonl"
-            write_rows(rows, n)
+            gsm8k_jsonl(rows, n)
             run([*CLI, "import", str(rows), "--recipe", recipe, "--dataset", label], env)
             rows.unlink()
             with open(os.devnull, "wb") as sink:

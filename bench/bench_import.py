@@ -36,12 +36,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import REPO_ROOT, emit, gsm8k_rows, median, ratio, run_child
+from common import REPO_ROOT, emit, gsm8k_jsonl, median, ratio, run_child
 
 NAME = "import"
 WALL_TARGET = 0.67
@@ -93,18 +91,6 @@ print(json.dumps({"cases": ds.num_rows, "rss_mb": round(rss, 1), "cpu_s": round(
 """
 
 
-def write_rows(path: Path, n: int) -> str | None:
-    """`n` distinct GSM8K rows (a variant number on every pass after the first)."""
-    rows, note = gsm8k_rows()
-    with path.open("wb") as fh:
-        for i in range(n):
-            row = rows[i % len(rows)]
-            variant = i // len(rows)
-            question = row["question"] if variant == 0 else f"{row['question']} (variant {variant})"
-            fh.write(orjson.dumps({"question": question, "answer": row["answer"]}) + b"\n")
-    return note
-
-
 def timed_child(script: str, *args: str, env: dict[str, str]) -> tuple[float, dict[str, Any]]:
     start = time.perf_counter()
     code = script.replace("__PEAK_RSS__", PEAK_RSS).replace("__CPU__", CPU)
@@ -115,7 +101,7 @@ def timed_child(script: str, *args: str, env: dict[str, str]) -> tuple[float, di
 def compare(rows: int, runs: int, work: Path) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     data = work / "rows.jsonl"
-    note = write_rows(data, rows)
+    note = gsm8k_jsonl(data, rows)
     try:
         import datasets  # noqa: F401
     except ImportError:

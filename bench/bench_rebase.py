@@ -30,11 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO_ROOT, emit, gsm8k_rows, median, ratio, run_child
+from common import REPO_ROOT, emit, gsm8k_jsonl, median, ratio, run_child
 
 NAME = "rebase"
 RSS_GOAL = 1.5
@@ -69,23 +67,6 @@ print(json.dumps({
 """
 
 
-def write_rows(path: Path, n: int, *, changed_every: int = 0) -> str | None:
-    """`n` distinct GSM8K rows (a variant number in the question after the first pass); with
-    `changed_every=k`, every k-th row's final answer is one more."""
-    rows, note = gsm8k_rows()
-    with path.open("wb") as fh:
-        for i in range(n):
-            row = rows[i % len(rows)]
-            variant = i // len(rows)
-            question = row["question"] if variant == 0 else f"{row['question']} (variant {variant})"
-            answer = row["answer"]
-            if changed_every and i % changed_every == 0:
-                work, _, final = answer.rpartition("####")
-                answer = f"{work}#### {final.strip()}1"
-            fh.write(orjson.dumps({"question": question, "answer": answer}) + b"\n")
-    return note
-
-
 def import_child(data: Path, home: Path, env: dict[str, str]) -> dict[str, Any]:
     start = time.perf_counter()
     out = run_child(["-c", IMPORT, str(data), str(home), str(RECIPE)], env=env, timeout=3600)
@@ -101,8 +82,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="caseshelf-bench-rebase-") as tmp:
         work = Path(tmp)
         first_data, again_data = work / "v1.jsonl", work / "v2.jsonl"
-        note = write_rows(first_data, args.rows)
-        write_rows(again_data, args.rows, changed_every=CHANGED_EVERY)
+        note = gsm8k_jsonl(first_data, args.rows)
+        gsm8k_jsonl(again_data, args.rows, changed_every=CHANGED_EVERY)
         env = {"PYTHONPYCACHEPREFIX": str(work / "pycache"), "PYTHONDONTWRITEBYTECODE": ""}
         if args.src is not None:
             env["PYTHONPATH"] = str(args.src.resolve())

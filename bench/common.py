@@ -331,3 +331,20 @@ class _CountingIndex:
             return attr(*args, **kwargs)
 
         return counted
+
+
+def gsm8k_jsonl(path: Path, n: int, *, changed_every: int = 0) -> str | None:
+    """`n` distinct GSM8K rows (a variant number in the question after the first pass); with
+    `changed_every=k`, every k-th row's final answer is one more."""
+    rows, note = gsm8k_rows()
+    with path.open("wb") as fh:
+        for i in range(n):
+            row = rows[i % len(rows)]
+            variant = i // len(rows)
+            question = row["question"] if variant == 0 else f"{row['question']} (variant {variant})"
+            answer = row["answer"]
+            if changed_every and i % changed_every == 0:
+                work, _, final = answer.rpartition("####")
+                answer = f"{work}#### {final.strip()}1"
+            fh.write(orjson.dumps({"question": question, "answer": answer}) + b"\n")
+    return note
