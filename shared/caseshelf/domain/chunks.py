@@ -670,7 +670,7 @@ class ManifestCutter:
         """The chunk of the held cases up to position `end`, and the sample column it
         completes, if it does."""
         n = end - self._start
-        window = _window(
+        window = cases_manifest(
             self._ids[:n],
             self._digests[:n],
             self._tags[:n],
@@ -751,7 +751,7 @@ class ManifestCutter:
         return root, out
 
 
-def _window(
+def cases_manifest(
     ids: list[str],
     digests: list[str],
     tags: Sequence[Sequence[str]],
@@ -759,8 +759,9 @@ def _window(
     offsets: Sequence[int],
     lengths: Sequence[int],
 ) -> Manifest:
-    """Some consecutive cases as a manifest of their own (no content), for `_chunk`: a chunk
-    renumbers its packs and tags by first use, so the tables here need no particular order."""
+    """Some cases as a manifest of their own (no content), from their columns, for `_chunk`
+    (a chunk renumbers its packs and tags by first use, so the tables here need no particular
+    order) and for the cases a delta names."""
     packs = list(dict.fromkeys(containers))
     pack_no = {name: n for n, name in enumerate(packs)}
     tag_names = list(dict.fromkeys(chain.from_iterable(tags)))

@@ -32,7 +32,7 @@ from typing import Any, Final, Protocol
 
 import orjson
 
-from caseshelf.domain.chunks import Root, chunk_bytes, chunk_from_bytes
+from caseshelf.domain.chunks import Root, cases_manifest, chunk_bytes, chunk_from_bytes
 from caseshelf.domain.errors import BadRequest
 from caseshelf.domain.manifest import (
     PENDING_PACK,
@@ -525,21 +525,13 @@ def _delta_document(
 
 def _cases_at(ids: list[str], digests: list[str], locations: Sequence[Location]) -> Manifest:
     """Some cases as a manifest of their own (ids, digests, locations; no content, no tags)."""
-    packs = list(dict.fromkeys(loc.container for loc in locations))
-    pack_no = {name: n for n, name in enumerate(packs)}
-    return Manifest(
-        content_digest="",
-        description="",
-        tags=[],
-        shared_files=[],
-        ids=ids,
-        digests=DigestColumn("".join(digests)),
-        packs=packs,
-        pack_index=array("I", [pack_no[loc.container] for loc in locations]),
-        offsets=array("Q", [loc.offset for loc in locations]),
-        lengths=array("I", [loc.length for loc in locations]),
-        tag_names=[],
-        case_tags=[],
+    return cases_manifest(
+        ids,
+        digests,
+        [()] * len(ids),
+        [loc.container for loc in locations],
+        [loc.offset for loc in locations],
+        [loc.length for loc in locations],
     )
 
 
