@@ -85,6 +85,17 @@ class CountingStore:
         return getattr(self.inner, name)
 
 
+def gc_long_after(backend: Backend, *, delete: bool) -> Any:
+    """`gc` run long after every write (past its grace period): what it keeps and collects."""
+    return collect_garbage(
+        backend.store,
+        backend.index,
+        now=time.time() + 1000 * HOUR,
+        grace_seconds=HOUR,
+        delete=delete,
+    )
+
+
 def chunk_keys(backend: Backend) -> set[str]:
     return {o.key for o in backend.store.list("t/acme/manifests/chunks/")}
 
@@ -346,13 +357,7 @@ def test_a_format_4_root_selects_by_tags_from_its_chunks(backend: Backend) -> No
         assert bool(counting.sample_reads) != (request.tags is not None)
     # And verify takes the root and its columns; gc keeps them and collects the others
     assert verify_versions(backend.store, [v1.record]).ok
-    report = collect_garbage(
-        backend.store,
-        backend.index,
-        now=time.time() + 1000 * HOUR,
-        grace_seconds=HOUR,
-        delete=False,
-    )
+    report = gc_long_after(backend, delete=False)
     assert report.problems == [] and {o.key for o in report.orphans} == set(unnamed)
 
 
@@ -482,13 +487,7 @@ def test_a_format_2_manifest_reads_as_it_always_did(backend: Backend) -> None:
     odd = fresh.selection.select_subset(ME, "ds", "1", SubsetRequest(tags=["odd"], limit=3))
     assert odd.case_ids == ["q0001", "q0003", "q0005"]
     assert verify_versions(backend.store, [v1.record, v2.record]).ok
-    report = collect_garbage(
-        backend.store,
-        backend.index,
-        now=time.time() + 1000 * HOUR,
-        grace_seconds=HOUR,
-        delete=True,
-    )
+    report = gc_long_after(backend, delete=True)
     assert report.problems == []
     assert fresh.diff.diff_versions(ME, "ds", "2", "1").summary["changed"] == 2
 
@@ -501,9 +500,7 @@ def test_superseded_copies_are_an_object_the_root_names(backend: Backend) -> Non
     key = f"t/acme/manifests/superseded/{root.superseded_key}"
     assert root.superseded_count == 2 and backend.store.exists(key)
     # gc keeps it (and the pack of the copies) with the version
-    report = collect_garbage(
-        backend.store, backend.index, now=time.time() + 1000 * HOUR, grace_seconds=HOUR, delete=True
-    )
+    report = gc_long_after(backend, delete=True)
     assert report.problems == [] and backend.store.exists(key)
     assert verify_versions(backend.store, [v2.record]).ok
     # verify names it when it is damaged
@@ -572,13 +569,7 @@ def test_a_format_3_root_samples_from_its_chunks(backend: Backend) -> None:
         whole, SubsetRequest(sample=10).selection(), dataset_id="ds", version="1"
     )
     assert verify_versions(backend.store, [v1.record]).ok
-    report = collect_garbage(
-        backend.store,
-        backend.index,
-        now=time.time() + 1000 * HOUR,
-        grace_seconds=HOUR,
-        delete=False,
-    )
+    report = gc_long_after(backend, delete=False)
     # (the sample columns the format 4 root named are named by nothing now)
     assert report.problems == [] and {o.key for o in report.orphans} == sample_keys(backend)
 
