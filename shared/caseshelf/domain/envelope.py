@@ -8,13 +8,15 @@ only the envelope. `canonical_case` then fixes the bytes that are hashed and sto
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from functools import lru_cache
 from itertools import accumulate, islice
 from types import UnionType
-from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, cast, get_args, get_origin
 
 import orjson
 from pydantic import BaseModel, ValidationError
+from pydantic_core import CoreSchema, SchemaValidator
 
 from caseshelf.domain.canonical import CANONICAL_OPTIONS, canonical_json, digest_of
 from caseshelf.domain.errors import BadRequest
@@ -202,13 +204,124 @@ def case_to_plain(case: Case) -> dict[str, Any]:
 
 
 def cases_to_plain(cases: list[Case]) -> list[dict[str, Any]]:
-    """`case_to_plain` for many cases: the registration hot path.
+    """`case_to_plain` for many cases: the plain form of cases validated into models (a body the
+    HTTP resolver validated; `validate_plain_cases` gives the same without the models).
 
     Reads the validated models directly instead of dumping and then stripping them, which halves
     the cost and allocates only the containers. Exact because every free-form value a model holds
     is already plain JSON (see `models._finite`). The plain forms share their leaf values with
     the models: read them, do not change them."""
     return [_finish(_plain_of(case)) for case in cases]
+
+
+# -- validation straight into the plain form --------------------------------------------------
+#
+# A registration needs each case's plain form, not a model of it: validating into models and
+# reading them back (`cases_to_plain`) builds three model objects per case that are dropped at
+# once. The plain validator is derived from `Case`'s own pydantic-core schema (the models stay
+# the one source of the wire shape): every model in it becomes a typed dict with the same fields,
+# validators and config (unknown keys refused, no NaN), whose fields are absent when not given,
+# as `exclude_unset` leaves them; an after-step of each drops what `_plain_of` drops (a field
+# equal to its default, an optional sub-object left empty). What it refuses, and every error,
+# is the models' to say: on any failure a caller validates the same input with the models.
+
+
+def _settler(model: type[BaseModel]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The after-step of `model`'s typed dict: drop each given field equal to its default, and
+    an optional sub-object left with nothing in it, as `_plain_of` leaves them out. The
+    sub-objects were settled before it (pydantic-core runs inner validators first). In place."""
+    fields = _spec(model).fields
+    defaults = {name: default for name, (required, default, _) in fields.items() if not required}
+    empty_is_absent = frozenset(
+        name for name, (required, _, child) in fields.items() if not required and child is not None
+    )
+
+    def settle(plain: dict[str, Any]) -> dict[str, Any]:
+        gone = [
+            name
+            for name, value in plain.items()
+            if name in defaults
+            and (value == defaults[name] or (value == {} and name in empty_is_absent))
+        ]
+        for name in gone:
+            del plain[name]
+        return plain
+
+    return settle
+
+
+# Keys of a core schema node whose values are not schemas (functions, classes, literal values).
+_OPAQUE_KEYS = frozenset({"function", "cls", "metadata", "serialization", "default", "expected"})
+
+
+def _plain_schema(node: Any) -> Any:
+    """`node` of a model's core schema with every `model` node made a typed dict that settles
+    into the plain form (`_settler`); everything else as it is."""
+    if isinstance(node, list):
+        return [_plain_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    kind = node.get("type")
+    if kind == "model":
+        return _plain_model(node)
+    if kind in ("function-before", "function-after", "function-wrap", "function-plain") and (
+        node.get("schema", {}).get("type") == "model"
+    ):
+        raise TypeError(f"a model validator cannot run on a plain case: {node['schema']['cls']}")
+    return {
+        key: value if key in _OPAQUE_KEYS else _plain_schema(value) for key, value in node.items()
+    }
+
+
+def _plain_model(node: dict[str, Any]) -> dict[str, Any]:
+    fields_schema = node["schema"]
+    if fields_schema["type"] != "model-fields" or fields_schema.get("computed_fields"):
+        raise TypeError(f"{node['cls'].__name__}: only plain model fields can be made plain")
+    config = node.get("config", {})
+    fields: dict[str, Any] = {}
+    for name, field in fields_schema["fields"].items():
+        if set(field) - {"type", "schema", "metadata"}:
+            raise TypeError(f"{node['cls'].__name__}.{name}: aliases cannot be made plain")
+        inner = field["schema"]
+        required = inner["type"] != "default"
+        fields[name] = {
+            "type": "typed-dict-field",
+            "schema": _plain_schema(inner if required else inner["schema"]),
+            "required": required,
+        }
+    plain: dict[str, Any] = {
+        "type": "function-after",
+        "function": {"type": "no-info", "function": _settler(node["cls"])},
+        "schema": {
+            "type": "typed-dict",
+            "fields": fields,
+            "extra_behavior": config.get("extra_fields_behavior", "ignore"),
+            "config": config,
+        },
+    }
+    if "ref" in node:
+        plain["ref"] = node["ref"]
+    return plain
+
+
+@lru_cache(maxsize=1)
+def _plain_cases_validator() -> SchemaValidator:
+    """A list of cases validated into their plain form; built once, when first needed."""
+    Case.model_rebuild()  # the models defer building their schema until first used
+    items = _plain_schema(Case.__pydantic_core_schema__)
+    return SchemaValidator(cast(CoreSchema, {"type": "list", "items_schema": items}))
+
+
+def validate_plain_cases(items: Sequence[Any]) -> list[dict[str, Any]]:
+    """Items validated as `Case`s straight into their canonical plain form: what
+    `cases_to_plain` makes of the models, without making them (the validation with its
+    defaults settled in pydantic-core, then the tags sorted).
+
+    Measured on 100,000 GSM8K-shaped cases: 0.38 s against 0.79 s for `Case` models and
+    `cases_to_plain` (validation 0.23 s against 0.49 s). Raises pydantic's `ValidationError`
+    (or the `BadRequest` of a path validator) on any failure, whose text is the plain schema's:
+    validate with the models to say what is wrong (`parse_case`, `parse_dataset`)."""
+    return [_finish(plain) for plain in _plain_cases_validator().validate_python(list(items))]
 
 
 # How `_plain_of` treats a field: kept as it is (required), dropped when None (its default),
@@ -313,26 +426,28 @@ def canonical_records(
 
 
 def canonical_into(
-    cases: list[Case], records: bytearray, *, chunk: int = 2048
+    plains: Sequence[dict[str, Any]], records: bytearray, *, chunk: int = 2048
 ) -> tuple[list[int], list[str], list[list[str]]]:
-    """`canonical_records` written into `records`: each case's canonical bytes followed by a
-    newline (as packs hold them). Answers where each case ends in `records` (its newline
-    included), the digests and the tags, in order; the registration hot path, in bulk."""
+    """The canonical records of cases in their plain form (`cases_to_plain`,
+    `validate_plain_cases`) written into `records`: each case's canonical bytes followed by a
+    newline (as packs hold them), serialised `chunk` at a time. Answers where each case ends in
+    `records` (its newline included), the digests and the tags, in order; the registration hot
+    path, in bulk."""
     sha256, dumps, opts = hashlib.sha256, orjson.dumps, CANONICAL_OPTIONS
     ends: list[int] = []
     digests: list[str] = []
     tags: list[list[str]] = []
-    for start in range(0, len(cases), chunk):
-        plains = cases_to_plain(cases[start : start + chunk])
+    for start in range(0, len(plains), chunk):
+        part = plains[start : start + chunk]
         try:
-            datas = [dumps(plain, option=opts) for plain in plains]
+            datas = [dumps(plain, option=opts) for plain in part]
         except TypeError:
-            datas = [_serialise(plain) for plain in plains]  # raises the BadRequest naming it
+            datas = [_serialise(plain) for plain in part]  # raises the BadRequest naming it
         ends.extend(islice(accumulate([len(d) + 1 for d in datas], initial=len(records)), 1, None))
         records += b"\n".join(datas)
         records += b"\n"
         digests.extend(["sha256:" + sha256(data).hexdigest() for data in datas])
-        tags.extend([plain.get("tags", []) for plain in plains])
+        tags.extend([plain.get("tags", []) for plain in part])
     return ends, digests, tags
 
 

@@ -16,7 +16,7 @@ from bisect import bisect_right
 from collections import ChainMap, Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,7 +33,12 @@ from caseshelf.domain.canonical import (
 )
 from caseshelf.domain.chunks import Root, join_chunks, root_of_legacy
 from caseshelf.domain.diff import ChangeAgainstBase
-from caseshelf.domain.envelope import canonical_into, validation_problem
+from caseshelf.domain.envelope import (
+    canonical_into,
+    cases_to_plain,
+    validate_plain_cases,
+    validation_problem,
+)
 from caseshelf.domain.errors import BadRequest, Conflict, Corrupt, NotFound, TooLarge
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.manifest import (
@@ -45,10 +50,7 @@ from caseshelf.domain.manifest import (
 from caseshelf.domain.models import (
     Case,
     DatasetVersionInput,
-    InlineBase64,
-    InlineText,
     SharedFileInput,
-    StoredFile,
 )
 from caseshelf.domain.paging import check_limit, decode_position, encode_position
 from caseshelf.domain.versions import (
@@ -174,12 +176,54 @@ def unchanged_latest(records: list[VersionRecord], content_digest: str) -> Versi
     return None
 
 
-def parse_dataset(raw: Any) -> DatasetVersionInput:
-    """Validate a dataset document; errors name the case id (or index) and the field."""
+_CASE_LIST: TypeAdapter[list[Case]] = TypeAdapter(list[Case])
+
+
+@dataclass(frozen=True)
+class DatasetDocument:
+    """A validated dataset document, as `register` and `validate` take it: everything but its
+    cases as the model holds it (`cases` left empty), and the cases in their canonical plain
+    form (`caseshelf.domain.envelope.cases_to_plain`), their inline file bodies not yet
+    stored."""
+
+    meta: DatasetVersionInput
+    plain_cases: list[dict[str, Any]]
+
+    @property
+    def id(self) -> str:
+        return self.meta.id
+
+    @cached_property
+    def cases(self) -> list[Case]:
+        """The cases as models, for a reader of their fields (made when first read; a
+        registration reads `plain_cases`)."""
+        return _CASE_LIST.validate_python(self.plain_cases)
+
+
+def document_of(body: DatasetVersionInput | DatasetDocument) -> DatasetDocument:
+    """A document validated into models (an HTTP body) as `register` takes it."""
+    if isinstance(body, DatasetDocument):
+        return body
+    return DatasetDocument(body.model_copy(update={"cases": []}), cases_to_plain(body.cases))
+
+
+def parse_dataset(raw: Any) -> DatasetDocument:
+    """Validate a dataset document; errors name the case id (or index) and the field.
+
+    The cases are validated straight into their plain form (`validate_plain_cases`: half the
+    cost of models read back); on any failure the whole document is validated with the models,
+    which name what is wrong exactly as they always have."""
     if not isinstance(raw, dict):
         raise BadRequest("a dataset version is a JSON object")
+    cases = raw.get("cases")
+    if isinstance(cases, list):
+        try:
+            meta = DatasetVersionInput.model_validate({**raw, "cases": []})
+            return DatasetDocument(meta, validate_plain_cases(cases))
+        except (ValidationError, BadRequest):  # a path validator raises BadRequest itself
+            pass
     try:
-        return DatasetVersionInput.model_validate(raw)
+        return document_of(DatasetVersionInput.model_validate(raw))
     except ValidationError as exc:
         raise dataset_error(exc, raw) from None
 
@@ -204,11 +248,13 @@ def dataset_error(exc: ValidationError, raw: Any) -> BadRequest:
     return BadRequest(f"{loc}: {msg}", field=loc)
 
 
-def _decode_inline(entry: InlineText | InlineBase64, where: str) -> bytes:
-    if isinstance(entry, InlineText):
-        return entry.text.encode("utf-8")
+def _decode_inline(entry: Mapping[str, str], where: str) -> bytes:
+    """The body of a file sent inline, `{text}` or `{base64}` (a plain `InlineText` or
+    `InlineBase64`)."""
+    if "text" in entry:
+        return entry["text"].encode("utf-8")
     try:
-        return base64.b64decode(entry.base64, validate=True)
+        return base64.b64decode(entry["base64"], validate=True)
     except (binascii.Error, ValueError):
         raise BadRequest(f"{where}: base64 body is not valid base64", field=where) from None
 
@@ -257,7 +303,7 @@ def parse_head(raw: Any) -> VersionHead:
         raise BadRequest("a dataset version is a JSON object")
     if "cases" in raw:
         raise BadRequest("the head of a streamed dataset holds no cases", field="cases")
-    return head_of(parse_dataset({**raw, "cases": []}))
+    return head_of(parse_dataset({**raw, "cases": []}).meta)
 
 
 def _label(head: VersionHead, records: list[VersionRecord]) -> str:
@@ -286,11 +332,7 @@ def shared_part(
             refs.setdefault(hex_of(sf.digest), ("", f"shared_files.{sf.dest}", -1))
             shared.append({"dest": sf.dest, "digest": sf.digest})
             continue
-        entry = (
-            InlineText(text=sf.text)
-            if sf.text is not None
-            else InlineBase64(base64=sf.base64 or "")
-        )
+        entry = {"text": sf.text} if sf.text is not None else {"base64": sf.base64 or ""}
         data = _decode_inline(entry, f"shared_files.{sf.dest}")
         digest = digest_of(data)
         bodies[hex_of(digest)] = data
@@ -361,7 +403,13 @@ def _has_in(base: Root | None, batches: Iterable[Staged]) -> Callable[[str], boo
     return have.__contains__
 
 
-_CASE_LIST: TypeAdapter[list[Case]] = TypeAdapter(list[Case])
+def _plain_batch(raw: Sequence[Any], start: int) -> list[dict[str, Any]]:
+    """A batch of a stream's cases validated into their plain form (`validate_plain_cases`);
+    on any failure validated with the models (`_validate_cases`), which name what is wrong."""
+    try:
+        return validate_plain_cases(raw)
+    except (ValidationError, BadRequest):  # a path validator raises BadRequest itself
+        return cases_to_plain(_validate_cases(raw, start))
 
 
 def _validate_cases(raw: Sequence[Any], start: int) -> list[Case]:
@@ -658,10 +706,13 @@ class RegistryService:
     # come, so memory holds a window of cases; a refusal or a crash leaves only unreferenced
     # objects, which gc collects). Nothing is visible before the commit.
 
-    def validate(self, identity: Identity, body: DatasetVersionInput) -> ValidateResult:
+    def validate(
+        self, identity: Identity, body: DatasetDocument | DatasetVersionInput
+    ) -> ValidateResult:
         tenant = identity.check_can_write()
-        head = head_of(body)
-        batches = list(self._stage_document(body, head))
+        document = document_of(body)
+        head = head_of(document.meta)
+        batches = list(self._stage_document(document, head))
         records = self.index.list_versions(tenant, KIND, head.name)
         base = self._base_root(head, records)
         cdigest = _content_digest(head, batches)
@@ -706,11 +757,15 @@ class RegistryService:
             version=label,
         )
 
-    def register(self, identity: Identity, body: DatasetVersionInput) -> RegisterResult:
-        """Register a dataset document (buffered: it is in memory already)."""
+    def register(
+        self, identity: Identity, body: DatasetDocument | DatasetVersionInput
+    ) -> RegisterResult:
+        """Register a dataset document (buffered: it is in memory already): one `parse_dataset`
+        gave, or a body the HTTP resolver validated into models."""
         tenant = identity.check_can_write()
-        head = head_of(body)
-        batches = list(self._stage_document(body, head))
+        document = document_of(body)
+        head = head_of(document.meta)
+        batches = list(self._stage_document(document, head))
         with self.fence.writing(tenant) as lease:
             return self._register(identity, tenant, lease, head, batches, buffered=True)
 
@@ -895,16 +950,17 @@ class RegistryService:
 
     # -- stagers: validate, canonicalise, digest ---------------------------------------------
 
-    def _stage_document(self, body: DatasetVersionInput, head: VersionHead) -> Iterator[Staged]:
+    def _stage_document(self, body: DatasetDocument, head: VersionHead) -> Iterator[Staged]:
         """A validated document's batches: its shared files first (a batch without cases), then
         its cases. Repeated ids are refused before any case is staged."""
-        ids = [c.id for c in body.cases]
+        cases = body.plain_cases
+        ids = [c["id"] for c in cases]
         if len(set(ids)) != len(ids):
             dups = sorted(cid for cid, n in Counter(ids).items() if n > 1)
             raise BadRequest(f"duplicate case ids: {', '.join(dups[:50])}", case_ids=dups)
         yield _staged_shared(head)
-        for start in range(0, len(body.cases), STAGE_CASES):
-            yield self._stage_cases(body.cases[start : start + STAGE_CASES])
+        for start in range(0, len(cases), STAGE_CASES):
+            yield self._stage_cases(cases[start : start + STAGE_CASES])
 
     def _stage_stream(self, head: VersionHead, cases: Iterable[Sequence[Any]]) -> Iterator[Staged]:
         """Batches of plain cases validated, canonicalised and digested one batch at a time.
@@ -914,38 +970,38 @@ class RegistryService:
         yield _staged_shared(head)
         start = 0
         for raw in cases:
-            models = _validate_cases(raw, start)
-            start += len(models)
-            staged = self._stage_cases(models)
+            plains = _plain_batch(raw, start)
+            start += len(plains)
+            staged = self._stage_cases(plains)
             staged.positions = "cases"
             yield staged
 
-    def _stage_cases(self, cases: Sequence[Case]) -> Staged:
-        """Cases with their inline file bodies taken out (stored as blobs, named by digest),
-        as canonical records."""
+    def _stage_cases(self, cases: Sequence[dict[str, Any]]) -> Staged:
+        """Cases in their plain form with their inline file bodies taken out (stored as blobs,
+        named by digest: a `StoredFile` in their place), as canonical records."""
         bodies: dict[str, bytes] = {}
         refs: dict[str, tuple[str, str, int]] = {}
         files: list[str] = []
-        plain: list[Case] = []
+        plain: list[dict[str, Any]] = []
         for case in cases:
-            if case.files:
-                stored: dict[str, Any] = {}
-                for path, entry in case.files.items():
-                    if isinstance(entry, StoredFile):
-                        refs.setdefault(hex_of(entry.digest), (case.id, path, entry.size))
+            if "files" in case:
+                stored: dict[str, dict[str, Any]] = {}
+                for path, entry in case["files"].items():
+                    if "digest" in entry:  # a StoredFile
+                        refs.setdefault(hex_of(entry["digest"]), (case["id"], path, entry["size"]))
                         stored[path] = entry
                     else:
-                        body = _decode_inline(entry, f"case {case.id!r}: files.{path}")
-                        stored[path] = StoredFile(digest=digest_of(body), size=len(body))
-                        bodies[hex_of(stored[path].digest)] = body
-                    files.append(hex_of(stored[path].digest))
-                case = case.model_copy(update={"files": stored})
+                        body = _decode_inline(entry, f"case {case['id']!r}: files.{path}")
+                        stored[path] = {"digest": digest_of(body), "size": len(body)}
+                        bodies[hex_of(stored[path]["digest"])] = body
+                    files.append(hex_of(stored[path]["digest"]))
+                case = {**case, "files": stored}
             plain.append(case)
         data = bytearray()
         stops, digests, tags = canonical_into(plain, data)
         lengths = [stop - start - 1 for start, stop in zip([0, *stops[:-1]], stops, strict=True)]
         staged = Staged(
-            ids=[c.id for c in plain],
+            ids=[c["id"] for c in plain],
             digests=[d[7:] for d in digests],
             tags=tags,
             lengths=lengths,

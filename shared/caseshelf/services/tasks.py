@@ -594,7 +594,7 @@ class TaskImportService:
         )
         body = parse_dataset(built.body)
         res = self.registry.register(identity, body)
-        return TaskImportResult(res.record, res.created, built.skipped, len(body.cases))
+        return TaskImportResult(res.record, res.created, built.skipped, len(body.plain_cases))
 
     def import_object(
         self,
@@ -655,4 +655,4 @@ class TaskImportService:
         }
         parsed = parse_dataset(body)
         res = self.registry.register(identity, parsed)
-        return TaskImportResult(res.record, res.created, skipped, len(parsed.cases), warnings)
+        return TaskImportResult(res.record, res.created, skipped, len(parsed.plain_cases), warnings)
