@@ -1,7 +1,7 @@
 """Bulk work without the cyclic garbage collector in the way, for the entry points that do it.
 
 Validating a large dataset document builds hundreds of thousands of small objects (the parsed
-document, then a pydantic model per case) that all stay alive until the registration ends. The
+document, then each case validated) that all stay alive until the registration ends. The
 cyclic collector, triggered by those allocations, rescans the growing heap again and again for
 nothing: `parse_dataset` of 100,000 GSM8K-shaped cases took 15.7 s with the collector and 3.8 s
 without it (`bench/bench_register.py`'s dataset, on the shared development machine under load;
