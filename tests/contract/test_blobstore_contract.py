@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from caseshelf.adapters.localfs import WRITE_PIECE_BYTES as PIECE
 from caseshelf.domain.errors import NotFound
 from tests.conftest import Backend
 
@@ -49,6 +50,21 @@ def test_put_if_absent_of_a_large_object_present_is_refused(backend: Backend) ->
     # Then nothing is written and the body is unchanged
     assert backend.store.put_if_absent(KEY, b"y" * (1024 * 1024 + 1)) is False
     assert backend.store.get(KEY) == body
+
+
+@pytest.mark.parametrize("size", [0, 1, PIECE - 1, PIECE, PIECE + 1, 3 * PIECE + 7])
+def test_an_object_reads_back_as_written_whatever_its_size(backend: Backend, size: int) -> None:
+    # Given bodies on both sides of the size the embedded store writes a file in pieces of,
+    # each byte telling where it is
+    body = bytes(i * 7 % 251 for i in range(size))
+    # When each is stored by both kinds of write
+    assert backend.store.put_if_absent(f"{KEY}-{size}", body)
+    backend.store.put(f"t/acme/exports/{size}", body)
+    # Then each reads back byte for byte, whole and past a piece's end
+    assert backend.store.get(f"{KEY}-{size}") == body
+    assert backend.store.get(f"t/acme/exports/{size}") == body
+    if size > PIECE:
+        assert backend.store.get_range(f"{KEY}-{size}", PIECE - 3, 9) == body[PIECE - 3 : PIECE + 6]
 
 
 def test_put_replaces(backend: Backend) -> None:

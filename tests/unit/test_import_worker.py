@@ -539,7 +539,8 @@ def test_a_line_longer_than_many_chunks_is_read_whole_and_one_that_never_ends_is
 
 
 @pytest.mark.parametrize("batch_rows", [1, 3, 1000])
-def test_the_first_problem_in_row_order_is_the_one_reported(batch_rows):
+def test_the_first_problem_in_row_order_is_the_one_reported(svc, batch_rows):
+    # (the mapper checks sizes and the ids of a batch; the registry every id of the import)
     from caseshelf.domain.mapping import record_batches
     from caseshelf.domain.recipe import parse_recipe
 
@@ -555,8 +556,19 @@ def test_the_first_problem_in_row_order_is_the_one_reported(batch_rows):
         return iter(out)
 
     def first_error(*specs, limit=200):
+        batches = record_batches(rows(*specs), recipe, max_case_bytes=limit, batch_rows=batch_rows)
         with pytest.raises((BadRequest, TooLarge)) as exc:
-            list(record_batches(rows(*specs), recipe, max_case_bytes=limit, batch_rows=batch_rows))
+            svc.registry.register_records(
+                ME,
+                name="mini",
+                version=None,
+                bump="minor",
+                description="",
+                tags=[],
+                produced_by=None,
+                records=batches,
+            )
+        assert svc.registry.index.list_versions(ME.tenant, "dataset", "mini") == []
         return exc.value.detail
 
     big = "x" * 300
@@ -566,9 +578,20 @@ def test_the_first_problem_in_row_order_is_the_one_reported(batch_rows):
     )
     # A case over the limit before a repeated id, and the other way round
     assert first_error(("a", "q"), ("b", big), ("a", "q")).startswith("row 1: case 'b' is")
-    assert first_error(("a", "q"), ("a", big), ("b", big)) == "rows 0 and 1 both map to case id 'a'"
+    assert first_error(("a", "q"), ("a", "q"), ("b", big)) == "rows 0 and 1 both map to case id 'a'"
+    # A row both over the limit and repeating an id is named by its size, wherever the
+    # batches end
+    assert first_error(("a", "q"), ("a", big), ("b", big)).startswith("row 1: case 'a' is")
     # A row that does not map before any other problem
     assert first_error(("a", None), ("a", big)) == "row 0: missing field 'q'"
+    # A repeated id right before a case over the limit or a row that does not map, in the
+    # same batch as those or not
+    assert first_error(("a", "q"), ("b", "q"), ("a", "q"), ("c", big)) == (
+        "rows 0 and 2 both map to case id 'a'"
+    )
+    assert first_error(("a", "q"), ("b", "q"), ("b", "q"), ("c", None)) == (
+        "rows 1 and 2 both map to case id 'b'"
+    )
     # Nothing wrong: every row comes out, in batches
     got = list(record_batches(rows(("a", "q"), ("b", "q")), recipe, max_case_bytes=200))
     assert [cid for b in got for cid in b.ids] == ["a", "b"]

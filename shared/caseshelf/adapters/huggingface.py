@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import math
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,7 +78,12 @@ Fetch = Callable[[str, dict[str, str], float], HttpResponse]
 
 
 def urllib_fetch(url: str, headers: dict[str, str], timeout: float) -> HttpResponse:
-    """GET with urllib; any HTTP status is an answer, a network failure an OSError."""
+    """GET with urllib; any HTTP status is an answer, a network failure an OSError. (urllib's
+    HTTP client is imported here, on the first request: an import from a local file makes
+    none, and `urllib.request` with `http.client` cost it ~10 ms of start-up.)"""
+    import urllib.error
+    import urllib.request
+
     req = urllib.request.Request(url, headers=headers, method="GET")  # noqa: S310
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310

@@ -34,6 +34,8 @@ from caseshelf.ports import ObjectInfo
 UPLOAD_PATH = "/_uploads/"
 DOWNLOAD_PATH = "/_downloads/"
 _CHUNK = 1 << 20
+# An object is written to its file this many bytes at a time (`_write_file`).
+WRITE_PIECE_BYTES = 256 << 10
 
 
 def _b64(data: bytes) -> str:
@@ -91,6 +93,19 @@ class UploadTokens:
         return key
 
 
+def _write_file(path: Path, data: bytes) -> None:
+    """Write `data` to a new file at `path` in `WRITE_PIECE_BYTES` pieces, not in one call.
+    On the development machine's kernel a write of a megabyte or more into a new file costs
+    about ten times the system time of the same bytes written 256 KiB at a time: 80 MB of new
+    files took 0.19-0.25 s of system time in 8 MiB writes (a pack is one) and 0.023 s in
+    256 KiB writes (64 KiB: 0.026 s). An import of 100,000 GSM8K-shaped rows writes ~84 MB of
+    packs and manifest chunks."""
+    view = memoryview(data)
+    with path.open("wb") as fh:
+        for at in range(0, len(view), WRITE_PIECE_BYTES):
+            fh.write(view[at : at + WRITE_PIECE_BYTES])
+
+
 def _tenant_of(key: str) -> str:
     """The tenant of a `t/<tenant>/...` key (only tenant keys are ever signed)."""
     parts = key.split("/")
@@ -135,7 +150,7 @@ class LocalBlobStore:
             return False
         tmp = self._tmp(path)
         try:
-            tmp.write_bytes(data)
+            _write_file(tmp, data)
             try:
                 os.link(tmp, path)  # atomic, and fails if another writer got there first
             except FileExistsError:
@@ -148,7 +163,7 @@ class LocalBlobStore:
         path = self._path(key)
         tmp = self._tmp(path)
         try:
-            tmp.write_bytes(data)
+            _write_file(tmp, data)
             tmp.replace(path)
         finally:
             tmp.unlink(missing_ok=True)

@@ -33,7 +33,7 @@ import orjson
 
 from caseshelf.domain.canonical import CANONICAL_OPTIONS
 from caseshelf.domain.envelope import case_to_plain, parse_case
-from caseshelf.domain.errors import BadRequest, TooLarge
+from caseshelf.domain.errors import BadRequest, CaseshelfError, TooLarge
 from caseshelf.domain.legacy import RoleListProblem, split_role_list
 from caseshelf.domain.recipe import Recipe
 from caseshelf.domain.templates import (
@@ -524,14 +524,19 @@ def record_batches(
     batch_bytes: int = BATCH_BYTES,
 ) -> Iterator[RecordBatch]:
     """Every row as its case's canonical record, in batches of at most `batch_rows` cases (or
-    about `batch_bytes`), in order. Errors name the row: a mapping error, two rows with the same
-    case id (both rows), a case over `max_case_bytes` (413); of several, the first in row order.
+    about `batch_bytes`), in order. Errors name the row: a mapping error, two rows of a batch
+    with the same case id (both rows), a case over `max_case_bytes` (413).
 
-    Per row only the mapping and the serialisation run in Python; repeated ids and sizes are
-    checked a batch at a time in C, and row by row only once a batch holds a problem (or a
-    later row fails), to find the first."""
+    Ids repeated across batches are refused by the registry, which sees every batch of the
+    import, from both processes of a split file (`RegistryService.register_records`). So that
+    the first problem in row order is the one reported, a batch that holds a problem is cut
+    before the row at fault: the rows before it come as a batch of their own (the registry
+    refuses one that repeats an earlier batch's id), then the row's error (`_checked`).
+
+    Per row only the mapping and the serialisation run in Python; sizes and ids repeated
+    within a batch are checked a batch at a time in C, and row by row only once a batch holds
+    a problem, to find the first."""
     build = RowMapper(recipe).build
-    checks = _BatchChecks(max_case_bytes)
     dumps, options = orjson.dumps, CANONICAL_OPTIONS
     tagged = bool(recipe.mapping.tag_fields)
     indexes: list[int] = []
@@ -545,34 +550,58 @@ def record_batches(
             case = build(row, index)
             data = dumps(case, option=options)
         except ROW_ERRORS as exc:
-            checks.before_error(indexes, ids, records)
-            raise row_error(exc, index) from None
+            error: CaseshelfError = row_error(exc, index)
         except orjson.JSONEncodeError as exc:  # an integer beyond 64 bits
-            checks.before_error(indexes, ids, records)
-            raise BadRequest(f"row {index}: case {case['id']!r}: {exc}", row=index) from None
-        indexes.append(index)
-        ids.append(case["id"])
-        records.append(data)
-        if tagged:
-            tags.append(case.get("tags", ()))
-        held += len(data)
-        if len(ids) >= most or held >= batch_bytes:
-            yield _batch(checks, indexes, ids, records, tags if tagged else None)
-            indexes, ids, records, tags = [], [], [], []
-            held, most = 0, batch_rows
-    if ids:
-        yield _batch(checks, indexes, ids, records, tags if tagged else None)
+            error = BadRequest(f"row {index}: case {case['id']!r}: {exc}", row=index)
+        else:
+            indexes.append(index)
+            ids.append(case["id"])
+            records.append(data)
+            if tagged:
+                tags.append(case.get("tags", ()))
+            held += len(data)
+            if len(ids) >= most or held >= batch_bytes:
+                yield from _checked(max_case_bytes, indexes, ids, records, tags if tagged else None)
+                indexes, ids, records, tags = [], [], [], []
+                held, most = 0, batch_rows
+            continue
+        yield from _checked(max_case_bytes, indexes, ids, records, tags if tagged else None)
+        raise error
+    yield from _checked(max_case_bytes, indexes, ids, records, tags if tagged else None)
 
 
-def _batch(
-    checks: _BatchChecks,
+def _checked(
+    max_case_bytes: int,
     indexes: list[int],
     ids: list[str],
     records: list[bytes],
     tags: list[Sequence[str]] | None,
+) -> Iterator[RecordBatch]:
+    """The batch of these records, once none is over the limit or repeats an id of the batch;
+    otherwise the records before the first that does, and then its error. Nothing for no
+    records.
+
+    Checking ids within the batch only, not against every id this process mapped before (a
+    dict of them all, which the registry's own check of every id made a second copy of): the
+    mapping and the serialisation of 100,000 GSM8K-shaped rows 5.29 -> 5.02 us of CPU a row
+    (best of 11, alternating in one process; medians 5.73 -> 5.19; load average 1.1-1.6),
+    and no memory growing with the rows."""
+    if not ids:
+        return
+    lengths = list(map(len, records))
+    if len(set(ids)) == len(ids) and max(lengths) <= max_case_bytes:
+        yield _batch(ids, lengths, records, tags)
+        return
+    at, error = _first_problem(indexes, ids, lengths, max_case_bytes)
+    if at:
+        yield _batch(ids[:at], lengths[:at], records[:at], tags[:at] if tags is not None else None)
+    raise error
+
+
+def _batch(
+    ids: list[str], lengths: list[int], records: list[bytes], tags: list[Sequence[str]] | None
 ) -> RecordBatch:
-    """One batch of checked records: their lengths, digests and the records joined."""
-    lengths = checks.batch(indexes, ids, records)
+    """One batch of checked records: their digests, and the records joined."""
     digests = record_digests(records)
     records.append(b"")
     return RecordBatch(ids, lengths, b"\n".join(records), tags, digests)
@@ -588,46 +617,26 @@ def record_digests(records: Iterable[bytes]) -> list[str]:
     return [hashlib.sha256(record).hexdigest() for record in records]
 
 
-class _BatchChecks:
-    """The case ids seen so far and the size limit, checked over a whole batch in C."""
-
-    def __init__(self, max_case_bytes: int) -> None:
-        self.max_case_bytes = max_case_bytes
-        self.seen: dict[str, int] = {}  # case id -> its row
-
-    def batch(self, indexes: list[int], ids: list[str], records: list[bytes]) -> list[int]:
-        """The records' lengths, once no case repeats an id or is over the limit; else the
-        error of the first row that does."""
-        lengths = list(map(len, records))
-        rows = dict(zip(ids, indexes, strict=True))
-        if (
-            len(rows) != len(ids)
-            or not self.seen.keys().isdisjoint(rows)
-            or max(lengths) > self.max_case_bytes
-        ):
-            self._first_problem(indexes, ids, lengths)
-            raise AssertionError("a batch check found no problem row by row")
-        self.seen.update(rows)
-        return lengths
-
-    def before_error(self, indexes: list[int], ids: list[str], records: list[bytes]) -> None:
-        """Raise the error of a row before the failing one, if one has any."""
-        if ids:
-            self._first_problem(indexes, ids, list(map(len, records)))
-
-    def _first_problem(self, indexes: list[int], ids: list[str], lengths: list[int]) -> None:
-        seen, limit = self.seen, self.max_case_bytes
-        for index, cid, size in zip(indexes, ids, lengths, strict=True):
-            first = seen.setdefault(cid, index)
-            if first != index:
-                raise BadRequest(
-                    f"rows {first} and {index} both map to case id {cid!r}",
-                    case_ids=[cid],
-                    rows=[first, index],
-                )
-            if size > limit:
-                raise TooLarge(
-                    f"row {index}: case {cid!r} is {size} bytes; the limit is {limit}",
-                    row=index,
-                    case_id=cid,
-                )
+def _first_problem(
+    indexes: list[int], ids: list[str], lengths: list[int], limit: int
+) -> tuple[int, CaseshelfError]:
+    """The position in the batch of the first record that is over the limit or repeats an id
+    of the batch, and its error (the batch holds one). A record with both problems is named by
+    its size: the ids it may repeat from earlier batches are the registry's to find, and the
+    batch it would be found in ends before it."""
+    seen: dict[str, int] = {}  # case id -> its row
+    for at, (index, cid, size) in enumerate(zip(indexes, ids, lengths, strict=True)):
+        if size > limit:
+            return at, TooLarge(
+                f"row {index}: case {cid!r} is {size} bytes; the limit is {limit}",
+                row=index,
+                case_id=cid,
+            )
+        first = seen.setdefault(cid, index)
+        if first != index:
+            return at, BadRequest(
+                f"rows {first} and {index} both map to case id {cid!r}",
+                case_ids=[cid],
+                rows=[first, index],
+            )
+    raise AssertionError("a batch check found no problem row by row")
