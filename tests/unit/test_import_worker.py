@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import sys
+import threading
 import time
 
 import orjson
@@ -418,20 +419,55 @@ def test_the_worker_streams_items_in_order_and_reports_failures():
 def test_record_batches_come_over_shared_memory_in_order_whatever_their_size(monkeypatch):
     from caseshelf.domain.mapping import RecordBatch
 
-    # Given two slots of 64 bytes, fewer than the batches, and a batch larger than a slot
+    # Given two slots of 256 bytes, fewer than the batches, each room for a small batch's
+    # records and its pickled columns (~150 bytes), and a batch larger than a slot
     monkeypatch.setattr(sources, "HANDOVER_SLOTS", 2)
-    monkeypatch.setattr(sources, "HANDOVER_SLOT_BYTES", 64)
+    monkeypatch.setattr(sources, "HANDOVER_SLOT_BYTES", 256)
+    taken = []
+    real_take = sources.Handover.take
+
+    def take(self, slot):
+        taken.append(slot)
+        return real_take(self, slot)
+
+    monkeypatch.setattr(sources.Handover, "take", take)
 
     def batch(n: int, size: int) -> RecordBatch:
         data = bytes([65 + n % 26]) * size + b"\n"
         return RecordBatch([f"c{n}"], [size], data, None, [f"{n:064x}"])
 
-    sent = [batch(n, 100 if n == 5 else 10 + n) for n in range(12)]
+    sent = [batch(n, 300 if n == 5 else 10 + n) for n in range(12)]
     # When a worker sends them, with another item between them
     items = [*sent[:6], "between", *sent[6:]]
     got = list(in_worker(iter(items)))
-    # Then every item comes back whole and in order (the large one through the queue)
+    # Then every item comes back whole and in order, every batch but the large one (which
+    # goes down the pipe) through a slot, the slots used in turn
     assert got == items
+    assert [slot.number for slot in taken] == [n % 2 for n in range(11)]
+
+
+@needs_fork
+def test_the_worker_sends_each_item_from_the_thread_that_makes_it():
+    # A queue's feeder thread waits for the GIL while the worker maps the next rows, so the
+    # importing process waited for items the worker had already made
+    def threads_at_each_item():
+        for _ in range(3):
+            yield threading.active_count()
+
+    assert list(in_worker(threads_at_each_item())) == [1, 1, 1]
+
+
+@needs_fork
+def test_a_worker_that_dies_half_way_is_reported_after_the_items_it_sent():
+    def dies():
+        yield 1
+        yield 2
+        os._exit(3)
+
+    got = in_worker(dies())
+    assert [next(got), next(got)] == [1, 2]
+    with pytest.raises(WorkerFailed, match="stopped unexpectedly"):
+        next(got)
 
 
 @needs_fork

@@ -25,7 +25,7 @@ import io
 import ipaddress
 import mmap
 import os
-import queue
+import pickle
 import socket
 import sys
 import zlib
@@ -71,17 +71,13 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 SOURCE_LIMITS = archives.Limits(max_entries=0, max_total_bytes=64 * 1024**3)
 # A local file at least this large has its rows mapped in a worker process (`in_worker`).
 WORKER_MIN_BYTES = 4 << 20
-# A worker runs at most this many items (record batches of up to 4 MiB) ahead of the importing
-# process while that one is busy elsewhere.
-WORKER_QUEUE_ITEMS = 16
-# The records of a worker's batches come over shared memory (`Handover`): a slot for each item
-# the queue holds, each large enough for a batch (up to `mapping.BATCH_BYTES` of records, and
-# the case that took it over, of at most the registry's 4 MiB); a larger one goes through the
-# queue. Only the pages written are memory (a slot holds ~0.6 MB of GSM8K-sized rows).
-HANDOVER_SLOTS = WORKER_QUEUE_ITEMS
+# A worker's record batches come over shared memory (`Handover`), at most this many (of up to
+# 4 MiB of records each) ahead of the importing process while that one is busy elsewhere: a
+# slot for each, large enough for a batch's records (up to `mapping.BATCH_BYTES`, and the case
+# that took it over, of at most the registry's 4 MiB) and its pickled columns; a larger one goes
+# through the pipe. Only the pages written are memory (a slot holds ~0.6 MB of GSM8K-sized rows).
+HANDOVER_SLOTS = 16
 HANDOVER_SLOT_BYTES = 9 << 20
-# How long the importing process waits for an item before it checks that the worker still runs.
-WORKER_SILENCE_S = 1.0
 # A large plain jsonl file is cut at line ends into blocks of about this many bytes; the
 # importing process and the worker each take the next block neither has taken (`split_jsonl`).
 SPLIT_BLOCK_BYTES = 2 << 20
@@ -620,11 +616,11 @@ def in_worker(items: Iterator[T]) -> Iterator[T]:
     """`items`, produced in a forked child process while the caller consumes them in order.
 
     The child starts on the first `next()`, runs the unstarted iterator it inherited (reading the
-    file, mapping and canonicalising rows: pure work), and streams each item back over a bounded
-    queue (`Worker`). A `CaseshelfError` it raises is raised here with the same type, detail
-    and fields, after the items before it; any other failure is a `WorkerFailed`. Closing the
-    generator early (the consumer failed) kills the child. When no process can be forked, the
-    items are produced here."""
+    file, mapping and canonicalising rows: pure work), and streams each item back down a pipe,
+    record batches over shared memory (`Worker`). A `CaseshelfError` it raises is raised here
+    with the same type, detail and fields, after the items before it; any other failure is a
+    `WorkerFailed`. Closing the generator early (the consumer failed) kills the child. When no
+    process can be forked, the items are produced here."""
     worker = Worker(items)
     try:
         yield from worker.results()
@@ -638,11 +634,11 @@ def split_jsonl(path: Path, name: str, size: int, work: Work) -> Iterator[Any]:
     each take the first block neither has taken yet (`BlockClaims`), so each does as much as
     its share of the machine lets it, and both hash what they map. Items come in file order:
     this process passes on the worker's blocks as the worker sends them (at most
-    `WORKER_QUEUE_ITEMS` items ahead). When the next block is the worker's and the worker is
+    `HANDOVER_SLOTS` batches ahead). When the next block is the worker's and the worker is
     still on it, this process works on the first free block after it instead of waiting,
     holding its items until the worker's blocks before it are passed on; when the worker has
-    finished it, or its items fill half the queue, it passes them on first, so that the
-    worker does not wait on a full queue while this process works. (Deciding on whether any
+    finished it, or its batches fill half the slots, it passes them on first, so that the
+    worker does not wait for a free slot while this process works. (Deciding on whether any
     item had come took this process off nearly every block: the worker's first item of a
     block, its `BlockMark`, comes as it starts. 1,000,000 GSM8K-shaped rows: this process
     took 5-9 of 276 blocks and waited 6-7 s for the worker.)
@@ -677,9 +673,9 @@ def split_jsonl(path: Path, name: str, size: int, work: Work) -> Iterator[Any]:
                 done += 1
                 continue
             # The worker has the next block. While it is still on it, work on the first free
-            # block after it rather than wait; once it is done, or its items fill half the
-            # queue (the worker would soon wait on it), pass them on.
-            ready = claims.finished(done) or worker.waiting() >= WORKER_QUEUE_ITEMS // 2
+            # block after it rather than wait; once it is done, or its batches fill half the
+            # slots (the worker would soon wait for one), pass them on.
+            ready = claims.finished(done) or worker.waiting() >= HANDOVER_SLOTS // 2
             mine = None if ready else claims.take_first(done + 1, BlockClaims.HERE)
             if mine is not None:
                 guess = Tally(at.lines, at.rows)
@@ -851,12 +847,13 @@ class Worker(Generic[T]):
     """`items` produced in a child process from now on; `results()` are they, in order.
 
     The child (`multiprocessing`, forked: it inherits the unstarted iterator, pure work such as
-    reading a file, mapping and canonicalising rows) puts each item on a bounded queue, at most
-    `WORKER_QUEUE_ITEMS` ahead of the caller; the records of a record batch come apart, over
-    shared memory (`Handover`). A `CaseshelfError` it raises is raised by
-    `results()` with the same type, detail and fields, after the items before it; any other
-    failure is a `WorkerFailed`. `close()` stops a child that has not finished and reaps it.
-    When no process can be started, the items are produced here, by `results()`."""
+    reading a file, mapping and canonicalising rows) sends each item down a pipe from its own
+    thread (`_serve`); a record batch comes whole over shared memory (`Handover`, at most
+    `HANDOVER_SLOTS` ahead of the caller), only its slot down the pipe. A `CaseshelfError` it
+    raises is raised by `results()` with the same type, detail and fields, after the items
+    before it; any other failure, or the child's end before its last item, is a
+    `WorkerFailed`. `close()` stops a child that has not finished and reaps it. When no
+    process can be started, the items are produced here, by `results()`."""
 
     def __init__(self, items: Iterator[T]) -> None:
         import multiprocessing
@@ -864,23 +861,25 @@ class Worker(Generic[T]):
         self.items: Iterator[T] | None = None
         self.finished = False
         context = multiprocessing.get_context("fork")
-        self.queue: Any = context.Queue(WORKER_QUEUE_ITEMS)
+        self._receive, send = context.Pipe(duplex=False)
         self.handover = Handover(context)
         self.process: Any = context.Process(
-            target=_serve, args=(items, self.queue, self.handover), daemon=True
+            target=_serve, args=(items, send, self.handover), daemon=True
         )
         try:
             self.process.start()
         except OSError:  # no process to spare (EAGAIN, ENOMEM): do the work here instead
-            self.queue.close()
+            self._receive.close()
             self.handover.close()
             self.process = None
             self.items = items
+        finally:
+            send.close()  # the child's copy alone: the pipe ends when the child does
 
     def waiting(self) -> int:
-        """How many items the child has sent that `results()` has not taken yet (a hint: more
-        may come just after); 0 without a child."""
-        return self.queue.qsize() if self.process is not None else 0
+        """How many record batches the child has handed over that `results()` has not taken
+        yet (a hint: more may come just after); 0 without a child."""
+        return self.handover.held() if self.process is not None else 0
 
     def results(self) -> Iterator[T]:
         if self.items is not None:
@@ -888,17 +887,15 @@ class Worker(Generic[T]):
             return
         while True:
             try:
-                kind, payload = self.queue.get(timeout=WORKER_SILENCE_S)
-            except queue.Empty:
-                if self.process.is_alive():
-                    continue
+                kind, payload = self._receive.recv()
+            except EOFError:
                 raise WorkerFailed("the import worker process stopped unexpectedly") from None
             if kind == "item":
                 yield payload
                 continue
             if kind == "batch":
-                batch, slot = payload
-                yield batch._replace(data=self.handover.take(slot))
+                data, columns = self.handover.take(payload)
+                yield pickle.loads(columns)._replace(data=data)  # noqa: S301 - our own child's
                 continue
             self.finished = True
             if kind == "done":
@@ -914,8 +911,7 @@ class Worker(Generic[T]):
             return
         if not self.finished:
             process.kill()
-        self.queue.close()
-        self.queue.cancel_join_thread()
+        self._receive.close()
         process.join()
         process.close()
         self.handover.close()
@@ -923,22 +919,26 @@ class Worker(Generic[T]):
 
 class Slot(NamedTuple):
     number: int
-    length: int
+    length: int  # the records' bytes, from the slot's start
+    columns: int  # the pickled columns' bytes, after them
 
 
 class Handover:
-    """Shared memory through which a worker hands the records of its batches over: slots of
-    an anonymous shared mapping made before the fork, filled by the worker in turn and emptied
-    by the importing process in the same order, a semaphore counting the free ones.
+    """Shared memory through which a worker hands its record batches over: slots of an
+    anonymous shared mapping made before the fork, filled by the worker in turn and emptied by
+    the importing process in the same order, a semaphore counting the free ones. A slot holds
+    a batch's records and, after them, its other columns (ids, lengths, tags, digests)
+    pickled; only the slot's number and lengths go down the pipe.
 
-    Through the queue, a batch's records were pickled and written into the pipe a pipe's size
-    at a time by the worker's feeder thread, which waits for the GIL between two writes while
-    the worker maps rows, so the importing process waited on the pipe. Here they are copied in
-    and copied out, and only the ids, digests and lengths are pickled. Measured on 1,000,000
-    GSM8K-shaped rows on a quiet machine (load average under 1), alternating with the queue
-    alone, three runs each: 6.6-7.3 s of wall against 8.3-8.6 s (CPU 10.4-11.9 s against
-    11.6-12.1 s; peak RSS of the importing process +15 MB, the slots written). Under a load
-    average of 3-4 no difference showed in either."""
+    Through a `multiprocessing` queue, a batch's records were pickled and written into the pipe
+    a pipe's size at a time by the worker's feeder thread, which waits for the GIL between two
+    writes while the worker maps rows, so the importing process waited on the pipe. With the
+    records here: measured on 1,000,000 GSM8K-shaped rows on a quiet machine (load average
+    under 1), alternating with the queue alone, three runs each: 6.6-7.3 s of wall against
+    8.3-8.6 s (CPU 10.4-11.9 s against 11.6-12.1 s; peak RSS of the importing process +15 MB,
+    the slots written). The columns (~100 KB pickled for 1,000 rows) still went through the
+    feeder thread: of the ~150 ms the importing process waited on the worker in an import of
+    100,000 rows, ~140 ms came after the worker had put the batch (`_serve`)."""
 
     def __init__(self, context: Any) -> None:
         self._slots = slots = HANDOVER_SLOTS
@@ -947,42 +947,62 @@ class Handover:
         self._free = context.Semaphore(slots)
         self._next = 0  # the next slot the worker fills
 
-    def put(self, data: bytes) -> Slot | None:  # pragma: no cover - runs in the worker
-        """Copy `data` into the next slot once it is free (None: larger than a slot)."""
-        if len(data) > self._slot_bytes:
+    def put(self, data: bytes, columns: bytes) -> Slot | None:  # pragma: no cover - worker
+        """Copy `data` and then `columns` into the next slot once it is free (None: larger
+        than a slot)."""
+        if len(data) + len(columns) > self._slot_bytes:
             return None
         self._free.acquire()
         number, self._next = self._next, (self._next + 1) % self._slots
         at = number * self._slot_bytes
         self._memory[at : at + len(data)] = data
-        return Slot(number, len(data))
+        at += len(data)
+        self._memory[at : at + len(columns)] = columns
+        return Slot(number, len(data), len(columns))
 
-    def take(self, slot: Slot) -> bytes:
-        """The bytes of `slot`, copied out; the slot is free again."""
+    def take(self, slot: Slot) -> tuple[bytes, bytes]:
+        """The records and the columns of `slot`, copied out; the slot is free again."""
         at = slot.number * self._slot_bytes
         data = self._memory[at : at + slot.length]
+        at += slot.length
+        columns = self._memory[at : at + slot.columns]
         self._free.release()
-        return data
+        return data, columns
+
+    def held(self) -> int:
+        """How many slots are filled and not yet taken (a hint: the worker may fill one just
+        after)."""
+        return self._slots - int(self._free.get_value())
 
     def close(self) -> None:
         self._memory.close()
 
 
 def _serve(items: Iterator[Any], out: Any, handover: Handover) -> None:  # pragma: no cover
+    """The worker's loop: each item sent down the pipe `out` as it comes, from this thread (a
+    record batch over `handover`, its slot sent), then how the items ended.
+
+    Sent here rather than through a `multiprocessing.Queue`, whose feeder thread waits for the
+    GIL (up to the 5 ms switch interval, and again for each pipe-sized write) while this thread
+    maps rows: what is sent is small (a slot, a block mark), so a send does not wait on the
+    importing process unless the pipe is full, and a full pipe waits as a full queue did.
+    An import of 100,000 GSM8K-shaped rows, alternating with the queue, six runs each (load
+    average 1.1-1.6): the importing process waited on the worker 23-49 ms against 93-155 ms,
+    the import (in process) took 0.74-0.80 s against 0.79-1.00 s."""
     # (the work this process runs has imported it already; the importing process needs it not)
     from caseshelf.domain.mapping import RecordBatch
 
     message: tuple[str, Any]
     try:
         for item in items:
-            slot = handover.put(item.data) if isinstance(item, RecordBatch) else None
-            if slot is None:
-                out.put(("item", item))
-            else:
-                out.put(("batch", (item._replace(data=b""), slot)))
+            slot = None
+            if isinstance(item, RecordBatch):
+                columns = pickle.dumps(item._replace(data=b""), pickle.HIGHEST_PROTOCOL)
+                slot = handover.put(item.data, columns)
+            out.send(("item", item) if slot is None else ("batch", slot))
         message = ("done", None)
     except CaseshelfError as exc:
         message = ("error", (type(exc), exc.detail, exc.fields))
     except Exception as exc:  # reported to the parent, which raises
         message = ("failed", f"{type(exc).__name__}: {exc}")
-    out.put(message)
+    out.send(message)
