@@ -8,7 +8,7 @@ only the envelope. `canonical_case` then fixes the bytes that are hashed and sto
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from itertools import accumulate, islice
 from types import UnionType
@@ -418,23 +418,6 @@ def canonical_case(case: Case) -> tuple[bytes, str]:
     return data, digest_of(data)
 
 
-def canonical_records(
-    cases: list[Case], *, chunk: int = 2048
-) -> Iterator[tuple[bytes, str, list[str]]]:
-    """(canonical bytes, digest, tags) of each case, in order: the registration hot path.
-
-    Cases are dumped `chunk` at a time and each plain form is dropped once serialised, so a large
-    registration never holds every plain dict at once (and reuses the memory it just freed)."""
-    sha256, dumps, opts = hashlib.sha256, orjson.dumps, CANONICAL_OPTIONS
-    for start in range(0, len(cases), chunk):
-        for plain in cases_to_plain(cases[start : start + chunk]):
-            try:
-                data = dumps(plain, option=opts)
-            except TypeError:
-                data = _serialise(plain)  # raises the BadRequest that names the case
-            yield data, "sha256:" + sha256(data).hexdigest(), plain.get("tags", [])
-
-
 def canonical_into(
     plains: Sequence[dict[str, Any]], records: bytearray, *, chunk: int = 2048
 ) -> tuple[list[int], list[str], list[list[str]]]:
@@ -459,11 +442,3 @@ def canonical_into(
         digests.extend(["sha256:" + sha256(data).hexdigest() for data in datas])
         tags.extend([plain.get("tags", []) for plain in part])
     return ends, digests, tags
-
-
-def canonical_digests(plains: list[dict[str, Any]]) -> Iterator[tuple[str, int]]:
-    """(digest, canonical size) of each plain case. Streams: each canonical form is dropped as
-    soon as it is hashed, so a large registration never holds them all at once."""
-    for plain in plains:
-        data = canonical_json(plain, checked=True)
-        yield digest_of(data), len(data)
