@@ -141,6 +141,46 @@ def test_the_same_answers_in_process_and_over_http(local: Client, remote: Client
     assert errors[0][2]["case_id"] == "x" and errors[0][2]["field"].startswith("inputs.user")
 
 
+class _NoCursorHeader(httpx.HTTPTransport):
+    """An API that names the next page in the body only (no `X-Next-Cursor` header)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cursors: list[str | None] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        answer = super().handle_request(request)
+        if request.url.path.endswith("/cases"):
+            self.cursors.append(request.url.params.get("cursor"))
+            if "X-Next-Cursor" in answer.headers:
+                del answer.headers["X-Next-Cursor"]
+        return answer
+
+
+def test_cases_over_http_come_page_by_page_with_or_without_the_cursor_header(
+    tmp_path: Path,
+) -> None:
+    # Given 25 cases served over HTTP
+    many = [{"id": f"m{i:02}", "inputs": {"user": f"q{i}"}} for i in range(25)]
+    with dev_server(tmp_path / "srv") as srv:
+        with caseshelf.connect(srv.url) as cs:
+            cs.register("paged", cases=many, version="1.0.0")
+            # When they are read 10 at a time, each next page fetched while one is read
+            # Then they come whole and in order
+            assert list(cs.cases("paged", page_size=10)) == many
+            # And a reader that stops early gets what it read
+            first = cs.cases("paged", page_size=10)
+            assert [next(first)["id"] for _ in range(12)] == [c["id"] for c in many[:12]]
+            first.close()
+        # When the API sends no cursor header, they still come whole and in order, each page
+        # asked for with the cursor the one before names
+        transport = _NoCursorHeader()
+        with Client(Http(srv.url, tenant="acme", principal="alice", transport=transport)) as cs:
+            assert list(cs.cases("paged", page_size=10)) == many
+        assert len(transport.cursors) == 3 and transport.cursors[0] is None
+        assert len(set(transport.cursors)) == 3
+
+
 def test_a_dataframe_registers_and_comes_back(local: Client, home: Path) -> None:
     pd = pytest.importorskip("pandas")
     # Given a version registered from a list
