@@ -43,6 +43,14 @@ def test_a_malformed_line_names_its_line_number(reader):
     assert exc.value.fields["line"] == 3
 
 
+@pytest.mark.parametrize("n", [-(2**63) - 1, -(2**63), 2**64 - 1, 2**64])
+def test_a_jsonl_integer_at_the_edge_of_64_bits_is_read_as_written(reader, n):
+    # orjson reads integers outside -2**63 .. 2**64 - 1 as floats near them
+    text = '{"q": "a"}\n{"q": "b", "n": ' + str(n) + "}\n"
+    rows = list(reader.rows(JsonlSource(kind="jsonl", text=text)))
+    assert rows[1] == (1, {"q": "b", "n": n}) and type(rows[1][1]["n"]) is int
+
+
 def test_a_truncated_gzip_names_the_source(tmp_path, reader):
     path = tmp_path / "cut.jsonl.gz"
     path.write_bytes(gzip.compress(JSONL * 500)[:-40])

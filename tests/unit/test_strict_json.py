@@ -52,6 +52,24 @@ def test_a_key_given_twice_is_always_refused(obj: dict[str, Any], data: st.DataO
     assert err.value.fields["field"] == "/cases/0/inputs"
 
 
+EDGES = [-(2**63) - 2, -(2**63) - 1, -(2**63), -(10**18), 10**18, 2**63, 2**64 - 1, 2**64]
+
+
+@given(st.sampled_from(EDGES) | st.integers(-(2**66), 2**66), st.sampled_from(EDGES))
+@settings(max_examples=300, deadline=None)
+def test_every_integer_reads_back_as_that_integer(n: int, edge: int) -> None:
+    # Given integers on both sides of the range orjson reads exactly (-2**63 .. 2**64 - 1)
+    raws = [f'{{"n": {n}}}'.encode(), f"[{edge}, {n}]".encode()]
+    # Then each document reads back as written, an integer, never a float near it
+    assert loads(raws[0]) == {"n": n} and type(loads(raws[0])["n"]) is int
+    assert loads(raws[1]) == [edge, n] and all(type(v) is int for v in loads(raws[1]))
+    # And a batch is taken as orjson read it only when orjson read it exactly
+    values = [orjson.loads(r) for r in raws]
+    if parsed_exactly(raws, values):
+        assert values == [{"n": n}, [edge, n]]
+        assert type(values[0]["n"]) is int and all(type(v) is int for v in values[1])
+
+
 def test_integers_beyond_64_bits_stay_distinct() -> None:
     a, b = loads("18446744073709551616"), loads("18446744073709551617")
     assert (a, b) == (2**64, 2**64 + 1) and orjson.loads("18446744073709551617") == float(a)

@@ -1,13 +1,15 @@
 """JSON parsing that never changes a value silently: the parser every JSON input goes through.
 
-`orjson.loads` is fast, but it keeps the last of two equal keys and reads an integer beyond 64
-bits as a float (`18446744073709551616` and `18446744073709551617` become the same number).
-`loads` refuses the first and keeps the second exactly (the models then refuse it by name, since
-canonical JSON holds 64-bit integers only):
+`orjson.loads` is fast, but it keeps the last of two equal keys and reads an integer outside
+-2**63 .. 2**64 - 1 as a float (`18446744073709551616` and `18446744073709551617` become the same
+number, and so do `-9223372036854775809` and `-9223372036854775810`). `loads` refuses the first
+and keeps the second exactly (the models then refuse it by name, since canonical JSON holds
+64-bit integers only):
 
-- the fast path is orjson, plus two C-speed checks on the bytes: no run of 20 digits (so every
-  number fits orjson's integers), and as many colons outside strings as the parsed value has
-  keys (re-serialised by orjson; colons in strings cancel out), so no key was dropped;
+- the fast path is orjson, plus two C-speed checks on the bytes: no run of 20 digits and no
+  minus sign before a run of 19 (so every integer fits orjson's), and as many colons outside
+  strings as the parsed value has keys (re-serialised by orjson; colons in strings cancel out),
+  so no key was dropped;
 - otherwise (a long digit run, an escaped colon, a document orjson cannot re-serialise) the
   standard library parses it again with a hook that refuses repeated keys, naming the key and
   the JSON pointer of the object (and the case id when the object lies in `cases`).
@@ -29,15 +31,19 @@ from caseshelf.domain.errors import BadRequest
 # The deepest value canonical JSON can be written for (orjson's limit when serialising).
 MAX_DEPTH = 254
 _ESCAPED_COLON = re.compile(rb"\\u003[aA]")
-# Every digit as "0", every other byte as " ": a run of 20 digits is then a plain substring
-# search, many times faster than a regular expression over the whole document.
-_DIGITS_TO_ZERO = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+# Every digit as "0", a minus sign as itself, every other byte as " ": a run of digits is then
+# a plain substring search, many times faster than a regular expression over the whole
+# document.
+_DIGITS_TO_ZERO = bytes(0x30 if 0x30 <= b <= 0x39 else b if b == 0x2D else 0x20 for b in range(256))
 _TWENTY_DIGITS = b"0" * 20
+_MINUS_NINETEEN_DIGITS = b"-" + b"0" * 19
 
 
 def _long_number(raw: bytes) -> bool:
-    """Whether `raw` holds a run of 20 digits (a number orjson may not read exactly)."""
-    return _TWENTY_DIGITS in raw.translate(_DIGITS_TO_ZERO)
+    """Whether `raw` holds a number orjson may not read exactly: a run of 20 digits (2**64 has
+    20), or a minus sign before a run of 19 (-2**63 - 1 has 19)."""
+    digits = raw.translate(_DIGITS_TO_ZERO)
+    return _TWENTY_DIGITS in digits or _MINUS_NINETEEN_DIGITS in digits
 
 
 def _escaped_colon(raw: bytes) -> bool:
