@@ -16,7 +16,7 @@ from caseshelf.domain.identity import Identity
 from caseshelf.domain.legacy import normalise_legacy_item
 from caseshelf.domain.mapping import RowMapper, row_to_case
 from caseshelf.domain.recipe import parse_recipe
-from caseshelf.domain.templates import compile_template
+from caseshelf.domain.templates import FilterFailed, compile_template
 from caseshelf.services.imports import parse_import
 
 pytestmark = pytest.mark.unit
@@ -87,6 +87,32 @@ def test_a_json_directory_record_may_not_carry_its_own_stem(tmp_path):
     (tmp_path / "d" / "x.json").write_text('{"_stem": "y"}')
     with pytest.raises(BadRequest, match="'_stem'"):
         rows({"kind": "json", "url": str(tmp_path / "d")})
+
+
+@pytest.mark.parametrize("as_directory", [False, True])
+def test_json_sources_keep_every_value_as_written(tmp_path, as_directory):
+    # Given a .json file (or a directory of them) with an integer orjson alone reads as a float
+    (tmp_path / "d").mkdir()
+    path = tmp_path / "d" / "x.json"
+    path.write_text('{"q": "1", "n": -9223372036854775809}')
+    source = {"kind": "json", "url": str(path.parent if as_directory else path)}
+    if not as_directory:
+        path.write_text('[{"q": "1", "n": -9223372036854775809}]')
+    # Then it is read exactly
+    (row,) = rows(source)
+    assert row["n"] == -(2**63) - 1 and type(row["n"]) is int
+    # And a key given twice is refused, naming it, not read as its last value
+    path.write_text(path.read_text().replace('"n"', '"q"'))
+    with pytest.raises(BadRequest, match="the key 'q' is given twice"):
+        rows(source)
+
+
+def test_the_json_filter_refuses_a_key_given_twice():
+    with pytest.raises(FilterFailed, match="the key 'a' is given twice"):
+        compile_template("{raw|json}").render({"raw": '{"a": 1, "a": 2}'}, 0)
+    assert compile_template("{raw|json}").render({"raw": '{"a": 18446744073709551616}'}, 0) == {
+        "a": 2**64
+    }
 
 
 # -- templates over lists -------------------------------------------------------------------------

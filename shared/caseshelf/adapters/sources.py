@@ -422,6 +422,8 @@ def _json(records_path: str | None, open_stream: Callable[[], IO[bytes]], name: 
             source=name,
             line=exc.lineno,
         ) from None
+    if not parsed_exactly([data], [doc]):  # a repeated key, or an integer beyond 64 bits
+        doc = strict_loads(data, where=f"source {name}")
     records = json_records(doc, records_path, name)
     for index, record in enumerate(records):
         if type(record) is not dict:
@@ -480,14 +482,17 @@ def json_dir_rows(directory: Path, name: str) -> Rows:
         where = f"source {name}: {path.name}"
         if path.is_symlink() or not path.is_file():
             raise BadRequest(f"{where}: not a regular file", source=name, path=path.name)
+        raw = path.read_bytes().removeprefix(b"\xef\xbb\xbf")
         try:
-            record = orjson.loads(path.read_bytes().removeprefix(b"\xef\xbb\xbf"))
+            record = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise BadRequest(
                 f"{where}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
                 source=name,
                 path=path.name,
             ) from None
+        if not parsed_exactly([raw], [record]):  # a repeated key, or an integer beyond 64 bits
+            record = strict_loads(raw, where=where)
         if type(record) is not dict:
             raise BadRequest(f"{where}: a record must be a JSON object", source=name, row=index)
         if STEM_FIELD in record:

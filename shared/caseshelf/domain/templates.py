@@ -42,6 +42,7 @@ from typing import Any
 import orjson
 
 from caseshelf.domain.errors import BadRequest
+from caseshelf.domain.strictjson import loads as strict_loads
 
 INDEX_FIELD = "_index"
 
@@ -195,10 +196,9 @@ def _make(name: str, args: list[str]) -> Filter:
             if not isinstance(v, str):
                 return v
             try:
-                out = orjson.loads(v)
-            except orjson.JSONDecodeError as exc:
-                raise _FilterProblem(f"not JSON text for json: {exc}") from None
-            return out
+                return strict_loads(v, where="the json filter's text")
+            except BadRequest as exc:
+                raise _FilterProblem(f"not JSON text for json: {exc.detail}") from None
 
         return parse
     if name == "tojson":
