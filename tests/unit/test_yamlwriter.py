@@ -1,6 +1,6 @@
-"""The export's own YAML writer: whatever it writes reads back, through PyYAML's safe loader and
-the package's bounded loader, to the value it was given; what it cannot write it leaves to
-PyYAML."""
+"""The export's own YAML writer: whatever it writes reads back, through PyYAML's safe loader
+(YAML 1.1), the package's bounded loader and ruamel.yaml's (YAML 1.2, as Go's yaml.v3 reads it),
+to the value it was given; what it cannot write it leaves to PyYAML."""
 
 from __future__ import annotations
 
@@ -12,12 +12,15 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ruamel.yaml import YAML
 
 from caseshelf.domain.boundedyaml import load_yaml
 from caseshelf.domain.export import render_yaml
 from caseshelf.domain.yamlwriter import MAX_KEY_CHARS, dump_plain_yaml
 
 pytestmark = pytest.mark.unit
+
+YAML12 = YAML(typ="safe", pure=True)
 
 # The strings most likely to be misread: YAML's words and indicators, numbers, dates, line
 # breaks of every kind, characters a stream refuses raw, and any other text.
@@ -42,6 +45,11 @@ TRICKY = [
     "0o7",
     "1_000",
     "1e3",
+    "1E3",
+    "1.5e3",
+    "-1e-3",
+    "0o17",
+    "0b11",
     "1.0",
     ".5",
     ".inf",
@@ -143,9 +151,10 @@ def test_what_it_writes_reads_back_to_the_same_value(doc: dict[str, Any]) -> Non
         # Then a document it leaves to PyYAML holds a key it does not write
         assert any(len(k) > MAX_KEY_CHARS for k in _all_keys(doc))
         return
-    # Then both loaders give the value back, types included
+    # Then every loader gives the value back, types included, YAML 1.1's and 1.2's alike
     assert same(yaml.safe_load(out.decode("utf-8")), doc), out
     assert same(load_yaml(out.decode("utf-8")), doc), out
+    assert same(YAML12.load(out.decode("utf-8")), doc), out
     # And the bytes do not depend on the order the keys were given in
     assert dump_plain_yaml(orjson.loads(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS))) == out
 
@@ -154,6 +163,7 @@ def test_what_it_writes_reads_back_to_the_same_value(doc: dict[str, Any]) -> Non
 @given(documents)
 def test_render_yaml_reads_back_whichever_writer_it_takes(doc: dict[str, Any]) -> None:
     assert same(yaml.safe_load(render_yaml(doc).decode("utf-8")), doc)
+    assert same(YAML12.load(render_yaml(doc).decode("utf-8")), doc)
 
 
 @pytest.mark.parametrize("value", TRICKY)
@@ -162,6 +172,10 @@ def test_each_tricky_string_reads_back_as_key_and_value(value: str) -> None:
     out = dump_plain_yaml(doc) if len(value) <= MAX_KEY_CHARS else render_yaml(doc)
     assert out is not None
     assert same(yaml.safe_load(out.decode("utf-8")), doc), out
+    assert same(YAML12.load(out.decode("utf-8")), doc), out
+    # And PyYAML's writer, for what this one leaves to it, reads back alike too
+    long_keys = render_yaml({"k" * 200: value, value: [value]})
+    assert same(YAML12.load(long_keys.decode("utf-8")), {"k" * 200: value, value: [value]})
 
 
 def test_block_layout_as_pyyaml_writes_it() -> None:

@@ -141,6 +141,7 @@ def evalhub_snippets(out: dict[str, Any], benchmark: str) -> str:
     the Secret its init container reads (`/var/run/secrets/test-data/<KEY>`), placeholders only."""
     import yaml
 
+    from caseshelf.domain.export import YamlDumper
     from caseshelf.services.exports import EVALHUB_SECRET_KEYS
 
     ref = out["test_data_ref"]
@@ -158,9 +159,9 @@ def evalhub_snippets(out: dict[str, Any], benchmark: str) -> str:
     }
     return (
         "# EvalHub evaluation: a benchmark reading this export\n"
-        + yaml.safe_dump(entry, sort_keys=False)
+        + yaml.dump(entry, Dumper=YamlDumper, sort_keys=False)
         + "---\n# The Secret named by secret_ref (fill in the placeholders; never commit it)\n"
-        + yaml.safe_dump(secret, sort_keys=False)
+        + yaml.dump(secret, Dumper=YamlDumper, sort_keys=False)
     )
 
 

@@ -44,7 +44,7 @@ from caseshelf.domain.paths import (
     destination_problem,
     relative_path_problem,
 )
-from caseshelf.domain.yamlwriter import dump_plain_yaml
+from caseshelf.domain.yamlwriter import YAML12_NOT_TEXT, dump_plain_yaml
 
 FORMAT = "case-dirs"
 FORMATS = ("case-dirs", "harbor", "inspect", "jsonl", "parquet")
@@ -63,7 +63,18 @@ INPUT_NAMES = ("input.yaml", "input.yml", "input.json")
 DEFAULT_MODE = 0o644
 EXECUTABLE_MODE = 0o755
 
-_Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+class YamlDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """PyYAML's safe dumper (libyaml's where present), with strings that YAML 1.2 reads as
+    something else (`1e3`, `0o17`) double-quoted, as `dump_plain_yaml` writes them."""
+
+
+def _represent_str(dumper: Any, text: str) -> Any:
+    style = '"' if YAML12_NOT_TEXT.fullmatch(text) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+YamlDumper.add_representer(str, _represent_str)
 
 
 def render_yaml(value: Any) -> bytes:
@@ -75,7 +86,7 @@ def render_yaml(value: Any) -> bytes:
         return fast
     text = yaml.dump(
         value,
-        Dumper=_Dumper,
+        Dumper=YamlDumper,
         sort_keys=True,
         allow_unicode=True,
         default_flow_style=False,

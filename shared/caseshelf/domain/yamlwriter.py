@@ -13,9 +13,11 @@ it was given, which `tests/unit/test_yamlwriter.py` checks on generated values:
 - keys sorted, block mappings, a list under a key not indented (PyYAML's default layout), `{}`
   and `[]` for empty containers;
 - a string is written plain only when it is one line of text that cannot be read as anything
-  else: no indicator first, no `: ` or ` #` inside, and PyYAML's resolver reads it back as a
-  string (not `null`, `yes`, `on`, a number, a date, ...); every other string is double-quoted
-  JSON text, with the
+  else: no indicator first, no `: ` or ` #` inside, PyYAML's resolver (YAML 1.1) reads it back
+  as a string (not `null`, `yes`, `on`, a number, a date, ...), and so does YAML 1.2's core
+  schema, which the harnesses' other readers follow (Go's yaml.v3, ruamel.yaml): `1e3`,
+  `1.5e3` and `0o17` are text to YAML 1.1 but numbers to YAML 1.2; every other string is
+  double-quoted JSON text, with the
   characters YAML treats as line breaks (NEL, LS, PS) or refuses in a stream (DEL, C1 controls,
   BOM, U+FFFE/U+FFFF) escaped as well;
 - floats as PyYAML writes them (`1.0e+17`, since YAML 1.1 reads `1e17` as a string).
@@ -42,6 +44,15 @@ _PLAIN = re.compile(f"(?![-?:,\\[\\]{{}}#&*!|>'\"%@`. ]){_PLAIN_CHAR}+(?<![ :])"
 _YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
 _RESOLVERS = Resolver.yaml_implicit_resolvers
 _STR_TAG = "tag:yaml.org,2002:str"
+# What YAML 1.2 readers take a plain scalar for other than a string: the core schema's null,
+# booleans, integers (decimal, 0o, 0x) and floats (an exponent without a dot or a sign too),
+# and the digit groups and 0b integers that ruamel.yaml and Go's yaml.v3 read as well.
+YAML12_NOT_TEXT = re.compile(
+    r"~|null|Null|NULL|true|True|TRUE|false|False|FALSE"
+    r"|[-+]?[0-9][0-9_]*|0o[0-7_]+|0x[0-9a-fA-F_]+|0b[01_]+"
+    r"|[-+]?(?:\.[0-9_]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)"
+)
 
 
 class _NotPlain(Exception):
@@ -55,6 +66,8 @@ def _escape(match: re.Match[str]) -> str:
 def _plain_ok(text: str) -> bool:
     """True when `text` written plain reads back as this same string."""
     if not _PLAIN.fullmatch(text) or ": " in text or " #" in text:
+        return False
+    if YAML12_NOT_TEXT.fullmatch(text):
         return False
     return not any(rx.match(text) for tag, rx in _RESOLVERS.get(text[0], ()) if tag != _STR_TAG)
 
