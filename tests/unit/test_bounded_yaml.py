@@ -1,5 +1,6 @@
 """The package's one YAML loader: alias bombs, depth, self-reference and duplicate keys are
-refused before any value is built; ordinary documents load exactly as `yaml.safe_load` does."""
+refused before any value is built; configs load exactly as `yaml.safe_load` does, and a dataset
+file's plain scalars are numbers, booleans or null only where YAML 1.1 and 1.2 agree."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ruamel.yaml import YAML
 
 from caseshelf.domain.boundedyaml import MAX_DEPTH, YamlLimitError, load_yaml
 
@@ -74,6 +76,87 @@ def test_a_key_given_twice_is_refused_and_named(text: str, key: str) -> None:
 def test_dates_stay_text_unless_asked() -> None:
     assert load_yaml("d: 2024-01-02") == {"d": "2024-01-02"}
     assert str(load_yaml("d: 2024-01-02", timestamps=True)["d"]) == "2024-01-02"
+
+
+@pytest.mark.parametrize(
+    ("text", "dataset", "config"),
+    [
+        ("no", "no", False),  # a yes/no answer is its text, not YAML 1.1's boolean
+        ("Yes", "Yes", True),
+        ("on", "on", True),
+        ("3:2", "3:2", 182),  # YAML 1.1's base 60
+        ("12:30", "12:30", 750),
+        ("010", "010", 8),  # YAML 1.1's octal; YAML 1.2 reads 10
+        ("007", "007", 7),
+        ("1_000", "1_000", 1000),
+        ("0b11", "0b11", 3),
+        ("1e3", "1e3", "1e3"),  # YAML 1.2 reads 1000.0
+        ("0o17", "0o17", "0o17"),  # YAML 1.2 reads 15
+        ("10", 10, 10),
+        ("-7", -7, -7),
+        ("0x1F", 31, 31),
+        ("1.5", 1.5, 1.5),
+        ("1.0e+3", 1000.0, 1000.0),
+        ("true", True, True),
+        ("FALSE", False, False),
+        ("~", None, None),
+        ("Null", None, None),
+    ],
+)
+def test_a_dataset_file_means_the_text_where_yaml_versions_differ(
+    text: str, dataset: Any, config: Any
+) -> None:
+    # A dataset file (a case means the text it was written with) and a config, read as the
+    # tools that write configs read them (PyYAML's YAML 1.1)
+    for key_or_value in (f"a: {text}", f"{text}: a"):
+        got = load_yaml(key_or_value)
+        assert got in ({"a": dataset}, {dataset: "a"})
+        assert all(type(v) is type(dataset) for v in (*got, *got.values()) if v != "a")
+    assert load_yaml(f"a: {text}", timestamps=True) == {"a": config}
+
+
+YAML12 = YAML(typ="safe", pure=True)
+plain_scalars = st.one_of(
+    st.from_regex(r"[-+]?[0-9_]{0,5}(\.[0-9_]{0,3})?([eE][-+]?[0-9]{1,3})?", fullmatch=True),
+    st.from_regex(r"(0[xob])?[0-9a-fA-F_]{1,6}", fullmatch=True),
+    st.from_regex(r"[0-9]{1,2}(:[0-5]?[0-9]){1,2}(\.[0-9]*)?", fullmatch=True),
+    st.sampled_from(
+        [
+            "yes",
+            "No",
+            "ON",
+            "off",
+            "y",
+            "n",
+            "true",
+            "False",
+            "null",
+            "~",
+            ".inf",
+            "-.Inf",
+            ".nan",
+            "2024-01-02",
+            "=",
+            "1.",
+            ".5",
+            "-.5",
+        ]
+    ),
+)
+
+
+@given(plain_scalars)
+@settings(max_examples=400, deadline=None)
+def test_a_dataset_scalar_is_its_text_or_what_both_yaml_versions_read(text: str) -> None:
+    doc = f"a: {text}\n"
+    try:
+        one_one, one_two = yaml.safe_load(doc)["a"], YAML12.load(doc)["a"]
+    except Exception:  # not a plain scalar to every reader (a lone "-", say)
+        return
+    got = load_yaml(doc)["a"]
+    if got != text or type(got) is not str:
+        assert type(got) is type(one_one) is type(one_two), (got, one_one, one_two)
+        assert got == one_one == one_two or (got != got and one_one != one_one)
 
 
 json_values = st.recursive(

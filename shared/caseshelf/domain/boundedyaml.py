@@ -17,6 +17,7 @@ its own error (naming its file, task or case) does the same for these.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -34,15 +35,47 @@ class YamlLimitError(yaml.YAMLError):
     """A YAML document refused for the work it would cost, or for a duplicate key."""
 
 
-class _TextDatesResolver(Resolver):
-    """The default resolver without the timestamp rule: dates and times stay the text they were
-    written with (a case means that text, and JSON has no date type)."""
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+# The booleans, integers and floats YAML 1.1 (PyYAML's resolver) and YAML 1.2 (its core schema:
+# ruamel.yaml, Go's yaml.v3) both write this way and read as the same value, with the first
+# characters each can start with.
+_AGREED = (
+    (_BOOL_TAG, r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    (_INT_TAG, r"[-+]?(?:0|[1-9][0-9]*)|0x[0-9a-fA-F]+", "-+0123456789"),
+    (
+        _FLOAT_TAG,
+        r"[-+]?[0-9]+\.[0-9]*(?:[eE][-+][0-9]+)?|\.[0-9]+(?:[eE][-+][0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)",
+        "-+0123456789.",
+    ),
+)
 
 
-_TextDatesResolver.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != _TIMESTAMP_TAG]
-    for first, resolvers in Resolver.yaml_implicit_resolvers.items()
-}
+class _DatasetResolver(Resolver):
+    """How a dataset file's plain scalars are read: as the text they were written with, unless
+    YAML 1.1 and YAML 1.2 read them as the same null, boolean or number (a case means the text
+    it was written with, and a file must not mean one thing to one reader and another to the
+    next). So dates and times stay text (JSON has no date type), and so do `yes`, `no`, `on`
+    and `off` (YAML 1.1's booleans), `3:2` (YAML 1.1's base 60: 182), `010` (YAML 1.1's octal:
+    8; YAML 1.2's 10), `1_000`, `0b11`, `1e3` and `0o17`."""
+
+
+def _dataset_resolvers() -> dict[str, list[tuple[str, re.Pattern[str]]]]:
+    kept = {_TIMESTAMP_TAG, _BOOL_TAG, _INT_TAG, _FLOAT_TAG}
+    table: dict[str, list[tuple[str, re.Pattern[str]]]] = {
+        first: [(tag, rx) for tag, rx in resolvers if tag not in kept]
+        for first, resolvers in Resolver.yaml_implicit_resolvers.items()
+    }
+    for tag, pattern, firsts in _AGREED:
+        rx = re.compile(f"^(?:{pattern})$")
+        for first in firsts:
+            table.setdefault(first, []).append((tag, rx))
+    return {first: resolvers for first, resolvers in table.items() if resolvers}
+
+
+_DatasetResolver.yaml_implicit_resolvers = _dataset_resolvers()
 
 _CParser: Any = getattr(yaml, "CParser", None)
 
@@ -77,7 +110,7 @@ def _loader_class(resolver: type[Resolver]) -> type:
     return PyLoader
 
 
-_LOADERS = {True: _loader_class(Resolver), False: _loader_class(_TextDatesResolver)}
+_LOADERS = {True: _loader_class(Resolver), False: _loader_class(_DatasetResolver)}
 
 
 def _where(node: Node) -> str:
@@ -159,8 +192,10 @@ def _check_keys(node: MappingNode) -> None:
 def load_yaml(text: str | bytes, *, timestamps: bool = False) -> Any:
     """The value of one YAML document, built by the safe constructors after `check_node_graph`.
 
-    `timestamps=False` keeps dates and times as the text written; True builds `datetime`s as
-    `yaml.safe_load` does. Raises `yaml.YAMLError` (its `YamlLimitError` for the bounds)."""
+    `timestamps=False` reads it as a dataset file: dates and times, and whatever YAML 1.1 and
+    1.2 read differently, stay the text written (`_DatasetResolver`). True reads it as
+    `yaml.safe_load` does (YAML 1.1, `datetime`s built), as the tools that write task and eval
+    configs read them. Raises `yaml.YAMLError` (its `YamlLimitError` for the bounds)."""
     loader = _LOADERS[timestamps](text)
     try:
         try:
