@@ -55,9 +55,10 @@ def lambda_context(function_name: str = "caseshelf-test", memory_mb: int = 1024)
 
 
 def call_function(name: str, ev: dict[str, Any]) -> tuple[int, Any]:
-    """`functions/<name>/app.py` fed `ev`: (status, decoded JSON body). An answer that is not an
-    API Gateway response (the importer's S3 worker) comes back as (0, the answer)."""
-    handler = load_function(f"functions/{name}/app.py").lambda_handler
+    """The function `caseshelf.functions.<name>` fed `ev`: (status, decoded JSON body). An
+    answer that is not an API Gateway response (the importer's S3 worker) comes back as
+    (0, the answer)."""
+    handler = load_function(f"caseshelf.functions.{name}").lambda_handler
     out = handler(ev, lambda_context(f"caseshelf-{name}", 2048))
     if "statusCode" not in out:
         return 0, out

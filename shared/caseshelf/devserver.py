@@ -1,7 +1,8 @@
 """The local API: the same Lambda handlers, behind a small HTTP server.
 
-Routes come from `infra/template.yaml` (every `AWS::Serverless::Function`'s `Api` events), so
-the local server answers exactly what the deployed API would. Each request becomes an API
+Routes come from the package's table (`caseshelf.functions`, held equal to
+`infra/template.yaml`'s events by a test), so the local server answers what the deployed API
+would. Each request becomes an API
 Gateway REST proxy event with an authorizer context and is handed to the function's
 `lambda_handler`; its answer is written back as it is. The route table, the event and the
 reading of the answer are `caseshelf.gateway`'s, which the in-process client uses too.
@@ -40,7 +41,6 @@ import uuid
 from collections.abc import Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -56,7 +56,6 @@ from caseshelf.gateway import (
     Route,
     ScheduleRule,
     build_event,
-    default_template,
     handler_for,
     load_object_rules,
     load_routes,
@@ -164,7 +163,7 @@ class DevServer(ThreadingHTTPServer):
             method="GET",
             path=SWAGGER_PATH,
             function=owner.function,
-            module_path=owner.module_path,
+            module=owner.module,
             handler_name=owner.handler_name,
             memory_mb=owner.memory_mb,
         )
@@ -582,20 +581,18 @@ def make_server(
     host: str = "127.0.0.1",
     port: int = 8000,
     *,
-    template: Path | None = None,
     quiet: bool = False,
 ) -> DevServer:
     """A server bound to (host, port) (port 0 picks a free one) over the services that
     `settings` build; call `serve_forever()` on it (tests run it in a thread)."""
-    template = template or default_template()
-    routes = load_routes(template)
+    routes = load_routes()
     server = DevServer(
         (host, port),
         settings,
         routes,
         quiet=quiet,
-        object_rules=load_object_rules(template),
-        schedule_rules=load_schedule_rules(template),
+        object_rules=load_object_rules(),
+        schedule_rules=load_schedule_rules(),
     )
     # A server reads only the sources its callers may make it read (caseshelf.adapters.fence).
     settings = settings.model_copy(update={"fence_sources": True})
@@ -657,7 +654,6 @@ __all__ = [
     "FakeLambdaContext",
     "Route",
     "build_event",
-    "default_template",
     "load_object_rules",
     "load_routes",
     "load_schedule_rules",

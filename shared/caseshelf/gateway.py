@@ -1,23 +1,23 @@
-"""The API Gateway in front of the functions, in process: the route table of
-`infra/template.yaml`, the REST proxy event a request becomes, the Lambda context, and the
-proxy answer read back.
+"""The API Gateway in front of the functions, in process: the route table, the REST proxy event
+a request becomes, the Lambda context, and the proxy answer read back.
 
 The local server (`caseshelf.devserver`) and the in-process client transport
 (`caseshelf.client.transport.InProcess`) both turn a request into a function call here, so the
 embedded client and the local API answer the same thing by construction.
 
-Routes come from the template (every `AWS::Serverless::Function`'s `Api` events), so the
-in-process answers are exactly what the deployed API would give. The template is read once per
-process and per path; importing this module does no I/O.
+Routes come from the package's table (`caseshelf.functions.FUNCTIONS`), which a test holds
+equal to `infra/template.yaml`'s events, so the in-process answers are what the deployed API
+would give, with no source tree at hand. Importing this module does no I/O.
 """
 
 from __future__ import annotations
 
 import base64
+import importlib
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
@@ -27,6 +27,8 @@ from urllib.parse import parse_qs, quote_plus, unquote
 
 import yaml
 
+from caseshelf.functions import FUNCTIONS, Function
+
 STAGE = "local"
 LOCAL_BUCKET = "local"
 _PARAM = re.compile(r"\{([A-Za-z0-9_]+)(\+?)\}")
@@ -34,13 +36,7 @@ _PARAM = re.compile(r"\{([A-Za-z0-9_]+)(\+?)\}")
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 
-def default_template() -> Path:
-    from caseshelf.api.openapi import repo_root
-
-    return repo_root() / "infra" / "template.yaml"
-
-
-# -- routes from the template -----------------------------------------------------------------
+# -- routes from the package's table ---------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -48,8 +44,8 @@ class Route:
     method: str  # upper case, or ANY
     path: str  # the template's resource path, e.g. /datasets/{id}
     function: str  # the function's logical id
-    module_path: Path
-    handler_name: str
+    module: str  # the module holding its handler, e.g. caseshelf.functions.registry
+    handler_name: str = "lambda_handler"
     memory_mb: int = 1024
     regex: re.Pattern[str] = field(init=False, compare=False, repr=False)
     params: int = field(init=False, compare=False, repr=False)
@@ -71,6 +67,83 @@ class Route:
         """API Gateway prefers literal segments over parameters, and parameters over greedy
         ones."""
         return (int(self.greedy), self.params, -len(self.path))
+
+
+@dataclass(frozen=True)
+class ObjectRule:
+    """A function the template subscribes to S3 `Object Created` events (an `EventBridgeRule`
+    with `source: aws.s3`), and the key patterns it matches (`wildcard`, `prefix`, exact)."""
+
+    function: str
+    module: str
+    handler_name: str
+    keys: tuple[re.Pattern[str], ...]
+    memory_mb: int = 1024
+
+    def matches(self, key: str) -> bool:
+        return any(p.fullmatch(key) for p in self.keys)
+
+
+@dataclass(frozen=True)
+class ScheduleRule:
+    """A function the template runs on a schedule (a `Schedule` event): the local server runs
+    it at start and every `SWEEP_SECONDS`, with the event EventBridge would send."""
+
+    function: str
+    module: str
+    handler_name: str
+    memory_mb: int = 1024
+
+
+def _key_pattern(spec: Any) -> re.Pattern[str] | None:
+    if isinstance(spec, str):
+        return re.compile(re.escape(spec))
+    if isinstance(spec, dict) and isinstance(spec.get("wildcard"), str):
+        return re.compile(".*".join(re.escape(p) for p in spec["wildcard"].split("*")))
+    if isinstance(spec, dict) and isinstance(spec.get("prefix"), str):
+        return re.compile(re.escape(spec["prefix"]) + ".*")
+    return None
+
+
+def _table(functions: Iterable[Function] | None) -> Iterable[Function]:
+    return FUNCTIONS if functions is None else functions
+
+
+def load_routes(functions: Iterable[Function] | None = None) -> list[Route]:
+    """Every API route of every function (the package's table by default)."""
+    return [
+        Route(method, path, fn.name, fn.module, fn.handler, fn.memory_mb)
+        for fn in _table(functions)
+        for method, path in fn.routes
+    ]
+
+
+def load_object_rules(functions: Iterable[Function] | None = None) -> list[ObjectRule]:
+    """Every function wired to S3 object-created events through EventBridge."""
+    rules: list[ObjectRule] = []
+    for fn in _table(functions):
+        keys = tuple(p for p in map(_key_pattern, fn.object_keys) if p is not None)
+        if keys:
+            rules.append(ObjectRule(fn.name, fn.module, fn.handler, keys, fn.memory_mb))
+    return rules
+
+
+def load_schedule_rules(functions: Iterable[Function] | None = None) -> list[ScheduleRule]:
+    """Every function a `Schedule` runs."""
+    return [
+        ScheduleRule(fn.name, fn.module, fn.handler, fn.memory_mb)
+        for fn in _table(functions)
+        if fn.scheduled
+    ]
+
+
+@cache
+def routes_of() -> tuple[Route, ...]:
+    """`load_routes()` of the package's table, built once per process."""
+    return tuple(load_routes())
+
+
+# -- the SAM template, read for the drift check and the deployment tooling --------------------
 
 
 class _CfnLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -99,31 +172,42 @@ def load_template(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _handler_file(code_dir: Path, handler: str) -> tuple[Path, str]:
-    module, _, attr = handler.rpartition(".")
-    if not module or not attr:
-        raise ValueError(f"handler {handler!r} is not module.function")
-    return code_dir.joinpath(*module.split(".")).with_suffix(".py"), attr
-
-
 @dataclass(frozen=True)
-class _Function:
-    """A serverless function of the template: where its code is, its handler, its memory and
-    its events (properties left out fall back to the template's `Globals`)."""
+class TemplateFunction:
+    """A serverless function as the template declares it: its code directory and handler
+    (`app.lambda_handler`), and the table entry its events make (`module` is left empty: the
+    template names files, not modules)."""
 
-    name: str
     code_dir: Path
     handler: str
-    memory_mb: int
-    events: list[dict[str, Any]]
-
-    def handler_file(self) -> tuple[Path, str]:
-        return _handler_file(self.code_dir, self.handler)
+    entry: Function
 
 
-def _functions(template: Path) -> Iterator[_Function]:
+def _events_entry(name: str, memory: int, events: list[dict[str, Any]]) -> Function:
+    routes: list[tuple[str, str]] = []
+    keys: list[str | dict[str, str]] = []
+    scheduled = False
+    for event in events:
+        props = event.get("Properties") or {}
+        if event.get("Type") == "Api":
+            routes.append((str(props.get("Method", "")).upper(), str(props.get("Path", ""))))
+        elif event.get("Type") == "Schedule":
+            scheduled = True
+        elif event.get("Type") == "EventBridgeRule":
+            pattern = props.get("Pattern") or {}
+            if "aws.s3" in (pattern.get("source") or []) and "Object Created" in (
+                pattern.get("detail-type") or ["Object Created"]
+            ):
+                keys.extend(((pattern.get("detail") or {}).get("object") or {}).get("key") or [])
+    return Function(name, "", memory, tuple(routes), tuple(keys), scheduled)
+
+
+def template_functions(template: Path) -> list[TemplateFunction]:
+    """Every `AWS::Serverless::Function` of the template (properties left out fall back to
+    the template's `Globals`)."""
     doc = load_template(template)
     glob = ((doc.get("Globals") or {}).get("Function")) or {}
+    found: list[TemplateFunction] = []
     for name, res in (doc.get("Resources") or {}).items():
         if not isinstance(res, dict) or res.get("Type") != "AWS::Serverless::Function":
             continue
@@ -134,109 +218,9 @@ def _functions(template: Path) -> Iterator[_Function]:
             continue
         memory = props.get("MemorySize", glob.get("MemorySize", 1024))
         events = [e for e in (props.get("Events") or {}).values() if isinstance(e, dict)]
-        code_dir = (template.parent / code_uri).resolve()
-        yield _Function(
-            name, code_dir, handler, memory if isinstance(memory, int) else 1024, events
-        )
-
-
-def load_routes(template: Path) -> list[Route]:
-    """Every API route of every serverless function in the template."""
-    routes: list[Route] = []
-    for fn in _functions(template):
-        module_path, attr = fn.handler_file()
-        for event in fn.events:
-            if event.get("Type") != "Api":
-                continue
-            ep = event.get("Properties") or {}
-            path, method = ep.get("Path"), ep.get("Method")
-            if not isinstance(path, str) or not isinstance(method, str):
-                continue
-            routes.append(
-                Route(
-                    method=method.upper(),
-                    path=path,
-                    function=fn.name,
-                    module_path=module_path,
-                    handler_name=attr,
-                    memory_mb=fn.memory_mb,
-                )
-            )
-    return routes
-
-
-@dataclass(frozen=True)
-class ObjectRule:
-    """A function the template subscribes to S3 `Object Created` events (an `EventBridgeRule`
-    with `source: aws.s3`), and the key patterns it matches (`wildcard`, `prefix`, exact)."""
-
-    function: str
-    module_path: Path
-    handler_name: str
-    keys: tuple[re.Pattern[str], ...]
-    memory_mb: int = 1024
-
-    def matches(self, key: str) -> bool:
-        return any(p.fullmatch(key) for p in self.keys)
-
-
-def _key_pattern(spec: Any) -> re.Pattern[str] | None:
-    if isinstance(spec, str):
-        return re.compile(re.escape(spec))
-    if isinstance(spec, dict) and isinstance(spec.get("wildcard"), str):
-        return re.compile(".*".join(re.escape(p) for p in spec["wildcard"].split("*")))
-    if isinstance(spec, dict) and isinstance(spec.get("prefix"), str):
-        return re.compile(re.escape(spec["prefix"]) + ".*")
-    return None
-
-
-def load_object_rules(template: Path) -> list[ObjectRule]:
-    """Every function the template wires to S3 object-created events through EventBridge."""
-    rules: list[ObjectRule] = []
-    for fn in _functions(template):
-        for event in fn.events:
-            if event.get("Type") != "EventBridgeRule":
-                continue
-            pattern = (event.get("Properties") or {}).get("Pattern") or {}
-            if "aws.s3" not in (pattern.get("source") or []):
-                continue
-            if "Object Created" not in (pattern.get("detail-type") or ["Object Created"]):
-                continue
-            specs = ((pattern.get("detail") or {}).get("object") or {}).get("key") or []
-            keys = tuple(p for p in map(_key_pattern, specs) if p is not None)
-            if not keys:
-                continue
-            module_path, attr = fn.handler_file()
-            rules.append(
-                ObjectRule(
-                    function=fn.name,
-                    module_path=module_path,
-                    handler_name=attr,
-                    keys=keys,
-                    memory_mb=fn.memory_mb,
-                )
-            )
-    return rules
-
-
-@dataclass(frozen=True)
-class ScheduleRule:
-    """A function the template runs on a schedule (a `Schedule` event): the local server runs
-    it at start and every `SWEEP_SECONDS`, with the event EventBridge would send."""
-
-    function: str
-    module_path: Path
-    handler_name: str
-    memory_mb: int = 1024
-
-
-def load_schedule_rules(template: Path) -> list[ScheduleRule]:
-    rules: list[ScheduleRule] = []
-    for fn in _functions(template):
-        if any(e.get("Type") == "Schedule" for e in fn.events):
-            module_path, attr = fn.handler_file()
-            rules.append(ScheduleRule(fn.name, module_path, attr, fn.memory_mb))
-    return rules
+        entry = _events_entry(name, memory if isinstance(memory, int) else 1024, events)
+        found.append(TemplateFunction((template.parent / code_uri).resolve(), handler, entry))
+    return found
 
 
 def scheduled_event(function: str) -> dict[str, Any]:
@@ -386,21 +370,12 @@ def build_event(
 
 
 def handler_for(route: Route | ObjectRule | ScheduleRule) -> Handler:
-    """The `lambda_handler` (or whichever the template names) of a route's function, loaded once
-    per process from its file, as the Lambda runtime loads it."""
-    from caseshelf.api.openapi import load_function
-
-    fn = getattr(load_function(route.module_path), route.handler_name, None)
+    """The `lambda_handler` of a route's function, its module imported once per process, as
+    the Lambda runtime imports it."""
+    fn = getattr(importlib.import_module(route.module), route.handler_name, None)
     if not callable(fn):
-        raise LookupError(f"{route.module_path} has no {route.handler_name}")
+        raise LookupError(f"{route.module} has no {route.handler_name}")
     return fn
-
-
-@cache
-def routes_of(template: Path) -> tuple[Route, ...]:
-    """`load_routes(template)`, read once per process (the template does not change under a
-    running process)."""
-    return tuple(load_routes(template))
 
 
 @dataclass(frozen=True)
@@ -446,7 +421,6 @@ __all__ = [
     "ProxyAnswer",
     "Route",
     "build_event",
-    "default_template",
     "handler_for",
     "load_object_rules",
     "load_routes",
@@ -454,4 +428,5 @@ __all__ = [
     "object_created_event",
     "read_result",
     "routes_of",
+    "template_functions",
 ]

@@ -12,12 +12,11 @@ from typing import Any
 import boto3
 import pytest
 
-from caseshelf.api.openapi import repo_root
 from tests.helpers import dev_server
 
 pytestmark = pytest.mark.integration
 
-DOC = repo_root() / "docs" / "python.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "python.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 PAGE_URL = "http://127.0.0.1:8000"
 

@@ -28,7 +28,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:No application metrics to publish"),
 ]
 
-REGISTRY = "functions/registry/app.py"
+REGISTRY = "caseshelf.functions.registry"
 
 
 def sample(name: str) -> dict[str, Any]:

@@ -43,7 +43,7 @@ def services(installed_services: bootstrap.Services) -> bootstrap.Services:
 
 
 def call(path: str, body: dict[str, Any], tenant: str = "acme") -> SimpleNamespace:
-    handler = load_function("functions/tasks/app.py").lambda_handler
+    handler = load_function("caseshelf.functions.tasks").lambda_handler
     out = handler(event(path, body, tenant), lambda_context("TasksFunction", 2048))
     return SimpleNamespace(status=out["statusCode"], json=orjson.loads(out["body"]))
 

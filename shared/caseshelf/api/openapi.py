@@ -1,31 +1,21 @@
 """The API's one OpenAPI document, merged from every function's resolver.
 
-    python -m caseshelf.api.openapi --write docs/openapi.json   # regenerate
-    python -m caseshelf.api.openapi --check docs/openapi.json   # exit 1 when it drifted
-
-Each function lives in `functions/<name>/app.py` (not a package: Lambda loads it as `app`), so
-modules are loaded from their file path under a unique module name, once per process.
+python -m caseshelf.api.openapi --write docs/openapi.json   # regenerate
+python -m caseshelf.api.openapi --check docs/openapi.json   # exit 1 when it drifted
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
-import threading
-from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-# Every function module whose routes make up the API, relative to the repository root.
-FUNCTION_MODULES: list[str] = [
-    "functions/registry/app.py",
-    "functions/subset/app.py",
-    "functions/diff/app.py",
-    "functions/export/app.py",
-    "functions/importer/app.py",
-    "functions/tasks/app.py",
-]
+from caseshelf.functions import FUNCTIONS
+
+# Every function module whose routes make up the API.
+FUNCTION_MODULES: list[str] = [fn.module for fn in FUNCTIONS]
 
 TITLE = "caseshelf"
 DESCRIPTION = (
@@ -33,37 +23,10 @@ DESCRIPTION = (
     "Every route needs the authorizer; errors are application/problem+json."
 )
 
-_lock = threading.Lock()
 
-
-def repo_root() -> Path:
-    """The source tree's root (the package lives in `<root>/shared/caseshelf`)."""
-    return Path(__file__).resolve().parents[3]
-
-
-@cache
-def _load(path: Path) -> ModuleType:
-    name = "caseshelf_fn_" + "_".join(path.parent.parts[-2:]).replace("-", "_").replace(".", "_")
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load a function module from {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return module
-
-
-def load_function(path: str | Path) -> ModuleType:
-    """The function module at `path` (absolute, or relative to the repository root)."""
-    p = Path(path)
-    if not p.is_absolute():
-        p = repo_root() / p
-    with _lock:
-        return _load(p.resolve())
+def load_function(module: str) -> ModuleType:
+    """The function module `module` (e.g. `caseshelf.functions.registry`), imported."""
+    return importlib.import_module(module)
 
 
 def merged_schema(modules: list[str] | None = None) -> str:

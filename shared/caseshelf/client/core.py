@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
 M = TypeVar("M", bound="BaseModel")
 PAGE_MAX = 1000
-NEXT_CURSOR_HEADER = "X-Next-Cursor"  # the cases route's (functions/registry/app.py)
+NEXT_CURSOR_HEADER = "X-Next-Cursor"  # the cases route's (caseshelf.functions.registry)
 JOB_POLL_SECONDS = 0.5
 DOWNLOAD_CHUNK = 1 << 20  # what a streamed download holds at a time
 # A dataset file larger than this is registered from the file (`register_file`: uploaded, then

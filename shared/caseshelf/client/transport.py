@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import orjson
@@ -400,23 +399,11 @@ class InProcess:
         s = self.settings
         return Identity(s.tenant, s.principal, frozenset(s.roles))
 
-    def _template(self) -> Path:
-        from caseshelf.gateway import default_template
-
-        template = default_template()
-        if not template.is_file():
-            raise Upstream(
-                f"no {template}: the embedded client runs the functions of the source tree "
-                "(infra/template.yaml, functions/); install caseshelf from its checkout "
-                "(pip install -e .), or connect to an API with connect(url)"
-            )
-        return template
-
     @cached_property
     def _routes(self) -> tuple[Any, ...]:
         from caseshelf.gateway import routes_of
 
-        return routes_of(self._template())
+        return routes_of()
 
     def send(self, request: Request) -> Answer:
         from caseshelf import bootstrap
@@ -489,7 +476,7 @@ class InProcess:
     def put_url(self, url: str, fh: BinaryIO, size: int) -> None:
         """An upload URL of this store: the object written as the local server writes it
         (`LocalBlobStore.receive_upload`), then its object-created event delivered to the
-        functions the template subscribes to the key, in this thread."""
+        functions subscribed to the key, in this thread."""
         from caseshelf import bootstrap
         from caseshelf.adapters.localfs import UPLOAD_PATH
         from caseshelf.gateway import (
@@ -502,7 +489,7 @@ class InProcess:
         token = self._token(url, UPLOAD_PATH)
         key, md5 = self.services.store.receive_upload(token, fh, size)  # type: ignore[attr-defined]
         event = object_created_event(key, md5, size)
-        for rule in load_object_rules(self._template()):
+        for rule in load_object_rules():
             if not rule.matches(key):
                 continue
             context = FakeLambdaContext(

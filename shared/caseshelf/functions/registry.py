@@ -1,0 +1,375 @@
+"""The registry Lambda: register, validate, list, read, page and search cases, download, one
+file, a version's numbers, tag, tombstone, and who the caller is.
+
+Each route parses its input (the resolver validates it against the models), calls one method of
+the registry service and returns a wire model. Status codes for errors come from
+`caseshelf.api.errors`; nothing here decides one.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Annotated, Any
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.openapi.params import Body
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from caseshelf import bootstrap
+from caseshelf.api import browse_dto, dto
+from caseshelf.api.app import count, current_identity, instrumented, make_resolver, problems
+from caseshelf.api.errors import PROBLEM_JSON
+from caseshelf.api.routes import (
+    Cursor,
+    DatasetIdPath,
+    DigestPath,
+    IncludeDeleted,
+    LabelPath,
+    Limit,
+    RefPath,
+    SearchField,
+    SearchText,
+    Shared,
+    created_response,
+    created_responses,
+    page_out,
+)
+from caseshelf.domain.canonical import hex_of
+from caseshelf.domain.models import DatasetVersionInput
+from caseshelf.services.browse import BrowseService
+from caseshelf.services.bulk import gc_paused
+from caseshelf.services.registry import RegistryService
+
+app = make_resolver(
+    "caseshelf registry",
+    description="Versioned, content-addressed evaluation datasets.",
+)
+app.enable_swagger(path="/swagger")
+
+TAGS = ["datasets"]
+NEXT_CURSOR_HEADER = "X-Next-Cursor"
+
+
+def registry() -> RegistryService:
+    return bootstrap.services().registry
+
+
+def browse() -> BrowseService:
+    return bootstrap.services().browse
+
+
+@app.post(
+    "/datasets",
+    summary="Register a dataset version",
+    description="201 when a new version was created; 200 with `created: false` when this "
+    "label already holds the same content (idempotent).",
+    tags=TAGS,
+    status_code=201,
+    responses=created_responses(
+        dto.RegisterOut, 400, 403, 409, 413, description="A new version was created."
+    ),
+)
+def register(body: Annotated[DatasetVersionInput, Body()]) -> Response[dto.RegisterOut]:
+    res = registry().register(current_identity(app), body)
+    if res.created:
+        count("DatasetVersionsRegistered")
+        count("CasesRegistered", res.record.case_count)
+    return created_response(res.created, dto.register_out(res))
+
+
+@app.post(
+    "/datasets/validate",
+    summary="Validate a dataset version (dry run)",
+    tags=TAGS,
+    responses=problems(400, 403, 413),
+)
+def validate(body: Annotated[DatasetVersionInput, Body()]) -> dto.ValidateOut:
+    return dto.validate_out(registry().validate(current_identity(app), body))
+
+
+@app.get(
+    "/datasets",
+    summary="List datasets",
+    description="The caller's datasets in id order, or with `shared=true` the `_shared` ones.",
+    tags=TAGS,
+    responses=problems(400, 403),
+)
+def list_datasets(
+    cursor: Cursor = None,
+    limit: Limit = 50,
+    shared: Shared = False,
+) -> dto.PageOut[dto.DatasetOut]:
+    page = registry().list_datasets(
+        current_identity(app), shared=shared, cursor=cursor, limit=limit
+    )
+    return page_out(dto.DatasetOut, page, dto.dataset_out)
+
+
+@app.get(
+    "/datasets/<id>",
+    summary="One dataset's summary",
+    tags=TAGS,
+    responses=problems(400, 403, 404),
+)
+def get_dataset(id: DatasetIdPath) -> dto.DatasetOut:
+    return dto.dataset_out(registry().summary(current_identity(app), id))
+
+
+@app.get(
+    "/datasets/<id>/versions",
+    summary="List a dataset's versions, newest first",
+    tags=TAGS,
+    responses=problems(400, 403, 404),
+)
+def list_versions(
+    id: DatasetIdPath,
+    cursor: Cursor = None,
+    limit: Limit = 100,
+    include_deleted: IncludeDeleted = False,
+) -> dto.PageOut[dto.VersionOut]:
+    page = registry().list_versions(
+        current_identity(app), id, include_deleted=include_deleted, cursor=cursor, limit=limit
+    )
+    return page_out(dto.VersionOut, page, dto.version_out)
+
+
+@app.get(
+    "/datasets/<id>/versions/<ref>",
+    summary="One version's metadata",
+    description="`ref` is a label, `latest`, a version tag or `sha256:<hex>`.",
+    tags=TAGS,
+    responses=problems(400, 403, 404),
+)
+def get_version(
+    id: DatasetIdPath, ref: RefPath, include_deleted: IncludeDeleted = False
+) -> dto.VersionOut:
+    rec = registry().get_version(current_identity(app), id, ref, include_deleted=include_deleted)
+    return dto.version_out(rec)
+
+
+@app.get(
+    "/datasets/<id>/versions/<ref>/cases",
+    summary="A version's cases, one page at a time; or a search of them",
+    description="Cases in dataset order, in their canonical form (defaults omitted). With "
+    "`q`, the cases matching it (`by`: `id` holds it, a `tag` equals it, a string of the "
+    "case's `text` holds it, or `any` of these; case-insensitive), in dataset order: each page "
+    "searches on from its cursor until it holds `limit` matches or its scan budget is spent, "
+    "so a page may hold fewer (even none) and still have a `next_cursor`; `scanned_to` says "
+    "how far it got.",
+    tags=TAGS,
+    responses={
+        200: {
+            "description": "A page of cases (`PageOut`), or with `q` a page of matches "
+            "(`CaseSearchPageOut`).",
+            "content": {
+                "application/json": {
+                    "model": dto.PageOut[dict[str, Any]] | browse_dto.CaseSearchPageOut
+                }
+            },
+        },
+        **problems(400, 403, 404, ok=None),
+    },
+)
+def list_cases(
+    id: DatasetIdPath,
+    ref: RefPath,
+    cursor: Cursor = None,
+    limit: Limit = 100,
+    include_deleted: IncludeDeleted = False,
+    q: SearchText = None,
+    by: SearchField = "any",
+) -> Response[Any]:
+    if q is not None:
+        found = browse().search_cases(
+            current_identity(app),
+            id,
+            ref,
+            q,
+            by=by,
+            cursor=cursor,
+            limit=limit,
+            include_deleted=include_deleted,
+        )
+        return Response(
+            status_code=200,
+            content_type="application/json",
+            body=browse_dto.search_page_out(found),
+            headers={NEXT_CURSOR_HEADER: found.next_cursor} if found.next_cursor else None,
+        )
+    # The stored records are the cases' canonical JSON: the page is spliced from them, never
+    # parsed and dumped again (`RegistryService.case_page_json`).
+    page, next_cursor = registry().case_page_json(
+        current_identity(app),
+        id,
+        ref,
+        cursor=cursor,
+        limit=limit,
+        include_deleted=include_deleted,
+    )
+    # The next cursor in a header as well: a client may ask for the next page before it has
+    # parsed this one.
+    headers = {NEXT_CURSOR_HEADER: next_cursor} if next_cursor else None
+    return Response(
+        status_code=200,
+        content_type="application/json",
+        body=page.decode("utf-8"),
+        headers=headers,
+    )
+
+
+@app.get(
+    "/datasets/<id>/versions/<ref>/download",
+    summary="The whole version as one dataset document",
+    description="200 `{url, filename, expires_in}` with a presigned GET URL of the document "
+    "(S3 on AWS; a URL on the local server itself on the embedded store it serves). A "
+    "store no server publishes answers the document itself, as an attachment. Either way the "
+    "document registers as it is, with the same content digest.",
+    tags=TAGS,
+    responses={
+        200: {
+            "description": "A presigned URL (`DownloadOut`), or the document itself where the "
+            "store has no URLs (a `DatasetVersionInput`, sent as an attachment).",
+            "content": {"application/json": {"model": dto.DownloadOut | DatasetVersionInput}},
+        },
+        **problems(400, 403, 404, ok=None),
+    },
+)
+def download(
+    id: DatasetIdPath, ref: RefPath, include_deleted: IncludeDeleted = False
+) -> Response[Any]:
+    svc = registry()
+    got = svc.download(current_identity(app), id, ref, include_deleted=include_deleted)
+    if got.url is not None:
+        out = dto.DownloadOut(url=got.url, filename=got.filename, expires_in=svc.presign_expiry)
+        return Response(status_code=200, content_type="application/json", body=out.model_dump())
+    assert got.body is not None
+    return Response(
+        status_code=200,
+        content_type="application/json",
+        body=got.body.decode("utf-8"),
+        headers={"Content-Disposition": f'attachment; filename="{got.filename}"'},
+    )
+
+
+@app.put(
+    "/datasets/<id>/versions/<ref>/tags",
+    summary="Replace a version's tags",
+    description="`ref` is the version label. `[]` removes every tag. Tags are metadata, never "
+    "part of the content digest.",
+    tags=TAGS,
+    responses=problems(400, 403, 404),
+)
+def set_tags(
+    id: DatasetIdPath, ref: LabelPath, body: Annotated[dto.TagsIn, Body()]
+) -> dto.VersionOut:
+    rec = registry().set_version_tags(current_identity(app), id, ref, body.tags)
+    return dto.version_out(rec)
+
+
+@app.delete(
+    "/datasets/<id>/versions/<ref>",
+    summary="Tombstone a version",
+    description="`ref` is the version label. Hidden from listings and `latest`; content kept; "
+    "the creator or an admin only.",
+    tags=TAGS,
+    responses=problems(400, 403, 404),
+)
+def delete_version(id: DatasetIdPath, ref: LabelPath) -> dto.VersionOut:
+    return dto.version_out(registry().delete_version(current_identity(app), id, ref))
+
+
+@app.post(
+    "/datasets/<id>/versions/<ref>/revive",
+    summary="Revive a tombstoned version",
+    description="`ref` is the version label; the creator or an admin only.",
+    tags=TAGS,
+    responses=problems(400, 403, 404),
+)
+def revive_version(id: DatasetIdPath, ref: LabelPath) -> dto.VersionOut:
+    return dto.version_out(registry().revive_version(current_identity(app), id, ref))
+
+
+@app.get(
+    "/datasets/<id>/versions/<ref>/files/<digest>",
+    summary="One file of a version: a case's companion file or a shared file",
+    description="The body as it is stored, by its digest (as a case's `files` and the "
+    "version's `shared_files` name it): `text/plain; charset=utf-8` when it is UTF-8 text, "
+    "else `application/octet-stream` (ask with `Accept: application/octet-stream` to have "
+    "API Gateway send the bytes rather than base64). 413 over the one-file limit: the "
+    "version's `download` has every body.",
+    tags=TAGS,
+    responses={
+        200: {
+            "description": "The file's bytes.",
+            "content": {
+                "text/plain": {"schema": {"type": "string"}},
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+            },
+        },
+        **problems(400, 403, 404, ok=None),
+        413: {
+            "description": "The file is over the one-file limit; the version's `download` has "
+            "every body (`size`, `limit`, `digest`).",
+            "content": {PROBLEM_JSON: {"model": dto.Problem}},
+        },
+    },
+)
+def get_file(
+    id: DatasetIdPath,
+    ref: RefPath,
+    digest: DigestPath,
+    include_deleted: IncludeDeleted = False,
+) -> Response[str]:
+    got = browse().file(current_identity(app), id, ref, digest, include_deleted=include_deleted)
+    text = got.content_type.startswith("text/")
+    disposition = "inline" if text else "attachment"
+    answer = Response(
+        status_code=200,
+        content_type=got.content_type,
+        # Bytes travel base64-encoded in a proxy answer (API Gateway decodes them).
+        body=got.body.decode("utf-8") if text else base64.b64encode(got.body).decode("ascii"),
+        headers={
+            "Content-Disposition": f'{disposition}; filename="{hex_of(digest)}"',
+            "X-Content-Type-Options": "nosniff",
+            # Opened on its own, the body is still never a page that runs anything.
+            "Content-Security-Policy": "default-src 'none'; sandbox",
+            "Cache-Control": "private, max-age=3600",
+        },
+    )
+    answer.base64_encoded = not text
+    return answer
+
+
+@app.get(
+    "/datasets/<id>/versions/<ref>/stats",
+    summary="A version's numbers: cases per tag, input lengths, file sizes",
+    description="Over every case of the version. Computed on first use and kept by content "
+    "digest (every version with the same content has the same numbers).",
+    tags=TAGS,
+    responses=problems(400, 403, 404),
+)
+def get_stats(
+    id: DatasetIdPath, ref: RefPath, include_deleted: IncludeDeleted = False
+) -> browse_dto.VersionStatsOut:
+    rec, stats = browse().stats(current_identity(app), id, ref, include_deleted=include_deleted)
+    return browse_dto.stats_out(rec, stats)
+
+
+@app.get(
+    "/me",
+    summary="Who the caller is",
+    description="The tenant, principal and roles the authorizer gave this request, and what "
+    "they allow: a version is deleted or revived by its creator or an admin.",
+    tags=["caller"],
+    responses=problems(403),
+)
+def me() -> browse_dto.MeOut:
+    return browse_dto.me_out(current_identity(app))
+
+
+@instrumented
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    # A registration validates a whole document into a model per case: scoped, the cyclic
+    # collector stays out of it (`caseshelf.services.bulk`: four times faster at 100,000 cases).
+    with gc_paused():
+        return app.resolve(event, context)
