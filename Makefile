@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test fuzz bench lint format openapi schemas clean deploy-ui
+.PHONY: run test fuzz bench lint format openapi schemas clean deploy-ui dist
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,12 @@ openapi: $(VENV)/.installed-dev
 schemas: $(VENV)/.installed-dev
 	$(BIN)/python -m caseshelf.domain.schemas --write docs/schemas
 
+# The release artifacts: the wheel and the sdist in dist/, checked as a package index would.
+dist: $(VENV)/.installed-dev
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python -m twine check --strict dist/*
+
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev,consumers,bench]'
 	touch $(VENV)/.installed $(VENV)/.installed-dev $@
@@ -88,4 +94,4 @@ deploy-ui: $(VENV)/.installed
 	$(BIN)/python scripts/deploy_ui.py --stack $(STACK)
 
 clean:
-	rm -rf $(VENV) .caseshelf build *.egg-info
+	rm -rf $(VENV) .caseshelf build dist *.egg-info

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from caseshelf.api.cors import CORS_ORIGIN_PATTERN
 from caseshelf.domain.errors import BadRequest
+from caseshelf.extras import require
 from caseshelf.ports import BlobStore, Index
 
 if TYPE_CHECKING:
@@ -244,6 +245,7 @@ class Services:
 
 def build_adapters(settings: Settings) -> tuple[BlobStore, Index]:
     if settings.backend == "aws":
+        require("boto3", "the AWS backend (CASESHELF_BACKEND=aws)")
         import boto3
         from botocore.config import Config
 
@@ -278,6 +280,7 @@ def build_adapters(settings: Settings) -> tuple[BlobStore, Index]:
 
 def s3_store(settings: Settings, bucket: str) -> BlobStore:
     """A store on any bucket (export targets, pulls), with the settings' region and endpoint."""
+    require("boto3", f"s3://{bucket}")
     import boto3
     from botocore.config import Config
 
@@ -398,6 +401,7 @@ def fenced_reader_for(settings: Settings) -> Callable[[Any], Any]:
 
     def s3_client() -> Any:
         if not built:
+            require("boto3", "an s3:// source")
             import boto3
             from botocore.config import Config
 

@@ -51,6 +51,7 @@ from caseshelf.domain.recipe import (
 )
 from caseshelf.domain.strictjson import loads as strict_loads
 from caseshelf.domain.strictjson import parsed_exactly
+from caseshelf.extras import require
 from caseshelf.services import archives
 
 Rows = Iterator[tuple[int, dict[str, Any]]]
@@ -174,7 +175,7 @@ def _bunzip_stream(raw: IO[bytes]) -> IO[bytes]:
 
 
 def _unzstd_stream(raw: IO[bytes]) -> IO[bytes]:
-    import zstandard
+    zstandard = require("zstandard", "a .zst source")
 
     return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw))
 
@@ -194,6 +195,9 @@ def smart_opener(transport_params: dict[str, Any] | None = None) -> Opener:
     """Remote URLs through smart_open (`s3://` with the registry's client, `https://`)."""
 
     def open_remote(url: str) -> IO[bytes]:
+        if url.startswith("s3://"):
+            require("boto3", f"the source {display_name(url)}")
+        require("smart_open", f"the source {display_name(url)}")
         import smart_open
 
         try:
@@ -552,11 +556,9 @@ def _csv(source: CsvSource, open_stream: Callable[[], IO[bytes]], name: str) -> 
 
 
 def _parquet(open_stream: Callable[[], IO[bytes]], name: str) -> Rows:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:  # pragma: no cover - pyarrow is a runtime dependency
-        raise BadRequest("parquet sources need pyarrow installed") from None
+    require("pyarrow", f"the parquet source {name}")
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     with _reading(name), open_stream() as fh:
         if not fh.seekable():

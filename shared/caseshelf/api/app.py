@@ -4,20 +4,19 @@ the caller's identity, and Powertools' Logger, Metrics and Tracer.
 Importing this module does no I/O and stays light (the registry function's cold start is
 measured against importing only boto3, pydantic and the Powertools event handler). On Lambda
 the Tracer is the X-Ray one; elsewhere (tests, the local server, or POWERTOOLS_TRACE_DISABLED)
-it gets a no-op provider, so the X-Ray SDK is never imported for nothing.
+there is none, so the X-Ray SDK is never imported (nor needed: it is the `aws` extra's).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import functools
 import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -26,7 +25,6 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.shared.functions import resolve_truthy_env_var_choice
-from aws_lambda_powertools.tracing.base import BaseProvider, BaseSegment
 
 from caseshelf.api.auth import identity_from_event
 from caseshelf.api.cors import cors_headers, request_origin, with_cors
@@ -48,50 +46,6 @@ warnings.filterwarnings("ignore", message="No application metrics to publish", c
 # -- tracing ---------------------------------------------------------------------------------
 
 
-class _NoopSegment(BaseSegment):
-    def close(self, end_time: int | None = None) -> None:
-        return None
-
-    def add_subsegment(self, subsegment: Any) -> None:
-        return None
-
-    def remove_subsegment(self, subsegment: Any) -> None:
-        return None
-
-    def put_annotation(self, key: str, value: Any) -> None:
-        return None
-
-    def put_metadata(self, key: str, value: Any, namespace: str = "default") -> None:
-        return None
-
-    def add_exception(self, exception: BaseException, stack: Any, remote: bool = False) -> None:
-        return None
-
-
-class NoopTracingProvider(BaseProvider):
-    """A tracing provider that records nothing: used wherever X-Ray is not listening."""
-
-    @contextlib.contextmanager
-    def in_subsegment(self, name: Any = None, **kwargs: Any) -> Generator[BaseSegment, None, None]:
-        yield _NoopSegment()
-
-    @contextlib.asynccontextmanager
-    async def in_subsegment_async(self, name: Any = None, **kwargs: Any) -> Any:
-        yield _NoopSegment()
-
-    def put_annotation(self, key: str, value: Any) -> None:
-        return None
-
-    def put_metadata(self, key: str, value: Any, namespace: str = "default") -> None:
-        return None
-
-    def patch(self, modules: Sequence[str]) -> None:
-        return None
-
-    def patch_all(self) -> None:
-        return None
-
-
 def tracing_enabled(env: Mapping[str, str] | None = None) -> bool:
     """True only on Lambda proper (not SAM local) and when POWERTOOLS_TRACE_DISABLED is not
     set."""
@@ -102,10 +56,10 @@ def tracing_enabled(env: Mapping[str, str] | None = None) -> bool:
     return on_lambda and not env.get("AWS_SAM_LOCAL")
 
 
-def make_tracer() -> Tracer:
-    if tracing_enabled():
-        return Tracer(service=SERVICE)
-    return Tracer(service=SERVICE, disabled=True, auto_patch=False, provider=NoopTracingProvider())
+def make_tracer() -> Tracer | None:
+    """The X-Ray tracer on Lambda; elsewhere none (the X-Ray SDK is the `aws` extra's, and even
+    a disabled Powertools Tracer imports it)."""
+    return Tracer(service=SERVICE) if tracing_enabled() else None
 
 
 # stderr: on Lambda both streams are the function's log; in process (the embedded client, the CLI)
@@ -399,10 +353,10 @@ Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 def instrumented(handler: Handler) -> Handler:
     """A function's `lambda_handler`, inside Powertools' logging context (cleared per call),
     tracing (responses never captured) and metrics flush: the same for every function."""
-    traced = tracer.capture_lambda_handler(capture_response=False)
-    wrapped: Handler = logger.inject_lambda_context(clear_state=True)(
-        traced(_flushing_metrics(handler))
-    )
+    inner = _flushing_metrics(handler)
+    if tracer is not None:
+        inner = tracer.capture_lambda_handler(capture_response=False)(inner)
+    wrapped: Handler = logger.inject_lambda_context(clear_state=True)(inner)
     return wrapped
 
 

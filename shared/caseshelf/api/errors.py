@@ -28,6 +28,7 @@ from caseshelf.domain.errors import (
     Upstream,
 )
 from caseshelf.domain.models import DatasetVersionInput
+from caseshelf.extras import MissingExtra
 from caseshelf.services.registry import dataset_error
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ STATUS: dict[type[CaseshelfError], tuple[int, str]] = {
     TooLarge: (413, "too-large"),
     Corrupt: (502, "corrupt-object"),
     Upstream: (502, "upstream"),
+    MissingExtra: (501, "missing-extra"),
 }
 
 _RESERVED = frozenset({"type", "title", "status", "detail", "instance"})
@@ -58,6 +60,7 @@ _TITLES = {
     409: "Conflict",
     413: "Payload Too Large",
     415: "Unsupported Media Type",
+    501: "Not Implemented",
     500: "Internal Server Error",
     502: "Bad Gateway",
 }

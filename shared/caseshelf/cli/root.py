@@ -132,8 +132,29 @@ def command(
     return decorate
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from caseshelf import __version__
+
+        print(f"caseshelf {__version__}")
+        raise typer.Exit(0)
+
+
+VersionOpt = Annotated[
+    bool,
+    typer.Option(
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print caseshelf's version and exit.",
+        show_default=False,
+    ),
+]
+
+
 @app.callback()
 def _root(
+    version: VersionOpt = False,
     json_out: JsonOpt = False,
     api: ApiOpt = None,
     tenant: TenantOpt = None,

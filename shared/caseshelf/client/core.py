@@ -22,6 +22,7 @@ from caseshelf.client.refs import parse_ref, parse_version
 from caseshelf.client.transport import Answer, Http, InProcess, Request, Transport
 from caseshelf.domain.errors import BadRequest, Corrupt, TooLarge, Upstream
 from caseshelf.domain.paging import MAX_PAGE
+from caseshelf.extras import require
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -589,12 +590,7 @@ class Client:
     def to_hf(self, ref: str, *, include_deleted: bool = False) -> Any:
         """A version's cases as a Hugging Face `datasets.Dataset` (the columns of `to_pandas`).
         Needs `caseshelf[hf]`."""
-        try:
-            import datasets
-        except ImportError:
-            raise BadRequest(
-                "to_hf needs Hugging Face datasets: pip install 'caseshelf[hf]'", field="datasets"
-            ) from None
+        datasets = require("datasets", "to_hf")
         from caseshelf.client.frames import columns_of
 
         # One list per column, None where a case has no value: Arrow infers each column's type.

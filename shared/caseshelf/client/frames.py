@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from caseshelf.domain.errors import BadRequest
+from caseshelf.extras import require
 
 FLAT = ("inputs", "expectations")
 
@@ -133,12 +134,7 @@ def is_frame(value: Any) -> bool:
 def cases_frame(cases: Iterable[Mapping[str, Any]]) -> Any:
     """Cases as a DataFrame of flat columns, in dataset order (None where a case has no value
     for a column)."""
-    try:
-        import pandas as pd
-    except ImportError:
-        raise BadRequest(
-            "to_pandas needs pandas: pip install 'caseshelf[pandas]'", field="pandas"
-        ) from None
+    pd = require("pandas", "to_pandas")
     return pd.DataFrame(columns_of(cases), copy=False)
 
 

@@ -59,6 +59,7 @@ from caseshelf.domain.export_formats import (
     plan_row_window,
     shared_row_files,
 )
+from caseshelf.extras import require
 from caseshelf.ports import BlobStore
 from caseshelf.services.pull import Progress
 
@@ -484,6 +485,7 @@ class _RowFile:
         self._builder = ThreadPoolExecutor(max_workers=1)
         self._pending: deque[Future[Any]] = deque()
         if fmt == "parquet":
+            require("pyarrow", "the parquet export format")
             import pyarrow.parquet as pq
 
             self._parquet = pq.ParquetWriter(str(path), parquet_schema(), compression="zstd")
