@@ -62,7 +62,7 @@ class Settings(BaseModel):
     public_url: str | None = Field(default=None, pattern=r"^https?://[^/\s]+(/\S*)?$")
     # The embedded store answers a version's download as a presigned URL of its own, as S3 does
     # (the in-process client sets it, and streams the stored document from that URL); otherwise
-    # the download route answers the document itself there (DESIGN §7).
+    # the download route answers the document itself there (architecture §7).
     presign_local_downloads: bool = False
     max_upload_bytes: int = Field(default=1024 * 1024 * 1024, ge=1)
     # The Kubernetes Secret EvalHub pods read S3 credentials from: the exports' default
@@ -313,7 +313,7 @@ def build(
         index,
         max_case_bytes=settings.max_case_bytes,
         presign_expiry=settings.presign_expiry,
-        # DESIGN §7: a presigned URL on AWS, the document itself from the embedded store.
+        # architecture §7: a presigned URL on AWS, the document itself from the embedded store.
         presign_downloads=settings.presign_local_downloads or not isinstance(store, LocalBlobStore),
         # A local read costs microseconds: read little more than the records wanted, one span
         # at a time. An S3 request waits tens of milliseconds: read wider spans, several at once.

@@ -61,7 +61,7 @@ def test_download_streams_the_document_and_presigned_urls_are_served(
     assert reg.status == 201, reg.json
     # When its download is asked for
     got = call(f"{server.url}/datasets/demo/versions/1.0.0/download")
-    # Then the embedded store answers the document itself (DESIGN §7: a stream locally)
+    # Then the embedded store answers the document itself (architecture §7: a stream locally)
     assert got.status == 200
     assert got.headers["Content-Disposition"].startswith("attachment; filename=")
     assert got.json["id"] == "demo" and got.json["version"] == "1.0.0"

@@ -542,7 +542,7 @@ def test_unknown_route_is_404_problem(api: Api) -> None:
     assert "/nothing-here" in body["detail"]
 
 
-# -- wire conventions (DESIGN §7) -------------------------------------------------------------
+# -- wire conventions (architecture §7) ------------------------------------------------------------
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 VERSION_KEYS = {

@@ -1,4 +1,4 @@
-"""Canonical form, case digests and content digests (DESIGN §3-4).
+"""Canonical form, case digests and content digests (architecture §3-4).
 
 Two cases that mean the same thing have the same bytes: key order, defaults given explicitly and
 tag order or duplicates never change a digest. The properties below generate cases over the whole

@@ -1,4 +1,4 @@
-"""Path rules (DESIGN §6, CWE-22/59) and the case id -> directory name encoding."""
+"""Path rules (architecture §6, CWE-22/59) and the case id -> directory name encoding."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Version labels, their order, bumps and ref resolution (DESIGN §5)."""
+"""Version labels, their order, bumps and ref resolution (architecture §5)."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_version_tags_follow_the_label_rule_and_are_deduplicated_in_order():
 
 # -- order ------------------------------------------------------------------------------------
 
-# The precedence example of semver.org §11, plus the two-digit minor of DESIGN §5.
+# The precedence example of semver.org §11, plus the two-digit minor of architecture §5.
 SEMVER_ORDER = [
     "1.0.0-alpha",
     "1.0.0-alpha.1",

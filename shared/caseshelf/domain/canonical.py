@@ -1,4 +1,4 @@
-"""Canonical JSON and digests (DESIGN §4).
+"""Canonical JSON and digests (architecture §4).
 
 Canonical JSON: UTF-8, object keys sorted, no insignificant whitespace. Non-finite numbers never
 reach here: every wire model refuses them at validation, and `canonical_json` refuses them again

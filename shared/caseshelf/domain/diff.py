@@ -1,4 +1,4 @@
-"""Diff of two dataset versions (DESIGN §6 "Diff"). Pure.
+"""Diff of two dataset versions (architecture §6 "Diff"). Pure.
 
 Two steps, with I/O between them in the service:
 

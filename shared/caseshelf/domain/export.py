@@ -1,4 +1,4 @@
-"""The export layout (DESIGN §6 "Export"): what a version looks like as per-case directories.
+"""The export layout (architecture §6 "Export"): what a version looks like as per-case directories.
 
 Pure: plain canonical cases and file digests in, a plan of files and a manifest out. The services
 fetch file bodies and write the plan (to a directory or an object store); nothing here touches a

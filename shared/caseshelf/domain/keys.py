@@ -1,4 +1,4 @@
-"""The index's logical rows (DESIGN §4): one single-table key schema for DynamoDB and SQLite.
+"""The index's logical rows (architecture §4): one single-table key schema for DynamoDB and SQLite.
 
 - version row: pk=`T#<tenant>#D#<name>` (`#R#` for recipes), sk=`V#<version>`
 - dataset row: pk=`T#<tenant>`, sk=`D#<name>` (`R#<name>` for recipes)

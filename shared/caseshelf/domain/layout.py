@@ -1,4 +1,4 @@
-"""Where things live in the object store (DESIGN §4). Every key is under `t/<tenant>/`."""
+"""Where things live in the object store (architecture §4). Every key is under `t/<tenant>/`."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ strings, numbers are finite, paths are safe. That form is a fixed point of
 it), so a mapped case hashes exactly as the same case registered by hand. `rows_to_cases` can
 also run every case through `parse_case` itself (`validate=True`, what previews do).
 
-Rules (DESIGN §6, issue "imports"):
+Rules (architecture §6, issue "imports"):
 - env precedence: repo_path > git > files_template > os_use > prompt > browser. Browser needs a
   start_url_field or category `browser`; otherwise a case has no env.
 - a repo's `ref` defaults to HEAD (and HEAD, the default, is omitted);

@@ -1,4 +1,4 @@
-"""Path rules (DESIGN §6) for every place a path or key is built from input (CWE-22, CWE-59).
+"""Path rules (architecture §6) for every place a path or key is built from input (CWE-22, CWE-59).
 
 Pure string checks; the filesystem-side checks (symlinks, resolved roots) live with the code that
 touches the disk and call these first.
@@ -115,7 +115,7 @@ def case_file_clash(paths: list[str]) -> tuple[str, str] | None:
     return None
 
 
-# Characters no case id holds (DESIGN §3): controls, and the invisible ones that make two ids
+# Characters no case id holds (architecture §3): controls, and the invisible ones that make two ids
 # look alike or reorder how an id (or a path built from it) reads: bidirectional embeddings,
 # overrides and isolates, zero-width spaces and joiners, the byte-order mark.
 _INVISIBLE = re.compile(

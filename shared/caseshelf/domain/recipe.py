@@ -1,4 +1,4 @@
-"""Recipes: a benchmark's source and the mapping of its rows to cases, as data (DESIGN §6).
+"""Recipes: a benchmark's source and the mapping of its rows to cases, as data (architecture §6).
 
 `Recipe` is the one wire model of a recipe and `Mapping` the one model of a mapping: the mapper
 (`caseshelf.domain.mapping`), the registry, the API, the CLI and the JSON Schema in

@@ -1,4 +1,4 @@
-"""Subset selection over a version's manifest (DESIGN §6 "Subset"). Pure.
+"""Subset selection over a version's manifest (architecture §6 "Subset"). Pure.
 
 The steps run in a fixed order, each over what the previous one kept: `ids` (exactly these) ->
 `tags` (a case matches when it carries any of them) -> `limit` (the first N in dataset order) ->

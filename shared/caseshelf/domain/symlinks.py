@@ -1,5 +1,5 @@
 """Where a listed file symlink of a case directory may point: one pure rule for import,
-export and workspace provisioning (DESIGN §6, the `dataset.workspace.files` table).
+export and workspace provisioning (architecture §6, the `dataset.workspace.files` table).
 
 A case directory's file symlink is materialized as a regular file (a copy of its target) when its
 fully resolved target lies

@@ -4,7 +4,7 @@ A task arrives as `TaskSource(name, files)` where `files` maps each relative POS
 task directory to its bytes (and `modes` keeps the executable bits). The mappers decide the case;
 they never read a disk, and their errors name the task.
 
-Rules (DESIGN §6: reference images, never build):
+Rules (architecture §6: reference images, never build):
 
 - the image is a prebuilt reference: Terminal-Bench's literal compose `image:` (never a `${...}`
   variable) or Harbor's `[environment].docker_image`, else `image_template` with `{id}` (the case

@@ -1,4 +1,4 @@
-"""Version labels, their order, bumps, and ref resolution (DESIGN §5). Pure.
+"""Version labels, their order, bumps, and ref resolution (architecture §5). Pure.
 
 Order: labels that are semver are ordered by semver precedence (1.9.0 < 1.10.0, 1.0.0-rc.1 <
 1.0.0); labels that are not semver are ordered by registration order and sort before every semver
@@ -72,7 +72,7 @@ def semver(label: str) -> tuple[int, int, int, tuple[Any, ...]] | None:
 
 @dataclass(frozen=True)
 class VersionRecord:
-    """One version's row in the index (DESIGN §4). `kind` is `dataset` or `recipe`."""
+    """One version's row in the index (architecture §4). `kind` is `dataset` or `recipe`."""
 
     tenant: str
     kind: str

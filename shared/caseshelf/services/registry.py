@@ -1,7 +1,7 @@
 """The dataset registry: register, validate, read, tag, tombstone, download.
 
-Registration order is the commit protocol of DESIGN §4: packs, blobs and the manifest are written
-first; the conditional put of the version row is the commit. A crash before it leaves only
+Registration order is the commit protocol of architecture §4: packs, blobs and the manifest are
+written first; the conditional put of the version row is the commit. A crash before it leaves only
 unreferenced objects (collected by `gc`), never a half-visible version.
 """
 
@@ -689,7 +689,7 @@ class RegistryService:
         self.max_case_bytes = max_case_bytes
         self.presign_expiry = presign_expiry
         # A download is a presigned URL where the store is remote (AWS) and the document itself
-        # where it is local (the embedded store, DESIGN §7).
+        # where it is local (the embedded store, architecture §7).
         self.presign_downloads = presign_downloads
         self.read_gap = read_gap
         self.read_workers = read_workers
