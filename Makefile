@@ -61,6 +61,7 @@ fuzz: $(VENV)/.installed-dev
 	CASESHELF_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:randomly tests/e2e/test_api_fuzz.py
 
 lint: $(VENV)/.installed-dev
+	$(BIN)/python scripts/check_commits.py
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
