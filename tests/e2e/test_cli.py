@@ -118,8 +118,12 @@ def test_bump_versions_tags_and_tombstones(cli: Cli, tmp_path: Path) -> None:
     # When 1.1.0 is tagged
     tagged = cli("tag", "demo@1.1.0", "stable", "prod", "--json").json()
 
-    # Then the tags resolve as refs
-    assert tagged["version_tags"] == ["stable", "prod"]
+    # Then the tags resolve as refs, and the answer says what moved
+    assert tagged["version"]["version_tags"] == ["stable", "prod"]
+    assert [(m["tag"], m["from_version"], m["to_version"]) for m in tagged["moves"]] == [
+        ("stable", None, "1.1.0"),
+        ("prod", None, "1.1.0"),
+    ]
     assert cli("get", "demo@stable", "--json").json()["version"] == "1.1.0"
     versions = cli("versions", "demo", "--json").json()
     assert [v["version"] for v in versions["items"]] == ["1.1.0", "1.0.0"]
@@ -338,7 +342,8 @@ def test_api_mode_talks_to_the_local_server(cli: Cli, api: str) -> None:
     reg = remote("register", DEMO_JSON, "--json").json()
     assert reg["created"] is True and reg["case_count"] == 3
     assert remote("register", DEMO_JSON, "--json").json()["created"] is False
-    assert remote("tag", "demo@1.0.0", "stable", "--json").json()["version_tags"] == ["stable"]
+    tagged = remote("tag", "demo@1.0.0", "stable", "--json").json()
+    assert tagged["version"]["version_tags"] == ["stable"]
     assert remote("get", "demo@stable", "--json").json()["content_digest"] == reg["content_digest"]
     page = remote("cases", "demo", "--limit", "2", "--json").json()
     assert len(page["items"]) == 2 and page["next_cursor"]
@@ -365,3 +370,35 @@ def test_api_mode_talks_to_the_local_server(cli: Cli, api: str) -> None:
     assert clash.code == 1 and reg["content_digest"] in clash.err
     denied = cli("rm", "demo@1.0.0", "--api", api, "--principal", "mallory")
     assert denied.code == 1 and "only the creator" in denied.err
+
+
+def test_tags_are_pointers_that_move_and_keep_their_history(cli: Cli, tmp_path: Path) -> None:
+    # Given two versions, with stable and candidate on 1.1.0
+    cli("register", DEMO_JSON)
+    cli("register", write(tmp_path / "v2.json", demo_doc(description="v2")), "--bump", "minor")
+    cli("tag", "demo@1.1.0", "stable", "candidate")
+    # When stable is put on 1.0.0 (a rollback), the answer says where it moved from
+    moved = cli("tag", "demo@1.0.0", "stable")
+    assert moved.code == 0 and "stable moved 1.1.0 -> 1.0.0" in moved.out
+    assert cli("get", "demo@stable", "--json").json()["version"] == "1.0.0"
+    # And tagging 1.1.0 prod keeps its candidate tag
+    cli("tag", "demo@1.1.0", "prod")
+    versions = {
+        v["version"]: v["version_tags"] for v in cli("versions", "demo", "--json").json()["items"]
+    }
+    assert versions == {"1.1.0": ["candidate", "prod"], "1.0.0": ["stable"]}
+    # When candidate is removed, and the history is asked for
+    assert "removed candidate" in cli("untag", "demo", "candidate").out
+    board = cli("tags", "demo", "--json").json()
+    assert board["tags"] == {"stable": "1.0.0", "prod": "1.1.0"}
+    assert [(m["tag"], m["from_version"], m["to_version"]) for m in board["history"]] == [
+        ("candidate", "1.1.0", None),
+        ("prod", None, "1.1.0"),
+        ("stable", "1.1.0", "1.0.0"),
+        ("candidate", None, "1.1.0"),
+        ("stable", None, "1.1.0"),
+    ]
+    shown = cli("tags", "demo", "--history")
+    assert shown.code == 0 and "moves, newest first" in shown.out
+    # And verify finds nothing wrong with the tags
+    assert cli("verify", "demo", "--json").json()["ok"] is True

@@ -303,6 +303,17 @@ def test_tag_delete_and_revive_from_the_dataset_page(page: Page, server: str) ->
         "stable",
         "reviewed",
     ]
+    # A tag is a pointer: saved on 1.1.0, stable moves there, and both rows and the history say so
+    newer = page.tab.locator('tr[data-version="1.1.0"]')
+    newer.get_by_label("Tags of 1.1.0").fill("stable")
+    newer.get_by_role("button", name="Save tags").click()
+    page.tab.get_by_role("status").get_by_text("tags saved: acts@1.1.0").wait_for()
+    page.tab.locator('table[aria-label="Tag moves"] tr[data-seq="3"]').wait_for()
+    assert newer.locator('td[data-col="version-tags"] .badge').all_inner_texts() == ["stable"]
+    assert row.locator('td[data-col="version-tags"] .badge').all_inner_texts() == ["reviewed"]
+    latest_move = page.tab.locator('table[aria-label="Tag moves"] tbody tr').first
+    assert latest_move.locator("td").all_inner_texts()[:3] == ["stable", "1.0.0", "1.1.0"]
+    row = page.tab.locator('tr[data-version="1.0.0"]')
     row.get_by_role("button", name="Delete 1.0.0").click()
     page.tab.get_by_text("deleted: acts@1.0.0").wait_for()
     assert page.dialogs and page.dialogs[0].startswith("confirm: Delete acts@1.0.0?")

@@ -78,7 +78,8 @@ def test_every_read_and_change_of_a_version(cs: Client) -> None:
     s = cs.subset("smoke@1.0.0", tags=["even"], limit=2, with_cases=True)
     assert s.case_ids == ["c1", "c3"] and s.stamp is not None and s.stamp.selected == 2
     assert s.cases is not None and s.cases[1]["expectations"] == {"ground_truth": "6"}
-    assert cs.tag("smoke@1.0.0", ["stable"]).version_tags == ["stable"]
+    moved = cs.tag("smoke@1.0.0", ["stable"])
+    assert moved.version is not None and moved.version.version_tags == ["stable"]
     assert cs.get("smoke@stable").version == "1.0.0"
     assert cs.delete("smoke@1.1.0").deleted_at is not None
     assert cs.get("smoke").version == "1.0.0"
@@ -461,7 +462,10 @@ ROUTE_METHODS = {
     "GET /datasets/{id}/versions/{ref}": "get",
     "GET /datasets/{id}/versions/{ref}/cases": "list_cases",
     "GET /datasets/{id}/versions/{ref}/download": "download",
-    "PUT /datasets/{id}/versions/{ref}/tags": "tag",
+    "PUT /datasets/{id}/versions/{ref}/tags": "set_tags",
+    "GET /datasets/{id}/tags": "tags",
+    "POST /datasets/{id}/tags": "tag",
+    "DELETE /datasets/{id}/tags/{tag}": "untag",
     "DELETE /datasets/{id}/versions/{ref}": "delete",
     "POST /datasets/{id}/versions/{ref}/revive": "revive",
     "GET /datasets/{id}/versions/{ref}/files/{digest}": "file",

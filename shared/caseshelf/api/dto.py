@@ -22,6 +22,7 @@ from pydantic_core import CoreSchema
 
 from caseshelf.domain.diff import ABSENT, Change, to_pointer
 from caseshelf.domain.subset import SubsetStamp
+from caseshelf.domain.tags import TagMove
 from caseshelf.domain.versions import VersionRecord
 
 if TYPE_CHECKING:
@@ -103,6 +104,54 @@ class DatasetOut(Wire):
 
 class TagsIn(Wire):
     tags: list[str]
+
+
+class TagsMoveIn(Wire):
+    """Tags to point at `version`, each moved from wherever it pointed."""
+
+    version: str
+    tags: list[str]
+
+
+class TagMoveOut(Wire):
+    """One move of a tag: `from_version` null for a new tag, `to_version` null for a removal."""
+
+    seq: int
+    tag: str
+    from_version: str | None
+    to_version: str | None
+    by: str
+    at: str
+
+
+class TagMovesOut(Wire):
+    """The moves a tag request made (none when every tag already pointed there), and the
+    version's metadata after it (null for a removal)."""
+
+    id: str
+    moves: list[TagMoveOut]
+    version: VersionOut | None
+
+
+class TagsOut(Wire):
+    """Where each tag of a dataset points, and the moves that put it there, newest first
+    (`dropped`: how many older moves are no longer kept)."""
+
+    id: str
+    tags: dict[str, str]
+    history: list[TagMoveOut]
+    dropped: int
+
+
+def tag_move_out(m: TagMove) -> TagMoveOut:
+    return TagMoveOut(
+        seq=m.seq,
+        tag=m.tag,
+        from_version=m.from_version,
+        to_version=m.to_version,
+        by=m.by,
+        at=m.at,
+    )
 
 
 class DownloadOut(Wire):

@@ -81,6 +81,7 @@ COMMAND_MODULES: list[str] = [
     "imports",
     "verify",
     "browse",
+    "tags",
 ]
 # Which module declares each top-level command (a test holds this to what they declare): a run
 # loads only the module of the command it names, or every module for help or an unknown name.
@@ -93,7 +94,6 @@ COMMANDS: dict[str, str] = {
             "versions",
             "get",
             "cases",
-            "tag",
             "rm",
             "revive",
             "download",
@@ -118,6 +118,9 @@ COMMANDS: dict[str, str] = {
     "stats": "browse",
     "file": "browse",
     "whoami": "browse",
+    "tag": "tags",
+    "untag": "tags",
+    "tags": "tags",
 }
 # The common options that take a value (the token after them is no command name).
 _VALUE_OPTIONS = frozenset({"--api", "--tenant", "--principal", "--roles"})

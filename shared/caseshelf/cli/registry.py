@@ -460,29 +460,6 @@ def register_commands(app: typer.Typer) -> None:
 
         emit(out, render)
 
-    @command(app, "tag")
-    def tag(
-        ref: Annotated[str, typer.Argument(metavar="ID@VERSION")],
-        tags: Annotated[
-            list[str] | None,
-            typer.Argument(metavar="TAG", help="The version's tags (replaces the list)."),
-        ] = None,
-        clear: Annotated[bool, typer.Option("--clear", help="Remove every tag.")] = False,
-    ) -> None:
-        """Replace a version's tags (e.g. stable prod), or --clear them."""
-        name, version = parse_version(ref)
-        if clear and tags:
-            raise typer.BadParameter("give tags or --clear, not both")
-        if not clear and not tags:
-            raise typer.BadParameter("give one or more tags, or --clear")
-        out = wire(client().tag(f"{name}@{version}", [] if clear else list(tags or [])))
-
-        def render(o: dict[str, Any]) -> None:
-            now = ", ".join(o.get("version_tags") or []) or "(none)"
-            say(f"{o['id']}@{o['version']} tags: {now}")
-
-        emit(out, render)
-
     @command(app, "rm")
     def rm(ref: Annotated[str, typer.Argument(metavar="ID@VERSION")]) -> None:
         """Delete a version (a tombstone: hidden, content kept; `revive` undoes it)."""

@@ -56,7 +56,9 @@ def register_commands(app: typer.Typer) -> None:
                 _, found = svc.registry.versions.find(identity, name)
                 records = sorted(found, key=lambda rec: rec.seq)
         with progress("verifying", total=len(records)) as bar:
-            report = verify_versions(svc.store, records, on_version=lambda _r: bar.advance())
+            report = verify_versions(
+                svc.store, records, on_version=lambda _r: bar.advance(), index=svc.index
+            )
         out = report.to_dict()
 
         def render(o: dict[str, Any]) -> None:

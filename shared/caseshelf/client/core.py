@@ -37,6 +37,8 @@ if TYPE_CHECKING:
         PageOut,
         RegisterOut,
         SubsetOut,
+        TagMovesOut,
+        TagsOut,
         TaskImportOut,
         ValidateOut,
         VersionOut,
@@ -774,13 +776,40 @@ class Client:
                 total(int(length))
             return _take(resp.iter_bytes(DOWNLOAD_CHUNK), target, progress)
 
-    def tag(self, ref: str, tags: list[str]) -> VersionOut:
-        """Replace a version's tags (`ID@VERSION`; `[]` clears them)."""
+    def tag(self, ref: str, tags: list[str]) -> TagMovesOut:
+        """Point `tags` at a version (`ID@VERSION`): each tag moves there from wherever it
+        pointed, since a tag names at most one version. `.moves` says what moved from where,
+        `.version` is the version after."""
+        from caseshelf.api.dto import TagMovesOut
+
+        name, v = parse_version(ref)
+        body = {"version": v, "tags": list(tags)}
+        return self._as(TagMovesOut, self.call("POST", "datasets", name, "tags", body=body))
+
+    def untag(self, name: str, tags: list[str]) -> TagMovesOut:
+        """Remove `tags` of dataset `name` (each pointed at no version after)."""
+        from caseshelf.api.dto import TagMovesOut
+
+        moves: list[Any] = []
+        for tag in tags:
+            out = self._as(TagMovesOut, self.call("DELETE", "datasets", name, "tags", tag))
+            moves.extend(out.moves)
+        return TagMovesOut(id=name, moves=moves, version=None)
+
+    def set_tags(self, ref: str, tags: list[str]) -> VersionOut:
+        """Replace a version's tags (`ID@VERSION`): each named tag moves here, each other tag
+        it had is removed; `[]` clears them."""
         from caseshelf.api.dto import VersionOut
 
         name, v = parse_version(ref)
         data = self.call("PUT", "datasets", name, "versions", v, "tags", body={"tags": list(tags)})
         return self._as(VersionOut, data)
+
+    def tags(self, name: str) -> TagsOut:
+        """Where each tag of dataset `name` points, and its moves, newest first."""
+        from caseshelf.api.dto import TagsOut
+
+        return self._as(TagsOut, self.call("GET", "datasets", name, "tags"))
 
     def delete(self, ref: str) -> VersionOut:
         """Tombstone a version (`ID@VERSION`): hidden, content kept; `revive` undoes it."""

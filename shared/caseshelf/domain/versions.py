@@ -9,7 +9,7 @@ that never does gets the last one registered.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,8 @@ def check_tags(tags: Iterable[str]) -> list[str]:
     for tag in tags:
         if not isinstance(tag, str) or not _LABEL.fullmatch(tag) or tag == "latest":
             raise BadRequest(
-                f"invalid version tag {tag!r}: 1-64 of [A-Za-z0-9._-], not 'latest'",
+                f"invalid version tag {tag!r}: a tag is 1-64 letters, digits, '.', '_' or "
+                "'-', and not 'latest'",
                 field="tags",
             )
         if tag not in out:
@@ -133,10 +134,26 @@ def next_version(records: Sequence[VersionRecord], bump: str) -> str:
     raise BadRequest(f"unknown bump {bump!r}: major, minor or patch", field="bump")
 
 
+def is_tag_ref(records: Sequence[VersionRecord], ref: str) -> bool:
+    """Whether `ref` can only be a version tag: no `latest`, no digest, no label of `records`."""
+    return (
+        ref != "latest"
+        and not ref.startswith("sha256:")
+        and not any(r.version == ref for r in records)
+    )
+
+
 def resolve_ref(
-    records: Sequence[VersionRecord], ref: str, *, include_deleted: bool = False, name: str = ""
+    records: Sequence[VersionRecord],
+    ref: str,
+    *,
+    include_deleted: bool = False,
+    name: str = "",
+    pointers: Mapping[str, str] | None = None,
 ) -> VersionRecord:
-    """A label, `latest`, a version tag (highest live version carrying it) or `sha256:<hex>`."""
+    """A label, `latest`, a version tag or `sha256:<hex>`. A tag resolves by `pointers` (tag ->
+    label, `caseshelf.domain.tags.effective_pointers`) where given, else to the highest live
+    version carrying it."""
     pool = [r for r in records if include_deleted or r.live]
     what = f"{name}@{ref}" if name else ref
     if ref == "latest":
@@ -156,9 +173,32 @@ def resolve_ref(
         by_label = [r for r in pool if r.version == ref]
         if by_label:
             found = by_label[0]
+        elif pointers is not None:
+            found = _pointed(pool, records, ref, pointers, what)
         else:
             tagged = [r for r in pool if ref in r.version_tags and r.live]
             found = max(tagged, key=order_key) if tagged else None
     if found is None:
         raise NotFound(f"no version {what}", ref=ref)
+    return found
+
+
+def _pointed(
+    pool: Sequence[VersionRecord],
+    records: Sequence[VersionRecord],
+    tag: str,
+    pointers: Mapping[str, str],
+    what: str,
+) -> VersionRecord | None:
+    label = pointers.get(tag)
+    if label is None:
+        return None
+    found = next((r for r in pool if r.version == label), None)
+    if found is None and any(r.version == label for r in records):
+        raise NotFound(
+            f"{what}: the tag points at {label}, which is deleted; revive {label} or move the "
+            "tag to another version",
+            ref=tag,
+            version=label,
+        )
     return found

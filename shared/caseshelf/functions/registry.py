@@ -254,8 +254,9 @@ def download(
 @app.put(
     "/datasets/<id>/versions/<ref>/tags",
     summary="Replace a version's tags",
-    description="`ref` is the version label. `[]` removes every tag. Tags are metadata, never "
-    "part of the content digest.",
+    description="`ref` is the version label. Each tag named moves here from any other version "
+    "(a tag names at most one version); each tag the version had and the list leaves out is "
+    "removed; `[]` removes them all. Tags are metadata, never part of the content digest.",
     tags=TAGS,
     responses=problems(400, 403, 404),
 )
@@ -264,6 +265,49 @@ def set_tags(
 ) -> dto.VersionOut:
     rec = registry().set_version_tags(current_identity(app), id, ref, body.tags)
     return dto.version_out(rec)
+
+
+@app.get(
+    "/datasets/<id>/tags",
+    summary="Where each of a dataset's tags points, and the moves that put it there",
+    description="A tag names at most one version. `history` lists its moves newest first.",
+    tags=TAGS,
+    responses=problems(400, 403, 404),
+)
+def get_tags(id: DatasetIdPath) -> dto.TagsOut:
+    board, pointers = registry().tags(current_identity(app), id)
+    history = [dto.tag_move_out(m) for m in reversed(board.history)]
+    return dto.TagsOut(id=id, tags=pointers, history=history, dropped=board.dropped)
+
+
+@app.post(
+    "/datasets/<id>/tags",
+    summary="Point tags at a version",
+    description="Each tag moves to `version` from wherever it pointed (the answer's `moves` "
+    "say from where); a tag already there makes no move. 409 when another request moved the "
+    "dataset's tags at the same time.",
+    tags=TAGS,
+    responses=problems(400, 403, 404, 409),
+)
+def move_tags(id: DatasetIdPath, body: Annotated[dto.TagsMoveIn, Body()]) -> dto.TagMovesOut:
+    rec, moves = registry().move_tags(current_identity(app), id, body.version, body.tags)
+    return dto.TagMovesOut(
+        id=id,
+        moves=[dto.tag_move_out(m) for m in moves],
+        version=dto.version_out(rec) if rec is not None else None,
+    )
+
+
+@app.delete(
+    "/datasets/<id>/tags/<tag>",
+    summary="Remove a tag",
+    description="The tag points at no version after this; the move is kept in the history.",
+    tags=TAGS,
+    responses=problems(400, 403, 404, 409),
+)
+def remove_tag(id: DatasetIdPath, tag: LabelPath) -> dto.TagMovesOut:
+    moves = registry().remove_tags(current_identity(app), id, [tag])
+    return dto.TagMovesOut(id=id, moves=[dto.tag_move_out(m) for m in moves], version=None)
 
 
 @app.delete(

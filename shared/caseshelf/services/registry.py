@@ -53,6 +53,7 @@ from caseshelf.domain.models import (
     SharedFileInput,
 )
 from caseshelf.domain.paging import check_limit, decode_position, encode_position
+from caseshelf.domain.tags import TagBoard, TagMove
 from caseshelf.domain.versions import (
     VersionRecord,
     check_dataset_id,
@@ -1605,6 +1606,19 @@ class RegistryService:
         self, identity: Identity, name: str, version: str, tags: list[str]
     ) -> VersionRecord:
         return self.versions.set_tags(identity, name, version, tags)
+
+    def move_tags(
+        self, identity: Identity, name: str, version: str, tags: list[str]
+    ) -> tuple[VersionRecord | None, list[TagMove]]:
+        """Point `tags` at `version`, each moved from wherever it pointed."""
+        return self.versions.move_tags(identity, name, version, add=tags)
+
+    def remove_tags(self, identity: Identity, name: str, tags: list[str]) -> list[TagMove]:
+        return self.versions.move_tags(identity, name, None, remove=tags)[1]
+
+    def tags(self, identity: Identity, name: str) -> tuple[TagBoard, dict[str, str]]:
+        """(the tag board with its history, where each tag points now)."""
+        return self.versions.tags(identity, name)
 
     def delete_version(self, identity: Identity, name: str, version: str) -> VersionRecord:
         return self.versions.delete(identity, name, version)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from caseshelf.domain import layout
+from caseshelf.domain import keys, layout
 from caseshelf.domain.canonical import content_digest, sha256_hex
 from caseshelf.domain.chunks import (
     Root,
@@ -27,6 +27,7 @@ from caseshelf.domain.chunks import (
 from caseshelf.domain.diff import delta_from_bytes
 from caseshelf.domain.errors import CaseshelfError, Corrupt, NotFound
 from caseshelf.domain.manifest import Location, Manifest
+from caseshelf.domain.tags import BOARD_SK, TagBoard, conflicting_tags, effective_pointers
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.ports import BlobStore, Index
 from caseshelf.services.storage import parse_root
@@ -92,13 +93,45 @@ def verify_versions(
     records: Iterable[VersionRecord],
     *,
     on_version: Callable[[VersionRecord], None] | None = None,
+    index: Index | None = None,
 ) -> VerifyReport:
+    """Every version's objects; with `index`, also each dataset's tags (a tag its version rows
+    give to other versions than the one it points at)."""
     report = VerifyReport()
+    seen: list[VersionRecord] = []
     for rec in records:
         _verify_one(store, rec, report)
+        seen.append(rec)
         if on_version is not None:
             on_version(rec)
+    if index is not None:
+        report.problems.extend(tag_problems(index, seen))
     return report
+
+
+def tag_problems(index: Index, records: Iterable[VersionRecord]) -> list[Problem]:
+    """A problem for each tag whose version rows disagree with where it points (old data where
+    two versions carry one tag, or a move whose row updates did not all land)."""
+    datasets = dict.fromkeys((rec.tenant, rec.name) for rec in records)
+    found: list[Problem] = []
+    for tenant, name in datasets:
+        everyone = index.list_versions(tenant, "dataset", name)
+        board = TagBoard.from_doc(
+            index.get_item(keys.version_pk(tenant, "dataset", name), BOARD_SK)
+        )
+        pointers = effective_pointers(board, everyone)
+        for tag, holders in conflicting_tags(board, everyone).items():
+            target = pointers[tag]
+            found.append(
+                Problem(
+                    name,
+                    "tags",
+                    f"tag {tag}",
+                    f"the rows of {', '.join(holders) or 'no version'} carry it, and it points "
+                    f"at {target}; `caseshelf tag {name}@{target} {tag}` mends the rows",
+                )
+            )
+    return found
 
 
 def _verify_one(store: BlobStore, rec: VersionRecord, report: VerifyReport) -> None:

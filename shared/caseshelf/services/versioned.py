@@ -7,18 +7,28 @@ isolation (another tenant's entity is simply not found). One implementation, con
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from caseshelf.domain.errors import Conflict, Forbidden, NotFound
+from caseshelf.domain.errors import BadRequest, Conflict, Forbidden, NotFound
 from caseshelf.domain.identity import Identity
+from caseshelf.domain.keys import version_pk
 from caseshelf.domain.paging import check_limit, decode_position, encode_position
+from caseshelf.domain.tags import (
+    BOARD_SK,
+    TagBoard,
+    TagMove,
+    effective_pointers,
+    plan_moves,
+    row_tags,
+)
 from caseshelf.domain.versions import (
     VersionRecord,
     check_dataset_id,
     check_label,
     check_tags,
+    is_tag_ref,
     ordered,
     resolve_ref,
 )
@@ -29,6 +39,12 @@ Clock = Callable[[], datetime]
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def _said(moves: Sequence[TagMove]) -> str:
+    return ", ".join(
+        f"{m.tag}: {m.from_version or '(none)'} -> {m.to_version or '(removed)'}" for m in moves
+    )
 
 
 def iso(dt: datetime) -> str:
@@ -72,8 +88,23 @@ class VersionedStore:
     def resolve(
         self, identity: Identity, name: str, ref: str, *, include_deleted: bool = False
     ) -> VersionRecord:
-        _, records = self.find(identity, name)
-        return resolve_ref(records, ref, include_deleted=include_deleted, name=name)
+        tenant, records = self.find(identity, name)
+        pointers = None
+        if is_tag_ref(records, ref):
+            pointers = effective_pointers(self.board(tenant, name), records)
+        return resolve_ref(
+            records, ref, include_deleted=include_deleted, name=name, pointers=pointers
+        )
+
+    def board(self, tenant: str, name: str) -> TagBoard:
+        """The tag board of one entity (empty where no tag ever moved)."""
+        return TagBoard.from_doc(self.index.get_item(version_pk(tenant, self.kind, name), BOARD_SK))
+
+    def tags(self, identity: Identity, name: str) -> tuple[TagBoard, dict[str, str]]:
+        """(the board, where each tag points now)."""
+        tenant, records = self.find(identity, name)
+        board = self.board(tenant, name)
+        return board, effective_pointers(board, records)
 
     def versions(
         self,
@@ -174,6 +205,88 @@ class VersionedStore:
     def set_tags(
         self, identity: Identity, name: str, version: str, tags: list[str]
     ) -> VersionRecord:
+        """Replace a version's tags: each tag named moves here from wherever it pointed; each
+        tag the version had and the list leaves out is removed."""
+        rec = self._live_own(identity, name, version)
+        clean = check_tags(tags)
+        gone = [t for t in rec.version_tags if t not in clean]
+        row, _ = self.move_tags(identity, name, version, add=clean, remove=gone)
+        assert row is not None  # the version was just read live
+        return row
+
+    def move_tags(
+        self,
+        identity: Identity,
+        name: str,
+        version: str | None,
+        *,
+        add: Sequence[str] = (),
+        remove: Sequence[str] = (),
+    ) -> tuple[VersionRecord | None, list[TagMove]]:
+        """Point each tag of `add` at `version` (moving it from wherever it pointed) and remove
+        each tag of `remove`; (the version's row after, the moves made). The board is written
+        only if no other move came first (409 naming both otherwise); then the version rows'
+        copies are brought in line."""
+        tenant = identity.check_can_write()
+        check_dataset_id(name)
+        check_tags(list(add))
+        check_tags(list(remove))
+        if version is not None:
+            self._live_own(identity, name, version)
+        records = self.index.list_versions(tenant, self.kind, name)
+        if not records:
+            raise NotFound(f"no {self.noun} {name!r}", id=name)
+        clash = sorted({t for t in add for r in records if r.version == t})
+        if clash:
+            raise BadRequest(
+                f"{', '.join(clash)} is a version label of {name}: a ref of that name means the "
+                "version, so it cannot be a tag; choose another tag name",
+                id=name,
+                tags=clash,
+            )
+        board = self.board(tenant, name)
+        after, moves = plan_moves(
+            board,
+            records,
+            version or "",
+            add=add,
+            remove=remove,
+            by=identity.principal,
+            at=iso(self.clock()),
+        )
+        if moves:
+            self._write_board(tenant, name, board, after, moves)
+        self._mend_rows(tenant, name, records, after.pointers)
+        row = self.index.get_version(tenant, self.kind, name, version) if version else None
+        return row, moves
+
+    def _write_board(
+        self, tenant: str, name: str, before: TagBoard, after: TagBoard, moves: list[TagMove]
+    ) -> None:
+        pk = version_pk(tenant, self.kind, name)
+        try:
+            if before.seq == 0 and not before.history:
+                self.index.put_item(pk, BOARD_SK, after.to_doc(), if_absent=True)
+            else:
+                self.index.update_item(pk, BOARD_SK, after.to_doc(), expect={"seq": before.seq})
+        except Conflict:
+            now = self.board(tenant, name)
+            theirs = [m for m in now.history if m.seq > before.seq]
+            raise Conflict(
+                f"the tags of {self.noun} {name} were moved by another request at the same time "
+                f"({_said(theirs)}); this one ({_said(moves)}) was not made: read the tags again "
+                "and retry",
+                id=name,
+                tags=sorted({m.tag for m in (*theirs, *moves)}),
+            ) from None
+
+    def _mend_rows(
+        self, tenant: str, name: str, records: Sequence[VersionRecord], pointers: Mapping[str, str]
+    ) -> None:
+        for label, tags in row_tags(pointers, records).items():
+            self.index.update_version(tenant, self.kind, name, label, {"version_tags": list(tags)})
+
+    def _live_own(self, identity: Identity, name: str, version: str) -> VersionRecord:
         rec = self._own(identity, name, version)
         if not rec.live:
             raise NotFound(
@@ -181,10 +294,7 @@ class VersionedStore:
                 id=name,
                 version=version,
             )
-        clean = check_tags(tags)
-        return self.index.update_version(
-            rec.tenant, self.kind, name, version, {"version_tags": clean}
-        )
+        return rec
 
     def _check_owner(self, identity: Identity, rec: VersionRecord, action: str) -> None:
         if rec.created_by != identity.principal and not identity.is_admin:

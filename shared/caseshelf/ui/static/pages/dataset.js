@@ -1,4 +1,5 @@
-// A dataset: its versions (live and tombstoned) with tag, delete and revive, and a diff picker.
+// A dataset: its versions (live and tombstoned) with tag, delete and revive, a diff picker, and
+// where its tags point with every move that put them there (a tag names at most one version).
 
 import { caller, del, get, paths, post, put } from "../api.js";
 import { field, fmtInt, fmtTime, h, replace, shortDigest } from "../dom.js";
@@ -48,6 +49,30 @@ export async function datasetRoute(ctx) {
   const items = versions.items;
   const status = h("div", { role: "status", "aria-live": "polite" });
   const tbody = h("tbody");
+  const tagBody = h("tbody");
+  const tagNote = h("p", { class: "muted" });
+
+  // Saving one version's tags may move a tag away from another version: every row and the
+  // history are read again after it.
+  async function reloadTags() {
+    const [again, board] = await Promise.all([
+      get(`${paths.dataset(id)}/versions`, { include_deleted: true, limit: 1000 }),
+      get(`${paths.dataset(id)}/tags`),
+    ]);
+    items.splice(0, items.length, ...again.items);
+    drawHistory(board);
+  }
+
+  function drawHistory(board) {
+    const rows = board.history.map((m) => h("tr", { "data-seq": String(m.seq) },
+      h("td", null, h("span", { class: "badge" }, m.tag)),
+      h("td", null, m.from_version || "—"),
+      h("td", null, m.to_version || "(removed)"),
+      h("td", null, m.by),
+      h("td", null, fmtTime(m.at))));
+    replace(tagBody, rows.length ? rows : h("tr", null, h("td", { colspan: "5", class: "muted" }, "No tag has moved yet.")));
+    replace(tagNote, board.dropped ? `${fmtInt(board.dropped)} older moves are no longer kept.` : "");
+  }
 
   async function act(label, fn) {
     replace(status);
@@ -72,7 +97,11 @@ export async function datasetRoute(ctx) {
         h("form", { class: "inline-form", onsubmit: (e) => {
           e.preventDefault();
           const tags = tagInput.value.split(",").map((t) => t.trim()).filter(Boolean);
-          act("tags saved", async () => (await put(`${paths.version(id, v.version)}/tags`, { tags })).data);
+          act("tags saved", async () => {
+            const saved = (await put(`${paths.version(id, v.version)}/tags`, { tags })).data;
+            await reloadTags();
+            return saved;
+          });
         } }, tagInput, h("button", { type: "submit", class: "secondary" }, "Save tags")),
       );
     }
@@ -145,7 +174,16 @@ export async function datasetRoute(ctx) {
         h("thead", null, h("tr", null, ["version", "digest", "cases", "version tags", "state", "created", "produced by", "actions"].map((c) => h("th", { scope: "col", class: c === "cases" ? "num" : null }, c)))),
         tbody)),
       versions.next_cursor ? h("p", { class: "muted" }, "Showing the newest 1,000 versions.") : null),
+    h("section", { "aria-labelledby": "tags-h" },
+      h("h2", { id: "tags-h" }, "Tag moves"),
+      h("p", { class: "muted" }, "A tag names one version; putting it on another moves it."),
+      h("div", { class: "scroll-x" }, h("table", { "aria-label": "Tag moves" },
+        h("thead", null, h("tr", null, ["tag", "from", "to", "by", "when"].map((c) => h("th", { scope: "col" }, c)))),
+        tagBody)),
+      tagNote),
   );
+  drawHistory(await get(`${paths.dataset(id)}/tags`));
+  if (!ctx.alive()) return;
   draw();
   ctx.ready();
 }
