@@ -690,6 +690,11 @@ class _HeldCases:
             self._writer.add(b.ids, b.digests, b.tags, located, b.offsets, b.lengths)
 
 
+def _held(chunk: Manifest) -> Callable[[int], Manifest]:
+    """`chunk_of` for a window of one chunk the caller holds (`window_cases`)."""
+    return lambda _number: chunk
+
+
 class RegistryService:
     def __init__(
         self,
@@ -1729,14 +1734,18 @@ class RegistryService:
         window = RENDER_WINDOW_FILES if blobs else RENDER_WINDOW_CASES
         starts = root.chunk_starts()
         yield head
-        for at in range(0, len(root), window):
-            records = window_cases(self, rec, starts, range(at, min(at + window, len(root))))
-            if at:
-                yield b","
-            if not blobs:  # the stored records are the cases' canonical JSON already
-                yield b",".join(records.records)
-                continue
-            yield b",".join(self._inlined(rec, blobs, records.cases()))
+        # chunk by chunk, read once and not cached: a pass over every case keeps none of them
+        for first, chunk in self.iter_chunks(rec):
+            held = _held(chunk)
+            for at in range(first, first + len(chunk), window):
+                wanted = range(at, min(at + window, first + len(chunk)))
+                records = window_cases(self, rec, starts, wanted, chunk_of=held)
+                if at:
+                    yield b","
+                if not blobs:  # the stored records are the cases' canonical JSON already
+                    yield b",".join(records.records)
+                else:
+                    yield b",".join(self._inlined(rec, blobs, records.cases()))
         doc["shared_files"] = [
             {"dest": f["dest"], **inline_body(body)}
             for f, body in zip(
