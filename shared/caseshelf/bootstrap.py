@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from caseshelf.api.cors import CORS_ORIGIN_PATTERN
+from caseshelf.domain.answers import EVENT_BODY_LIMIT
 from caseshelf.domain.errors import BadRequest
 from caseshelf.extras import require
 from caseshelf.ports import BlobStore, Index
@@ -49,7 +50,8 @@ class Settings(BaseModel):
     tenant: str = "local"
     principal: str = "local"
     roles: tuple[str, ...] = ()
-    max_body_bytes: int = Field(default=6 * 1024 * 1024, ge=1)
+    # A request body's bytes as they sit in the Lambda event, escaped (caseshelf.domain.answers)
+    max_body_bytes: int = Field(default=EVENT_BODY_LIMIT, ge=1)
     max_case_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
     presign_expiry: int = Field(default=900, ge=1, le=7 * 24 * 3600)
     gc_grace_seconds: int = Field(default=24 * 3600, ge=0)
@@ -81,6 +83,11 @@ class Settings(BaseModel):
     # Web origins (`https://host[:port]`) whose pages may read the API's answers (CORS); none
     # by default: the UI deployed with the stack is on the API's own origin.
     cors_origins: tuple[Annotated[str, Field(pattern=CORS_ORIGIN_PATTERN)], ...] = ()
+    # The process's memory in MB: Lambda's AWS_LAMBDA_FUNCTION_MEMORY_SIZE (its MemorySize);
+    # elsewhere 1,024. The manifest cache is bounded against it (caseshelf.services.memo), or
+    # by CASESHELF_MANIFEST_CACHE_BYTES when that is set.
+    memory_mb: int = Field(default=1024, ge=128)
+    manifest_cache_bytes: int | None = Field(default=None, ge=0)
 
     @property
     def sources_fenced(self) -> bool:
@@ -114,6 +121,8 @@ _ENV = {
     "source_connect_timeout": "CASESHELF_SOURCE_CONNECT_TIMEOUT",
     "source_read_timeout": "CASESHELF_SOURCE_READ_TIMEOUT",
     "cors_origins": "CASESHELF_CORS_ORIGINS",
+    "memory_mb": "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+    "manifest_cache_bytes": "CASESHELF_MANIFEST_CACHE_BYTES",
 }
 _LISTS = frozenset({"roles", "source_hosts", "source_buckets", "cors_origins"})
 
@@ -163,8 +172,9 @@ class Services:
     def selection(self) -> SelectionService:
         from caseshelf.services.selection import SelectionService
 
-        # An answer carrying cases stays well inside the 6 MB a Lambda response may be.
-        return SelectionService(self.registry, max_case_bytes=self.settings.max_body_bytes * 4 // 5)
+        # An answer carrying cases is paged within the budget of every answer
+        # (`caseshelf.domain.answers`).
+        return SelectionService(self.registry)
 
     @cached_property
     def browse(self) -> BrowseService:
@@ -296,6 +306,7 @@ def build(
     settings: Settings, *, store: BlobStore | None = None, index: Index | None = None
 ) -> Services:
     from caseshelf.adapters.localfs import LocalBlobStore
+    from caseshelf.services.memo import cache_bytes_for
     from caseshelf.services.registry import RegistryService
     from caseshelf.services.storage import (
         LOCAL_MAX_GAP_BYTES,
@@ -319,6 +330,9 @@ def build(
         # at a time. An S3 request waits tens of milliseconds: read wider spans, several at once.
         read_gap=LOCAL_MAX_GAP_BYTES if local else MAX_GAP_BYTES,
         read_workers=1 if local else REMOTE_READ_WORKERS,
+        cache_bytes=settings.manifest_cache_bytes
+        if settings.manifest_cache_bytes is not None
+        else cache_bytes_for(settings.memory_mb * 1024 * 1024),
     )
     return Services(settings, store, index, registry)
 

@@ -15,6 +15,7 @@ import pytest
 import caseshelf
 from caseshelf.client import Client, Http, InProcess
 from caseshelf.client.transport import Request
+from caseshelf.domain.answers import ANSWER_BUDGET_BYTES, EVENT_BODY_LIMIT, escaped_size
 from tests.helpers import dev_server
 
 pytestmark = pytest.mark.integration
@@ -253,7 +254,7 @@ def test_to_hf_gives_a_dataset(local: Client) -> None:
     assert ds[0]["expectations.ground_truth"] is None
 
 
-def test_no_body_cap_in_process_but_over_http(tmp_path: Path) -> None:
+def test_subset_cases_are_whole_in_process_and_over_http(tmp_path: Path) -> None:
     # Given a store whose HTTP body limit is smaller than the version's cases
     big = [{"id": f"b{i}", "inputs": {"user": "x" * 200}} for i in range(40)]
     home = tmp_path / "capped"
@@ -263,10 +264,8 @@ def test_no_body_cap_in_process_but_over_http(tmp_path: Path) -> None:
         assert len(cs.subset("big", with_cases=True).cases or []) == 40
     with dev_server(home, tenant="local", principal="local", max_body_bytes=4000) as srv:
         remote = caseshelf.connect(srv.url)
-        # But an HTTP answer is: a typed TooLarge naming the limit
-        with pytest.raises(caseshelf.TooLarge) as too_large:
-            remote.subset("big", with_cases=True)
-        assert too_large.value.fields["limit"] <= 4000
+        # And over HTTP the same: an answer's cases come a page at a time, joined by the client
+        assert len(remote.subset("big", with_cases=True).cases or []) == 40
         assert len(remote.subset("big").case_ids) == 40
 
 
@@ -323,7 +322,7 @@ def test_a_registration_over_the_body_limit_goes_through_an_upload(tmp_path: Pat
                 "huge", cases=[{"id": "h", "inputs": {"user": "y" * 2000}}], version="1"
             )
         assert one_case.value.fields.get("case_id") == "h"
-        assert remote.transport.max_body_bytes == 5 * 1024 * 1024  # type: ignore[attr-defined]
+        assert remote.transport.max_body_bytes == EVENT_BODY_LIMIT  # type: ignore[attr-defined]
 
 
 def test_download_and_export_to_a_directory(cs: Client, tmp_path: Path) -> None:
@@ -461,6 +460,7 @@ ROUTE_METHODS = {
     "GET /datasets/{id}/versions": "list_versions",
     "GET /datasets/{id}/versions/{ref}": "get",
     "GET /datasets/{id}/versions/{ref}/cases": "list_cases",
+    "GET /datasets/{id}/versions/{ref}/cases/{position}": "case",
     "GET /datasets/{id}/versions/{ref}/download": "download",
     "PUT /datasets/{id}/versions/{ref}/tags": "set_tags",
     "GET /datasets/{id}/tags": "tags",
@@ -505,3 +505,45 @@ def test_every_route_of_the_api_is_a_client_method() -> None:
     assert routes == set(ROUTE_METHODS)
     for name in ROUTE_METHODS.values():
         assert callable(getattr(Client, name, None)), name
+
+
+@pytest.mark.parametrize("side", ["under", "over"])
+def test_the_client_uploads_a_body_over_the_event_limit_once_escaped(
+    tmp_path: Path, side: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a document of one quote-heavy case: its text is half the limit, but each `\"`
+    # of it takes 4 bytes in the Lambda event
+    n = EVENT_BODY_LIMIT // 4 + (200 if side == "over" else -200)
+    doc = {"id": "q", "version": "1.0.0", "cases": [{"id": "c", "inputs": {"user": '"' * n}}]}
+    data = orjson.dumps(doc)
+    assert len(data) < EVENT_BODY_LIMIT
+    assert (escaped_size(data) > EVENT_BODY_LIMIT) is (side == "over")
+    uploads: list[int] = []
+    real = Client._register_uploaded
+
+    def spy(self: Client, data: bytes, *args: Any) -> Any:
+        uploads.append(len(data))
+        return real(self, data, *args)
+
+    monkeypatch.setattr(Client, "_register_uploaded", spy)
+    with dev_server(tmp_path / "srv") as srv:
+        remote = caseshelf.connect(srv.url)
+        # When it is registered over HTTP (the server's limit is the client's own)
+        out = remote.register(doc)
+        # Then over the limit it went through an upload by itself, under it as the body
+        assert out.created
+        assert uploads == ([len(data)] if side == "over" else [])
+        assert remote.case("q@1.0.0", 0) == doc["cases"][0]
+
+
+def test_a_case_too_large_for_a_page_comes_whole_through_the_client(cs: Client) -> None:
+    # Given a version whose middle case alone is over an answer's budget once escaped
+    huge = {"id": "huge", "inputs": {"user": "é" * 1_500_000}}
+    cases = [{"id": "a", "inputs": {"user": "x"}}, huge, {"id": "z", "inputs": {"user": "y"}}]
+    assert escaped_size(orjson.dumps(huge)) > ANSWER_BUDGET_BYTES
+    cs.register("h", cases=cases, version="1")
+    # When its cases are read, and the one case by its position
+    got = list(cs.cases("h@1"))
+    # Then the stub a page holds is replaced by the case itself
+    assert got == cases
+    assert cs.case("h@1", 1) == huge

@@ -20,6 +20,7 @@ import pytest
 
 from caseshelf import bootstrap
 from caseshelf.api.openapi import load_function
+from caseshelf.domain.answers import EVENT_BODY_LIMIT, LAMBDA_PAYLOAD_BYTES, escaped_size
 from tests.helpers import EVENTS, lambda_context
 
 pytestmark = [
@@ -294,14 +295,38 @@ def test_non_object_body_and_missing_body_are_400(api: Api) -> None:
     assert problem_of(api("POST", "/datasets", raw=None), 400)["field"] == "body"
 
 
-def test_body_over_6_mb_is_413_pointing_to_uploads(api: Api) -> None:
+def test_body_over_the_event_limit_is_413_pointing_to_uploads(api: Api) -> None:
     limit = api.services.settings.max_body_bytes
-    assert limit == 6 * 1024 * 1024
+    assert limit == EVENT_BODY_LIMIT < LAMBDA_PAYLOAD_BYTES
     raw = '{"id": "demo", "pad": "' + "x" * limit + '"}'
     body = problem_of(api("POST", "/datasets", raw=raw), 413)
     assert body["upload_route"] == "POST /uploads"
     assert "/uploads" in body["detail"]
-    assert body["size"] == len(raw)
+    assert body["size"] == len(raw) + raw.count('"')  # as escaped inside the event
+    assert body["limit"] == limit
+
+
+@pytest.mark.parametrize(
+    ("unit", "escaped"),
+    [(r"\"", 4), (r"\u00e9", 7), ("é", 6), ("😀", 12)],
+    ids=["quotes", "json-escapes", "non-ascii", "astral"],
+)
+def test_the_body_limit_is_on_the_escaped_body_both_sides(
+    api: Api, unit: str, escaped: int
+) -> None:
+    # Given bodies whose text is well under the limit but which escaping inflates
+    limit = api.services.settings.max_body_bytes
+    frame = '{"id": "demo", "pad": ""}'
+    room = limit - escaped_size(frame)
+    over = frame[:-2] + unit * (room // escaped + 1) + '"}'
+    under = frame[:-2] + unit * (room // escaped) + '"}'
+    assert len(over.encode("utf-8")) < limit and escaped_size(over) > limit
+    assert escaped_size(under) <= limit
+    # Then one past the limit gets the 413 naming its escaped size, one at it is read
+    refused = problem_of(api("POST", "/datasets", raw=over), 413)
+    assert refused["size"] == escaped_size(over)
+    assert refused["upload_route"] == "POST /uploads"
+    assert problem_of(api("POST", "/datasets", raw=under), 400)["status"] == 400
 
 
 def test_bad_query_parameter_is_400_naming_it(api: Api) -> None:

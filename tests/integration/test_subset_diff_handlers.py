@@ -73,6 +73,7 @@ def test_subset_answers_a_stamped_selection(services):
         "case_ids": ["c00", "c03"],
         "cases": None,
         "registered": None,
+        "cases_next_cursor": None,
     }
 
 

@@ -77,7 +77,7 @@ def subset(svc: Services, who: Identity = ME, ref: str = "1.0.0", name: str = "q
 def test_subset_reads_only_the_manifest_unless_cases_are_asked(svc):
     # Given a version of 30 cases
     register(svc, ME, "1.0.0", [case(i) for i in range(30)])
-    svc.registry._manifest.cache_clear()
+    svc.registry.cache.clear()
     svc.store.reads.clear()
     # When a subset is selected by tags and limit
     res = subset(svc, tags=["fizz"], limit=4)
@@ -280,18 +280,29 @@ def test_everdict_repo_smoke_1_0_0_to_1_1_0(svc, shared_data):
     assert "adds a rename case" in out["meta"]["changes"][0]["after"]
 
 
-def test_subset_cases_over_the_answer_limit_are_too_large(svc):
-    # Given a selection service bounded like an HTTP answer
-    from caseshelf.domain.errors import TooLarge
+def test_subset_cases_come_in_pages_within_the_answer_budget(svc):
+    # Given a selection service whose answers hold a few cases' bytes
     from caseshelf.services.selection import SelectionService
 
-    register(svc, ME, "1.0.0", [case(i) for i in range(10)])
-    bounded = SelectionService(svc.registry, max_case_bytes=200)
+    # (quote-heavy metadata: escaped, each case is about twice its stored size)
+    pad = {"metadata": {"q": '"' * 500}}
+    register(svc, ME, "1.0.0", [case(i, **pad) for i in range(10)])
+    bounded = SelectionService(svc.registry, answer_bytes=6000)
     request = SubsetRequest.model_validate({"limit": 8})
-    # When the cases are asked for, Then it is refused naming the size; ids alone still answer
-    with pytest.raises(TooLarge, match="register the selection"):
-        bounded.select_subset(ME, "qa", "1.0.0", request, with_cases=True)
-    assert len(bounded.select_subset(ME, "qa", "1.0.0", request).case_ids) == 8
+    # When the cases are asked for, page after page
+    first = bounded.select_subset(ME, "qa", "1.0.0", request, with_cases=True)
+    pages = [first]
+    while pages[-1].cases_next_cursor:
+        cursor = pages[-1].cases_next_cursor
+        pages.append(
+            bounded.select_subset(ME, "qa", "1.0.0", request, with_cases=True, cursor=cursor)
+        )
+    # Then each page holds fewer than the 8 and together they are the selection, in order
+    assert len(pages) > 1 and all(p.case_ids == first.case_ids for p in pages)
+    assert all(len(p.cases or ()) < 8 for p in pages)
+    assert [c["id"] for p in pages for c in p.cases or ()] == first.case_ids
+    whole = svc.selection.select_subset(ME, "qa", "1.0.0", request, with_cases=True)
+    assert [c for p in pages for c in p.cases or ()] == whole.cases
 
 
 # -- diff pages --------------------------------------------------------------------------

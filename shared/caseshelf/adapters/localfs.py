@@ -20,7 +20,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -164,6 +164,19 @@ class LocalBlobStore:
         tmp = self._tmp(path)
         try:
             _write_file(tmp, data)
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def put_stream(
+        self, key: str, pieces: Iterable[bytes], *, content_type: str | None = None
+    ) -> None:
+        path = self._path(key)
+        tmp = self._tmp(path)
+        try:
+            with tmp.open("wb") as fh:
+                for piece in pieces:
+                    fh.write(piece)
             tmp.replace(path)
         finally:
             tmp.unlink(missing_ok=True)

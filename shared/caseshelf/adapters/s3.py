@@ -11,8 +11,9 @@ this tag instead.
 
 from __future__ import annotations
 
+import io
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -44,6 +45,29 @@ _UNAVAILABLE = frozenset(
 )
 # Above this size, ask HEAD first: a refused conditional PUT still uploads every byte.
 _HEAD_FIRST_BYTES = 1024 * 1024
+
+
+class PiecesReader(io.RawIOBase):
+    """A readable file over an iterator of byte pieces, consumed as it is read (what boto3's
+    `upload_fileobj` takes): at most one piece is held beyond what the reader asked for."""
+
+    def __init__(self, pieces: Iterable[bytes]) -> None:
+        self._pieces = iter(pieces)
+        self._left = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._left:
+            piece = next(self._pieces, None)
+            if piece is None:
+                return 0
+            self._left = memoryview(piece)
+        n = min(len(buffer), len(self._left))
+        buffer[:n] = self._left[:n]
+        self._left = self._left[n:]
+        return n
 
 
 def area_of(key: str) -> str | None:
@@ -97,6 +121,26 @@ class S3BlobStore:
             self.client.put_object(Body=data, **self._write_args(key, content_type))
         except ClientError as exc:
             raise _translate(exc, key) from exc
+
+    def put_stream(
+        self, key: str, pieces: Iterable[bytes], *, content_type: str | None = None
+    ) -> None:
+        """A multipart upload (boto3's `upload_fileobj`) read from `pieces` as they come: the
+        object is completed once they are all sent, or aborted."""
+        self._upload(key, PiecesReader(pieces), content_type)
+
+    def _upload(self, key: str, fileobj: Any, content_type: str | None) -> None:
+        args = self._write_args(key, content_type)
+        extra = {k: v for k, v in args.items() if k not in ("Bucket", "Key")}
+        try:
+            self.client.upload_fileobj(fileobj, self.bucket, key, ExtraArgs=extra or None)
+        except ClientError as exc:
+            raise _translate(exc, key) from exc
+        except S3UploadFailedError as exc:
+            cause = exc.__context__
+            if isinstance(cause, ClientError):
+                raise _translate(cause, key) from exc
+            raise Upstream(f"upload of {key} failed: {exc}", key=key) from exc
 
     def put_file(self, key: str, path: Path, *, content_type: str | None = None) -> None:
         """A multipart upload above boto3's threshold, so the file is never read whole."""

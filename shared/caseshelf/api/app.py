@@ -30,6 +30,7 @@ from caseshelf.api.auth import identity_from_event
 from caseshelf.api.cors import cors_headers, request_origin, with_cors
 from caseshelf.api.dto import Problem
 from caseshelf.api.errors import PROBLEM_JSON, dumps, problem, register_error_handlers
+from caseshelf.domain.answers import escaped_size
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.strictjson import loads_body
 
@@ -120,6 +121,15 @@ def body_size(event: Mapping[str, Any]) -> int:
     return len(body) if body.isascii() else len(body.encode("utf-8"))
 
 
+def event_body_size(event: Mapping[str, Any]) -> int:
+    """Bytes the request body takes inside the Lambda event: API Gateway writes it there as a
+    JSON string, escaped (`caseshelf.domain.answers.escaped_size`; a base64 body as it is)."""
+    body = event.get("body")
+    if not body:
+        return 0
+    return escaped_size(body)
+
+
 def max_body_bytes() -> int:
     from caseshelf import bootstrap
 
@@ -155,11 +165,14 @@ def not_utf8(event: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def too_large(size: int, limit: int) -> dict[str, Any]:
-    """The proxy response for a body over the limit, built before any parsing happens."""
+    """The proxy response for a body over the limit, built before any parsing happens. `size`
+    and `limit` are bytes of the body escaped inside a Lambda event (`event_body_size`)."""
     body = problem(
         413,
-        f"the request body is {size} bytes; the limit is {limit}. Send larger input through "
-        f"{UPLOADS_ROUTE} (a presigned upload, then an import job).",
+        f"the request body takes {size} bytes inside the Lambda event (escaped as API Gateway "
+        f"writes it: a quote or backslash counts 2 bytes, a non-ASCII character 6 or 12); the "
+        f"limit is {limit}. Send larger input through {UPLOADS_ROUTE} (a presigned upload, "
+        "then an import job); the Python client and the CLI do so by themselves.",
         limit=limit,
         size=size,
         upload_route=UPLOADS_ROUTE,
@@ -266,7 +279,7 @@ class CaseshelfResolver(APIGatewayRestResolver):
         return with_cors(result, cors_headers(origin, allowed_origins()))
 
     def _resolve_checked(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
-        size = body_size(event)
+        size = event_body_size(event)
         if size:
             limit = max_body_bytes()
             if size > limit:

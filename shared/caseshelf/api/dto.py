@@ -20,7 +20,9 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from caseshelf.domain.answers import ANSWER_BUDGET_BYTES, PAGE_FRAME_BYTES, escaped_size, fitting
 from caseshelf.domain.diff import ABSENT, Change, to_pointer
+from caseshelf.domain.paging import encode_diff_position
 from caseshelf.domain.subset import SubsetStamp
 from caseshelf.domain.tags import TagMove
 from caseshelf.domain.versions import VersionRecord
@@ -160,6 +162,16 @@ class DownloadOut(Wire):
     expires_in: int
 
 
+class CaseLinkOut(Wire):
+    """One case too large for an answer (`caseshelf.domain.answers`): a presigned GET of its
+    canonical JSON alone."""
+
+    id: str
+    url: str
+    bytes: int = Field(description="The case's size escaped inside an answer: over the budget.")
+    expires_in: int
+
+
 class Problem(Wire):
     """`application/problem+json` (RFC 9457) plus fields that help fix the input."""
 
@@ -259,7 +271,16 @@ class SubsetOut(Wire):
     stamp: SubsetStamp | None
     case_ids: list[str]
     cases: list[dict[str, Any]] | None = Field(
-        default=None, description="The selected cases, when asked for with `cases=true`."
+        default=None,
+        description="The selected cases, when asked for with `cases=true`: one page of them, "
+        "as many as fit one answer (5 MB escaped); a case too large on its own is a stub with "
+        "`oversized` naming the route that serves it.",
+    )
+    cases_next_cursor: str | None = Field(
+        default=None,
+        pattern=CURSOR_PATTERN,
+        description="With `cases=true`: pass as `cursor` (with the same body) for the next page "
+        "of the cases; null on the last. It pins the version by content digest.",
     )
     registered: RegisterOut | None = Field(
         default=None, description="The derived version, when `register_as` was given."
@@ -302,9 +323,38 @@ class CaseBriefOut(Wire):
     user: str | None = Field(description="A short text of `inputs.user`.")
 
 
+class OversizedChangeOut(Wire):
+    """A changed case whose changes alone are over an answer's budget: the two forms of the
+    case, each from its own route (`GET …/cases/<position>`)."""
+
+    bytes: int = Field(description="The entry's size escaped inside an answer.")
+    base: str = Field(description="The route of the case in the base version.")
+    candidate: str = Field(description="The route of the case in the candidate version.")
+
+
 class CaseChangesOut(Wire):
     id: str
     changes: list[ChangeOut]
+    oversized: OversizedChangeOut | None = Field(
+        default=None,
+        description="Set (and `changes` empty) when the changes are too large for an answer; "
+        "absent otherwise.",
+    )
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # The serializer below only leaves a key out: document the fields, not its dict.
+        plain = {k: v for k, v in core_schema.items() if k != "serialization"}
+        return handler(cast(CoreSchema, plain))
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.oversized is None:
+            data.pop("oversized", None)
+        return data
 
 
 class DiffSummaryOut(Wire):
@@ -388,6 +438,7 @@ def subset_out(res: SubsetResult) -> SubsetOut:
         case_ids=res.case_ids,
         cases=res.cases,
         registered=register_out(res.registered) if res.registered else None,
+        cases_next_cursor=res.cases_next_cursor,
     )
 
 
@@ -417,6 +468,52 @@ def diff_out(res: DiffResult) -> DiffOut:
             case_order_changed=res.plan.order_changed,
         ),
         next_cursor=res.next_cursor,
+    )
+
+
+def wire_size(model: BaseModel) -> int:
+    """A wire model's escaped size inside an answer (`caseshelf.domain.answers`)."""
+    return escaped_size(orjson.dumps(model.model_dump(mode="json")))
+
+
+def bounded_diff_out(res: DiffResult, budget: int = ANSWER_BUDGET_BYTES) -> DiffOut:
+    """`diff_out(res)`, its entries cut to what fits an answer of `budget` escaped bytes (the
+    cursor then points at the first entry left out). A changed case whose changes alone are
+    over the budget is answered by the routes of its two forms instead (`oversized`)."""
+    out = diff_out(res)
+    if out.changed is None or out.added is None or out.removed is None:
+        return out
+    entries: list[BaseModel] = [*out.changed, *out.added, *out.removed]
+    empty = out.model_copy(update={"changed": [], "added": [], "removed": []})
+    room = budget - wire_size(empty) - PAGE_FRAME_BYTES
+    kept = fitting(map(wire_size, entries), room)
+    if kept == len(entries):
+        return out
+    changed, added, removed = out.changed, out.added, out.removed
+    if kept == 0:  # the first entry is a changed case too large on its own (briefs are short)
+        first = changed[0]
+        i, j = res.changed_at[0]
+        stub = OversizedChangeOut(
+            bytes=wire_size(first),
+            base=f"/datasets/{res.base.name}/versions/{res.base.content_digest}/cases/{i}",
+            candidate=(
+                f"/datasets/{res.candidate.name}/versions/{res.candidate.content_digest}/cases/{j}"
+            ),
+        )
+        changed = [first.model_copy(update={"changes": [], "oversized": stub})]
+        kept = 1
+    c, a = len(changed), len(added)
+    more = kept < len(entries) or res.next_cursor is not None
+    nxt = encode_diff_position(
+        res.base.content_digest, res.candidate.content_digest, res.start + kept
+    )
+    return out.model_copy(
+        update={
+            "changed": changed[:kept],
+            "added": added[: max(kept - c, 0)],
+            "removed": removed[: max(kept - c - a, 0)],
+            "next_cursor": nxt if more else None,
+        }
     )
 
 

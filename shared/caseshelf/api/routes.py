@@ -16,9 +16,11 @@ from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from pydantic import BaseModel
 
 from caseshelf.api.app import problems
-from caseshelf.api.dto import CURSOR_PATTERN, JOB_ID_PATTERN, REF_PATTERN, PageOut
+from caseshelf.api.dto import CURSOR_PATTERN, JOB_ID_PATTERN, REF_PATTERN, PageOut, wire_size
+from caseshelf.domain.answers import ANSWER_BUDGET_BYTES, PAGE_FRAME_BYTES, fitting
 from caseshelf.domain.browse import SearchBy
 from caseshelf.domain.models import DATASET_ID_PATTERN, DIGEST_PATTERN, LABEL_PATTERN
+from caseshelf.domain.paging import decode_position, encode_position
 from caseshelf.ports import Page
 
 M = TypeVar("M", bound=BaseModel)
@@ -39,6 +41,9 @@ RefPath = Annotated[
 ]
 LabelPath = Annotated[str, Path(pattern=LABEL_PATTERN, description="A version label.")]
 JobIdPath = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="An import job's id.")]
+PositionPath = Annotated[
+    int, Path(ge=0, le=2**53, description="A case's position in the version, from 0.")
+]
 IncludeDeleted = Annotated[bool, Query(description="Also show tombstoned versions.")]
 DigestPath = Annotated[
     str, Path(pattern=DIGEST_PATTERN, description="A file's digest, `sha256:<hex>`.")
@@ -66,6 +71,26 @@ def page_out(model: type[W], page: Page, convert: Callable[[Any], W]) -> PageOut
     return PageOut[model](  # type: ignore[valid-type]
         items=[convert(item) for item in page.items], next_cursor=page.next_cursor
     )
+
+
+def bounded_page_out(
+    model: type[W],
+    page: Page,
+    convert: Callable[[Any], W],
+    cursor: str | None,
+    budget: int = ANSWER_BUDGET_BYTES,
+) -> PageOut[W]:
+    """`page_out` of a list paged by position (`caseshelf.domain.paging`), cut to the items
+    that fit one answer of `budget` escaped bytes (`caseshelf.domain.answers`); the cursor then
+    points at the first item left out. An item is a few kilobytes (a version's record), so a
+    page always holds at least one."""
+    items = [convert(item) for item in page.items]
+    kept = fitting(map(wire_size, items), budget - PAGE_FRAME_BYTES)  # type: ignore[arg-type]
+    if kept == len(items):
+        return PageOut[model](items=items, next_cursor=page.next_cursor)  # type: ignore[valid-type]
+    kept = max(kept, 1)
+    nxt = encode_position(decode_position(cursor) + kept)
+    return PageOut[model](items=items[:kept], next_cursor=nxt)  # type: ignore[valid-type]
 
 
 def created_responses(

@@ -222,7 +222,7 @@ class Client:
             import orjson
 
             data = orjson.dumps(doc)
-            if len(data) > http.max_body_bytes:
+            if not http.fits(data):
                 return self._register_uploaded(data, progress, total, wait)
             try:
                 return self._as(RegisterOut, self.call("POST", "datasets", body=doc))
@@ -357,7 +357,7 @@ class Client:
             import orjson
 
             data = orjson.dumps(doc)
-            if len(data) <= http.max_body_bytes:
+            if http.fits(data):
                 try:
                     return self._as(
                         ValidateOut, self.call("POST", "datasets", "validate", body=doc)
@@ -522,7 +522,33 @@ class Client:
         for items in pages:
             if progress is not None:
                 progress(len(items))
-            yield from items
+            for case in items:
+                yield self._whole_case(case, include_deleted)
+
+    def case(self, ref: str, position: int, *, include_deleted: bool = False) -> dict[str, Any]:
+        """The case at `position` (from 0, in dataset order) of a version, however large: one
+        too large for an answer comes from the presigned URL the API gives for it."""
+        name, r = parse_ref(ref)
+        query = {"include_deleted": include_deleted}
+        data = self.call(
+            "GET", "datasets", name, "versions", r, "cases", str(position), query=query
+        )
+        if isinstance(data, dict) and isinstance(data.get("url"), str) and "expires_in" in data:
+            import orjson
+
+            data = orjson.loads(self._fetch(data["url"], None, None))
+        if not isinstance(data, dict):
+            raise Upstream(f"the API answered the case at {position} with no case")
+        return data
+
+    def _whole_case(self, item: Any, include_deleted: bool = False) -> Any:
+        """A case of a page as it is, or, for the stub of a case too large for a page
+        (`oversized`), the case itself from the route it names."""
+        link = item.get("oversized") if isinstance(item, dict) else None
+        if not isinstance(link, dict) or not isinstance(link.get("href"), str):
+            return item
+        _, _, name, _, ref, _, position = link["href"].split("/", 6)
+        return self.case(f"{name}@{ref}", int(position), include_deleted=include_deleted)
 
     def case_models(
         self, ref: str, *, include_deleted: bool = False, page_size: int | None = None
@@ -651,7 +677,8 @@ class Client:
             )
             if progress is not None:
                 progress(page.scanned_to - page.scanned_from)
-            yield from page.items
+            for case in page.items:
+                yield self._whole_case(case, include_deleted)
             cursor = page.next_cursor
             if not cursor:
                 return
@@ -862,10 +889,23 @@ class Client:
         }
         request.update(_drop_none(fields))
         query = {"cases": with_cases, "include_deleted": include_deleted}
-        data = self.call(
-            "POST", "datasets", name, "versions", r, "subset", query=query, body=request
-        )
-        return self._as(SubsetOut, data)
+        path = ("datasets", name, "versions", r, "subset")
+        data = self.call("POST", *path, query=query, body=request)
+        out = self._as(SubsetOut, data)
+        if not with_cases or out.cases is None:
+            return out
+        # The cases come a page at a time (as many as fit one answer): the rest of them, by
+        # the cursor, with the selection alone (it is registered once, by the first call).
+        cases = [self._whole_case(case) for case in out.cases]
+        again = {k: v for k, v in request.items() if k != "register_as"}
+        cursor = out.cases_next_cursor
+        while cursor:
+            page = self._as(
+                SubsetOut, self.call("POST", *path, query={**query, "cursor": cursor}, body=again)
+            )
+            cases.extend(self._whole_case(case) for case in page.cases or ())
+            cursor = page.cases_next_cursor
+        return out.model_copy(update={"cases": cases, "cases_next_cursor": None})
 
     def diff(
         self,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import orjson
 
+from caseshelf.domain.answers import EVENT_BODY_LIMIT, escaped_size
 from caseshelf.domain.errors import BadRequest, CaseshelfError, NotFound, Upstream
 
 if TYPE_CHECKING:
@@ -30,10 +31,10 @@ if TYPE_CHECKING:
     from caseshelf.domain.identity import Identity
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
-# The largest request body sent as it is over HTTP: a Lambda's synchronous payload limit is 6 MB
-# for the whole event (the body, base64 or not, and its headers and context around it), so a
-# MiB is left for the envelope. A larger registration goes through `POST /uploads`.
-HTTP_BODY_LIMIT = 5 * 1024 * 1024
+# The largest request body sent as it is over HTTP, in bytes as it sits escaped in the Lambda
+# event (`caseshelf.domain.answers`): the server's own limit. A larger registration goes
+# through `POST /uploads`.
+HTTP_BODY_LIMIT = EVENT_BODY_LIMIT
 _PROBLEM_KEYS = {"type", "title", "status", "detail"}
 # No body cap in process: the cap is the size an HTTP request or a Lambda answer may be.
 UNCAPPED = 1 << 62
@@ -203,6 +204,12 @@ class Http:
 
     def __repr__(self) -> str:  # never the token
         return f"Http({self.base_url!r})"
+
+    def fits(self, data: bytes) -> bool:
+        """Whether a request body of `data` is within `max_body_bytes` as API Gateway puts it
+        into the Lambda event: escaped (`caseshelf.domain.answers.escaped_size`), never
+        smaller than the body itself."""
+        return len(data) <= self.max_body_bytes and escaped_size(data) <= self.max_body_bytes
 
     @cached_property
     def _client(self) -> httpx.Client:

@@ -54,3 +54,9 @@ def superseded_key(tenant: str, hex_digest: str) -> str:
 
 def download_key(tenant: str, content_digest: str) -> str:
     return f"{root(tenant)}exports/downloads/{content_digest.removeprefix('sha256:')}.json"
+
+
+def case_object_key(tenant: str, hex_digest: str) -> str:
+    """One case's record as its own object (a case too large for a page), by its digest, in
+    the transient exports area beside the downloads."""
+    return f"{root(tenant)}exports/cases/{hex_digest}.json"

@@ -61,3 +61,22 @@ def decode_diff_position(cursor: str) -> tuple[str, str, int]:
         return f"sha256:{_hex_of(base_hex)}", f"sha256:{_hex_of(cand_hex)}", int(num)
     except ValueError:
         raise BadRequest(f"invalid cursor {cursor!r}", field="cursor") from None
+
+
+def encode_selection_position(content_digest: str, n: int) -> str:
+    """A cursor into a selection's cases that pins the version by content digest: every page of
+    a series is of the same content, whatever `latest` or a tag names meanwhile."""
+    raw = f"sel:{_hex_of(content_digest)}:{n}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_selection_position(cursor: str) -> tuple[str, int]:
+    """`(the version's content digest, position among the selected cases)` of a cursor."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        tag, hex_digest, num = raw.split(":")
+        if tag != "sel" or not num.isdigit():
+            raise ValueError(raw)
+        return f"sha256:{_hex_of(hex_digest)}", int(num)
+    except ValueError:
+        raise BadRequest(f"invalid cursor {cursor!r}", field="cursor") from None

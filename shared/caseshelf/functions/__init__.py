@@ -45,6 +45,7 @@ FUNCTIONS: tuple[Function, ...] = (
             ("GET", "/datasets/{id}/versions"),
             ("GET", "/datasets/{id}/versions/{ref}"),
             ("GET", "/datasets/{id}/versions/{ref}/cases"),
+            ("GET", "/datasets/{id}/versions/{ref}/cases/{position}"),
             ("GET", "/datasets/{id}/versions/{ref}/download"),
             ("PUT", "/datasets/{id}/versions/{ref}/tags"),
             ("GET", "/datasets/{id}/tags"),

@@ -77,7 +77,7 @@ def diff(
         limit=limit,
     )
     count("DiffsComputed")
-    return dto.diff_out(res)
+    return dto.bounded_diff_out(res)
 
 
 @instrumented

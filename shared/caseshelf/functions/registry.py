@@ -26,10 +26,12 @@ from caseshelf.api.routes import (
     IncludeDeleted,
     LabelPath,
     Limit,
+    PositionPath,
     RefPath,
     SearchField,
     SearchText,
     Shared,
+    bounded_page_out,
     created_response,
     created_responses,
     page_out,
@@ -130,7 +132,7 @@ def list_versions(
     page = registry().list_versions(
         current_identity(app), id, include_deleted=include_deleted, cursor=cursor, limit=limit
     )
-    return page_out(dto.VersionOut, page, dto.version_out)
+    return bounded_page_out(dto.VersionOut, page, dto.version_out, cursor)
 
 
 @app.get(
@@ -215,6 +217,39 @@ def list_cases(
         body=page.decode("utf-8"),
         headers=headers,
     )
+
+
+@app.get(
+    "/datasets/<id>/versions/<ref>/cases/<position>",
+    summary="One case of a version, by its position",
+    description="The case at `position` (0-based, in dataset order) in its canonical form. A "
+    "case too large for an answer (over 5 MB escaped, the budget of every page: such a case "
+    "is a stub with `oversized` in a page of cases, naming this route) is answered as "
+    "`{id, url, bytes, expires_in}`, a presigned GET of the case alone (S3 on AWS).",
+    tags=TAGS,
+    responses={
+        200: {
+            "description": "The case, or a presigned URL of it (`CaseLinkOut`).",
+            "content": {"application/json": {"model": dict[str, Any] | dto.CaseLinkOut}},
+        },
+        **problems(400, 403, 404, ok=None),
+    },
+)
+def get_case(
+    id: DatasetIdPath,
+    ref: RefPath,
+    position: PositionPath,
+    include_deleted: IncludeDeleted = False,
+) -> Response[Any]:
+    svc = registry()
+    got = svc.one_case(current_identity(app), id, ref, position, include_deleted=include_deleted)
+    if got.record is not None:
+        return Response(
+            status_code=200, content_type="application/json", body=got.record.decode("utf-8")
+        )
+    assert got.id is not None and got.url is not None
+    out = dto.CaseLinkOut(id=got.id, url=got.url, bytes=got.size, expires_in=svc.presign_expiry)
+    return Response(status_code=200, content_type="application/json", body=out.model_dump())
 
 
 @app.get(

@@ -33,8 +33,10 @@ TAGS = ["subset"]
     description="Steps run in this order: `ids` -> `tags` (any match) -> `limit` (first N) -> "
     "`sample` (N by the seeded rule); cases keep dataset order. The answer is stamped with "
     "the counts and the selection, so a partial run can never pass for the whole version. "
-    "Only the manifest is read unless `cases=true`. With `register_as` the selection is "
-    "registered as a derived version (201 when it is new) that points at the same packs.",
+    "Only the manifest is read unless `cases=true`; the cases then come a page at a time, as "
+    "many as fit one answer (5 MB escaped), `cases_next_cursor` asking for the next. With "
+    "`register_as` the selection is registered as a derived version (201 when it is new) "
+    "that points at the same packs.",
     tags=TAGS,
     responses={
         201: {"description": "The selection was registered as a new version."},
@@ -47,6 +49,13 @@ def select(
     body: Annotated[SubsetRequest, Body()],
     cases: Annotated[bool, Query(description="Also return the selected cases.")] = False,
     include_deleted: Annotated[bool, Query(description="Allow a tombstoned version.")] = False,
+    cursor: Annotated[
+        str | None,
+        Query(
+            description="With `cases=true`: the `cases_next_cursor` of the previous answer.",
+            pattern=dto.CURSOR_PATTERN,
+        ),
+    ] = None,
 ) -> Response[dto.SubsetOut]:
     res = bootstrap.services().selection.select_subset(
         current_identity(app),
@@ -55,6 +64,7 @@ def select(
         body,
         with_cases=cases,
         include_deleted=include_deleted,
+        cursor=cursor,
     )
     count("SubsetsSelected")
     created = res.registered is not None and res.registered.created

@@ -18,7 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from caseshelf.domain import layout
+from caseshelf.domain.answers import (
+    ANSWER_BUDGET_BYTES,
+    PAGE_FRAME_BYTES,
+    escaped_size,
+    fitting,
+    oversized_case,
+)
 from caseshelf.domain.browse import (
     SearchBy,
     SharedFileInfo,
@@ -86,8 +95,12 @@ class BrowseService:
         text_scan_cases: int = TEXT_SCAN_CASES,
         text_scan_bytes: int = TEXT_SCAN_BYTES,
         id_scan_cases: int = ID_SCAN_CASES,
+        answer_bytes: int = ANSWER_BUDGET_BYTES,
     ) -> None:
+        """`answer_bytes`: the escaped bytes a page of matches may take
+        (`caseshelf.domain.answers`)."""
         self.registry = registry
+        self.answer_bytes = answer_bytes
         self.max_file_bytes = max_file_bytes
         self.text_scan_cases = text_scan_cases
         self.text_scan_bytes = text_scan_bytes
@@ -119,9 +132,10 @@ class BrowseService:
         start = decode_position(cursor)
         if by in ("id", "tag"):
             found, stop = self._scan_manifest(rec, needle, by, start, limit)
-            items = [case for _, case in self.registry.case_records(rec, found)]
+            hits = list(self.registry.case_records(rec, found))
         else:
-            items, stop = self._scan_records(rec, needle, by, start, limit)
+            hits, stop = self._scan_records(rec, needle, by, start, limit)
+        items, stop = self._fit(rec, hits, stop)
         return SearchPage(
             items=items,
             next_cursor=encode_position(stop) if stop < total else None,
@@ -129,6 +143,22 @@ class BrowseService:
             scanned_to=stop,
             case_count=total,
         )
+
+    def _fit(
+        self, rec: VersionRecord, hits: list[tuple[int, dict[str, Any]]], stop: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The leading matches that fit one answer (`caseshelf.domain.answers`), and where the
+        next page's scan starts: at the first match left out, or where this one stopped. A
+        match alone over the budget is a stub naming the route that serves it alone."""
+        dumped = [orjson.dumps(case) for _, case in hits]
+        kept = fitting(map(escaped_size, dumped), self.answer_bytes - PAGE_FRAME_BYTES)
+        if kept == len(hits):
+            return [case for _, case in hits], stop
+        if kept == 0:
+            at, case = hits[0]
+            href = self.registry.case_href(rec, at)
+            return [oversized_case(case["id"], at, escaped_size(dumped[0]), href)], at + 1
+        return [case for _, case in hits[:kept]], hits[kept][0]
 
     def _scan_manifest(
         self, rec: VersionRecord, needle: str, by: SearchBy, start: int, limit: int
@@ -151,10 +181,10 @@ class BrowseService:
 
     def _scan_records(
         self, rec: VersionRecord, needle: str, by: SearchBy, start: int, limit: int
-    ) -> tuple[list[dict[str, Any]], int]:
+    ) -> tuple[list[tuple[int, dict[str, Any]]], int]:
         manifest = self.registry.manifest(rec)
         total = len(manifest)
-        items: list[dict[str, Any]] = []
+        items: list[tuple[int, dict[str, Any]]] = []
         i = start
         scanned = read = 0
         while i < total and len(items) < limit:
@@ -166,7 +196,7 @@ class BrowseService:
                 read += manifest.location(index).length
                 i = index + 1
                 if case_matches(case, needle, by):
-                    items.append(case)
+                    items.append((index, case))
                     if len(items) >= limit:
                         break
                 if read >= self.text_scan_bytes:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, cast
 
@@ -83,6 +83,10 @@ class DiffResult:
     stats: ReadStats
     # The cursor of the next page of entries; None on the last page and in summary mode.
     next_cursor: str | None = None
+    # Where the page's first entry is in the whole diff's entries, and the positions (base,
+    # candidate) of its changed cases, in the order of `changed`.
+    start: int = 0
+    changed_at: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def summary(self) -> dict[str, int]:
@@ -233,6 +237,8 @@ class DiffService:
             changed,
             ReadStats(objects_read=counter.objects, bytes_read=counter.bytes),
             next_cursor,
+            start,
+            list(changed_pos),
         )
 
     def _plan(

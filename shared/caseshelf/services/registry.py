@@ -16,7 +16,7 @@ from bisect import bisect_right
 from collections import ChainMap, Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,12 +24,20 @@ import orjson
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from caseshelf.domain import layout
+from caseshelf.domain.answers import (
+    ANSWER_BUDGET_BYTES,
+    PAGE_FRAME_BYTES,
+    escaped_size,
+    fitting,
+    oversized_case,
+)
 from caseshelf.domain.canonical import (
     ContentDigester,
     canonical_json,
     digest_of,
     hex_of,
     inline_body,
+    sha256_hex,
 )
 from caseshelf.domain.chunks import Root, join_chunks, root_of_legacy
 from caseshelf.domain.diff import ChangeAgainstBase
@@ -46,6 +54,7 @@ from caseshelf.domain.manifest import (
     Location,
     Manifest,
     ManifestBuilder,
+    column_array,
 )
 from caseshelf.domain.models import (
     Case,
@@ -65,6 +74,7 @@ from caseshelf.domain.versions import (
 from caseshelf.domain.writeplan import plan_batch, record_spans
 from caseshelf.ports import BlobStore, Index, Page
 from caseshelf.services.fence import Lease, WriteFence
+from caseshelf.services.memo import DEFAULT_MEMORY_BYTES, ByteBoundedCache, cache_bytes_for
 from caseshelf.services.storage import (
     MAX_GAP_BYTES,
     BlobWriter,
@@ -84,6 +94,10 @@ if TYPE_CHECKING:  # the import path's type; the registry needs none of the mapp
     from caseshelf.domain.mapping import RecordBatch
 
 KIND = "dataset"
+# A download document is rendered this many cases at a time (fewer when the version has file
+# bodies, which are read with their cases).
+RENDER_WINDOW_CASES = 2_000
+RENDER_WINDOW_FILES = 64
 MAX_CASE_BYTES = 4 * 1024 * 1024
 # A bump loses a label only to a racing registration that committed it, so every lost attempt
 # is another writer's success: the bound is generous (far above any real concurrency) and exists
@@ -155,6 +169,17 @@ class DatasetSummary:
     version_count: int
     created_at: str
     updated_at: str
+
+
+@dataclass(frozen=True)
+class OneCase:
+    """One case of a version: its canonical record, or (too large for an answer) the URL of
+    it alone; `size` is its escaped size (`caseshelf.domain.answers.escaped_size`)."""
+
+    size: int
+    record: bytes | None = None
+    id: str | None = None
+    url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -666,6 +691,11 @@ class _HeldCases:
             self._writer.add(b.ids, b.digests, b.tags, located, b.offsets, b.lengths)
 
 
+def _held(chunk: Manifest) -> Callable[[int], Manifest]:
+    """`chunk_of` for a window of one chunk the caller holds (`window_cases`)."""
+    return lambda _number: chunk
+
+
 class RegistryService:
     def __init__(
         self,
@@ -679,10 +709,12 @@ class RegistryService:
         read_gap: int = MAX_GAP_BYTES,
         read_workers: int = 1,
         fence: WriteFence | None = None,
+        cache_bytes: int = cache_bytes_for(DEFAULT_MEMORY_BYTES),
     ) -> None:
         """`read_gap` and `read_workers`: how this store is read when many records are
         wanted at once (`caseshelf.services.storage.read_records`). `fence`: the write fence
-        every registration holds against gc (`caseshelf.services.fence`)."""
+        every registration holds against gc (`caseshelf.services.fence`). `cache_bytes`: the
+        bound of the cache of manifests, roots and chunks."""
         self.store = store
         self.index = index
         self.fence = fence or WriteFence(index)
@@ -694,11 +726,10 @@ class RegistryService:
         self.presign_downloads = presign_downloads
         self.read_gap = read_gap
         self.read_workers = read_workers
-        # Manifests, roots and chunks are immutable, so caches keyed by their keys are always
-        # right: a few whole manifests, more roots, and the chunks pages were read from.
-        self._manifest = lru_cache(maxsize=32)(self._load_manifest)
-        self._roots = lru_cache(maxsize=64)(self._load_root)
-        self._chunks = lru_cache(maxsize=64)(self._read_chunk)
+        # Manifests, roots and chunks are immutable, so a cache keyed by their keys is always
+        # right; it is bounded in bytes (`cache_bytes`, against the process's memory), its least
+        # recently used entries dropped first (`caseshelf.services.memo`).
+        self.cache = ByteBoundedCache(cache_bytes)
 
     # -- registration: one pipeline ----------------------------------------------------------
     #
@@ -1317,6 +1348,17 @@ class RegistryService:
         except BadRequest as exc:
             raise Corrupt(f"the manifest {key}: {exc.detail}", key=key) from None
 
+    def _roots(self, key: str) -> Root | Manifest:
+        return self.cache.get(("root", key), lambda: self._load_root(key))
+
+    def _manifest(self, tenant: str, key: str) -> Manifest:
+        return self.cache.get(("manifest", key), lambda: self._load_manifest(tenant, key))
+
+    def _chunks(self, tenant: str, hex_digest: str) -> Manifest:
+        return self.cache.get(
+            ("chunk", tenant, hex_digest), lambda: self._read_chunk(tenant, hex_digest)
+        )
+
     def _load_manifest(self, tenant: str, key: str) -> Manifest:
         """The whole manifest: a format 2 one as stored, a format 3 root joined with all of
         its chunks (and its superseded copies)."""
@@ -1518,9 +1560,15 @@ class RegistryService:
         cursor: str | None = None,
         limit: int = 100,
         include_deleted: bool = False,
+        budget: int = ANSWER_BUDGET_BYTES,
     ) -> tuple[bytes, str | None]:
         """The page `list_cases` answers, as the JSON of `{items, next_cursor}` spliced from
         the stored canonical records without parsing them, and its `next_cursor`.
+
+        A page holds up to `limit` cases and at most `budget` bytes as the answer's body is
+        escaped on its way out of Lambda (`caseshelf.domain.answers`): it may hold fewer cases
+        and still have a `next_cursor`. A case that alone is over the budget is a stub in the
+        page (`oversized_case`) naming the route that serves it alone (`case_at`).
 
         A stored record is the canonical JSON of its case, so the page is the same JSON value
         as `list_cases`' items dumped; what this buys is the parse and the dump of every case
@@ -1533,21 +1581,108 @@ class RegistryService:
         from caseshelf.services.windowread import window_cases
 
         rec = self.get_version(identity, name, ref, include_deleted=include_deleted)
-        count = len(self.root(rec))
-        start = decode_position(cursor)
-        stop = min(start + check_limit(limit), count)
-        records = window_cases(self, rec, self.root(rec).chunk_starts(), range(start, stop)).records
+        root = self.root(rec)
+        count = len(root)
+        start = min(decode_position(cursor), count)
+        room = budget - PAGE_FRAME_BYTES
+        stop = self._stored_fit(rec, root, start, min(start + check_limit(limit), count), room)
+        records = window_cases(self, rec, root.chunk_starts(), range(start, stop)).records
+        kept = fitting(map(escaped_size, records), room)
+        if kept == 0 and records:  # one case over the budget on its own: a stub in its place
+            records = [orjson.dumps(self._oversized(rec, start, records[0]))]
+            kept = 1
+        stop = start + kept
         nxt = encode_position(stop) if stop < count else None
         body = b"".join(
             (
                 b'{"items":[',
-                b",".join(records),
+                b",".join(records[:kept]),
                 b'],"next_cursor":',
                 orjson.dumps(nxt),
                 b"}",
             )
         )
         return body, nxt
+
+    def _stored_fit(self, rec: VersionRecord, root: Root, start: int, stop: int, room: int) -> int:
+        """The end of the cases from `start` (before `stop`, and at least one) whose stored
+        records together fit `room` bytes: escaping only adds bytes, so no case past it can fit
+        in the page, and none is read."""
+        starts = root.chunk_starts()
+        used = -1
+        at = start
+        while at < stop:
+            number = bisect_right(starts, at) - 1
+            lengths = column_array(self.chunk(rec, number).lengths)
+            end = min(stop, starts[number + 1])
+            for i in range(at, end):
+                used += lengths[i - starts[number]] + 1
+                if used > room:
+                    return max(i, start + 1)
+            at = end
+        return stop
+
+    def case_href(self, rec: VersionRecord, position: int) -> str:
+        """The route of one case of a version, pinned by content digest."""
+        return f"/datasets/{rec.name}/versions/{rec.content_digest}/cases/{position}"
+
+    def _oversized(self, rec: VersionRecord, position: int, record: bytes) -> dict[str, Any]:
+        case_id = str(orjson.loads(record)["id"])
+        return oversized_case(
+            case_id, position, escaped_size(record), self.case_href(rec, position)
+        )
+
+    def one_case(
+        self,
+        identity: Identity,
+        name: str,
+        ref: str,
+        position: int,
+        *,
+        include_deleted: bool = False,
+        budget: int = ANSWER_BUDGET_BYTES,
+    ) -> OneCase:
+        """The case at `position` of a version: its canonical record when it fits an answer of
+        `budget` escaped bytes (or the store gives no URLs), else a presigned URL of it alone."""
+        rec, record = self.case_at(identity, name, ref, position, include_deleted=include_deleted)
+        size = escaped_size(record)
+        url = self.case_url(rec, record) if size > budget else None
+        if url is None:
+            return OneCase(record=record, size=size)
+        case_id = str(orjson.loads(record)["id"])
+        return OneCase(id=case_id, url=url, size=size)
+
+    def case_at(
+        self,
+        identity: Identity,
+        name: str,
+        ref: str,
+        position: int,
+        *,
+        include_deleted: bool = False,
+    ) -> tuple[VersionRecord, bytes]:
+        """The stored canonical record of the case at `position` (in dataset order) of a
+        version, checked against its digest."""
+        rec = self.get_version(identity, name, ref, include_deleted=include_deleted)
+        count = len(self.root(rec))
+        if not 0 <= position < count:
+            raise NotFound(
+                f"{rec.name}@{rec.version} has {count} cases: no case at position {position} "
+                f"(positions run from 0 to {count - 1})",
+                field="position",
+            )
+        (_, record), *_ = self.read_records(rec, [position])
+        return rec, record
+
+    def case_url(self, rec: VersionRecord, record: bytes) -> str | None:
+        """A presigned GET of one case's record as its own object (written on first use, by
+        its digest), where this store gives URLs; None where it does not."""
+        if not self.presign_downloads:
+            return None
+        key = layout.case_object_key(rec.tenant, sha256_hex(record))
+        if self.store.head(key) is None:
+            self.store.put(key, record, content_type="application/json")
+        return self.store.presign_get(key, expires=self.presign_expiry)
 
     def download(
         self, identity: Identity, name: str, ref: str, *, include_deleted: bool = False
@@ -1558,7 +1693,8 @@ class RegistryService:
         key = layout.download_key(rec.tenant, rec.content_digest)
         filename = f"{rec.name}-{rec.version}.json"
         if self.store.head(key) is None:
-            self.store.put(key, self.render_version(rec), content_type="application/json")
+            # streamed (a multipart upload on S3): no more than a window of cases in memory
+            self.store.put_stream(key, self.render_pieces(rec), content_type="application/json")
         url = (
             self.store.presign_get(key, expires=self.presign_expiry)
             if (self.presign_downloads)
@@ -1569,29 +1705,84 @@ class RegistryService:
         return Download(filename=filename, body=self.store.get(key))
 
     def render_version(self, rec: VersionRecord) -> bytes:
-        manifest = self.manifest(rec)
-        bodies = read_blobs(self.store, rec.tenant, manifest.blob_locations())
+        """The whole download document of a version in memory (`render_pieces` joined): for
+        small versions and tests; a download streams the pieces to the store."""
+        return b"".join(self.render_pieces(rec))
 
-        def inline(digest: str) -> dict[str, str]:
-            return inline_body(bodies[digest[7:]])
+    def render_pieces(self, rec: VersionRecord) -> Iterator[bytes]:
+        """The download document of a version, a window of cases at a time: the canonical JSON
+        of `{id, version, description, tags, cases, shared_files, produced_by}` with every file
+        body inline, byte for byte what `canonical_json` makes of the whole document (so it
+        registers with the same content digest), without holding more than a window of cases
+        and their file bodies. Canonical JSON sorts keys, so `cases` comes first: the document
+        is its head, the cases, and the rest of the document rendered with no case."""
+        from caseshelf.services.windowread import window_cases
 
-        cases = []
-        for _, case in self.case_records(rec, list(range(len(manifest)))):
-            if "files" in case:
-                case["files"] = {p: inline(f["digest"]) for p, f in case["files"].items()}
-            cases.append(case)
-        shared = [{"dest": s["dest"], **inline(s["digest"])} for s in manifest.shared_files]
+        root = self.root(rec)
+        blobs = root.blob_locations()
         doc: dict[str, Any] = {
             "id": rec.name,
             "version": rec.version,
-            "description": manifest.description,
-            "tags": manifest.tags,
-            "cases": cases,
-            "shared_files": shared,
+            "description": root.description,
+            "tags": root.tags,
+            "cases": [],
+            "shared_files": [],
+            "produced_by": rec.produced_by,
         }
-        if rec.produced_by is not None:
-            doc["produced_by"] = rec.produced_by
-        return canonical_json(doc, checked=True)
+        if rec.produced_by is None:
+            del doc["produced_by"]
+        head = b'{"cases":['
+        window = RENDER_WINDOW_FILES if blobs else RENDER_WINDOW_CASES
+        starts = root.chunk_starts()
+        yield head
+        # chunk by chunk, read once and not cached: a pass over every case keeps none of them
+        for first, chunk in self.iter_chunks(rec):
+            held = _held(chunk)
+            for at in range(first, first + len(chunk), window):
+                wanted = range(at, min(at + window, first + len(chunk)))
+                records = window_cases(self, rec, starts, wanted, chunk_of=held)
+                if at:
+                    yield b","
+                if not blobs:  # the stored records are the cases' canonical JSON already
+                    yield b",".join(records.records)
+                else:
+                    yield b",".join(self._inlined(rec, blobs, records.cases()))
+        doc["shared_files"] = [
+            {"dest": f["dest"], **inline_body(body)}
+            for f, body in zip(
+                root.shared_files,
+                self._bodies(rec, blobs, [f["digest"] for f in root.shared_files]),
+                strict=True,
+            )
+        ]
+        rest = canonical_json(doc, checked=True)
+        if not rest.startswith(head + b"]"):
+            raise AssertionError("canonical JSON no longer sorts `cases` first")
+        yield rest[len(head) :]
+
+    def _bodies(
+        self, rec: VersionRecord, blobs: Mapping[str, Location], digests: Sequence[str]
+    ) -> list[bytes]:
+        """The file bodies of `digests` (`sha256:<hex>`), in that order, each read once."""
+        wanted = {hex_of(d): blobs[hex_of(d)] for d in digests}
+        got = read_blobs(self.store, rec.tenant, wanted, workers=self.read_workers)
+        return [got[hex_of(d)] for d in digests]
+
+    def _inlined(
+        self, rec: VersionRecord, blobs: Mapping[str, Location], cases: Sequence[dict[str, Any]]
+    ) -> Iterator[bytes]:
+        """The canonical JSON of `cases`, each with its files' bodies inline."""
+        digests = [f["digest"] for case in cases for f in case.get("files", {}).values()]
+        bodies = dict(zip(digests, self._bodies(rec, blobs, digests), strict=True))
+        for case in cases:
+            if "files" in case:
+                case = {
+                    **case,
+                    "files": {
+                        p: inline_body(bodies[f["digest"]]) for p, f in case["files"].items()
+                    },
+                }
+            yield canonical_json(case, checked=True)
 
     def file_body(self, rec: VersionRecord, digest: str) -> bytes:
         manifest = self.manifest(rec)

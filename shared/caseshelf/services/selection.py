@@ -18,10 +18,20 @@ from dataclasses import dataclass, replace
 from itertools import chain, groupby
 from typing import Any, Protocol, TypeVar
 
+import orjson
+
+from caseshelf.domain.answers import (
+    ANSWER_BUDGET_BYTES,
+    PAGE_FRAME_BYTES,
+    escaped_size,
+    fitting,
+    oversized_case,
+)
 from caseshelf.domain.chunks import Root, SampleColumn, concat_chunks, join_sample_columns
-from caseshelf.domain.errors import Corrupt, TooLarge
+from caseshelf.domain.errors import BadRequest, Corrupt
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.manifest import Manifest, column_array
+from caseshelf.domain.paging import decode_selection_position, encode_selection_position
 from caseshelf.domain.subset import (
     Selection,
     Subset,
@@ -52,14 +62,20 @@ class SubsetResult:
     case_ids: list[str]
     cases: list[dict[str, Any]] | None = None
     registered: RegisterResult | None = None
+    # With cases: the cursor of the next page of them (None on the last), and where this page's
+    # first case is among the selected ones.
+    cases_next_cursor: str | None = None
+    cases_from: int = 0
 
 
 class SelectionService:
-    def __init__(self, registry: RegistryService, *, max_case_bytes: int | None = None) -> None:
-        """`max_case_bytes` bounds the case bytes one call may return (an HTTP answer has a
-        size limit); None for no bound (the library and the embedded CLI)."""
+    def __init__(
+        self, registry: RegistryService, *, answer_bytes: int = ANSWER_BUDGET_BYTES
+    ) -> None:
+        """`answer_bytes`: the escaped bytes one answer with cases may take
+        (`caseshelf.domain.answers`); the cases come a page at a time within it."""
         self.registry = registry
-        self.max_case_bytes = max_case_bytes
+        self.answer_bytes = answer_bytes
 
     def select_subset(
         self,
@@ -70,21 +86,28 @@ class SelectionService:
         *,
         with_cases: bool = False,
         include_deleted: bool = False,
+        cursor: str | None = None,
     ) -> SubsetResult:
+        """The selection `request` of `name@ref`. With `with_cases`, its cases too, a page at a
+        time (`answer_bytes`): `cursor` (the `cases_next_cursor` of the page before, which pins
+        the version by content digest) asks for the next page."""
+        start = 0
+        if cursor:
+            ref, start = decode_selection_position(cursor)
         rec = self.registry.get_version(identity, name, ref, include_deleted=include_deleted)
         selection = request.selection()
         root = self.registry.root(rec)
-        cases = None
+        page: tuple[list[dict[str, Any]], str | None] | None = None
         by_columns = columns_answer(selection, tags=root.sample_tags)
         if root.sample_keys and by_columns:
             subset, case_ids = self._select_from_columns(rec, root, selection)
             if with_cases:
                 lengths = self._lengths(rec, root, subset.indices)
-                cases = self._cases(rec, root, subset, case_ids, lengths)
+                page = self._cases(rec, subset, case_ids, lengths, start)
         else:
             subset, case_ids, lengths = self._select_from_chunks(rec, root, selection)
             if with_cases:
-                cases = self._cases(rec, root, subset, case_ids, lengths)
+                page = self._cases(rec, subset, case_ids, lengths, start)
 
         registered = None
         if request.register_as is not None:
@@ -106,7 +129,8 @@ class SelectionService:
                     "selection": selection.as_record(),
                 },
             )
-        return SubsetResult(rec, subset, case_ids, cases, registered)
+        cases, nxt = page if page is not None else (None, None)
+        return SubsetResult(rec, subset, case_ids, cases, registered, nxt, start)
 
     def _select_from_chunks(
         self, rec: VersionRecord, root: Root, selection: Selection
@@ -221,22 +245,36 @@ class SelectionService:
     def _cases(
         self,
         rec: VersionRecord,
-        root: Root,
         subset: Subset,
         case_ids: list[str],
         lengths: list[int],
-    ) -> list[dict[str, Any]]:
-        """The selected cases, refused (`TooLarge`) above the bytes one answer may carry."""
-        size = root.case_bytes if subset.stamp is None else sum(lengths)
-        if self.max_case_bytes is not None and size > self.max_case_bytes:
-            raise TooLarge(
-                f"the {len(case_ids)} selected cases are {size} bytes, over the "
-                f"{self.max_case_bytes} bytes one answer may carry; ask without cases and "
-                "page through the cases, or register the selection with register_as",
-                size=size,
-                limit=self.max_case_bytes,
-            )
-        return [case for _, case in self.registry.case_records(rec, subset.indices)]
+        start: int,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """The selected cases from the `start`-th on that fit one answer beside the selection's
+        ids (`caseshelf.domain.answers`), and the cursor of the rest. Only the cases that may
+        fit are read: their stored lengths bound their escaped sizes from below."""
+        count = len(subset.indices)
+        if start > count:
+            raise BadRequest(f"cursor past the {count} selected cases", field="cursor")
+        # the ids come twice at most (the answer's `case_ids`, a selection by ids in its stamp)
+        frame = 2 * escaped_size(orjson.dumps(case_ids)) + 2 * PAGE_FRAME_BYTES
+        room = self.answer_bytes - frame
+        stop = start + max(fitting(lengths[start:], room), 1) if start < count else start
+        wanted = subset.indices[start:stop]
+        records = [data for _, data in self.registry.read_records(rec, wanted)]
+        kept = fitting(map(escaped_size, records), room)
+        if kept:
+            cases = [orjson.loads(data) for data in records[:kept]]
+        elif records:  # one case over the budget on its own: a stub naming its route
+            at = wanted[0]
+            href = self.registry.case_href(rec, at)
+            cases = [oversized_case(case_ids[start], at, escaped_size(records[0]), href)]
+            kept = 1
+        else:
+            cases = []
+        nxt = start + kept
+        cursor = encode_selection_position(rec.content_digest, nxt) if nxt < count else None
+        return cases, cursor
 
     def _chunk_columns(
         self, rec: VersionRecord, root: Root, numbers: list[int], selection: Selection

@@ -175,7 +175,11 @@ class _Read:
 
 
 def _reads(
-    registry: RegistryService, rec: VersionRecord, starts: Sequence[int], indices: Sequence[int]
+    registry: RegistryService,
+    rec: VersionRecord,
+    starts: Sequence[int],
+    indices: Sequence[int],
+    chunk_of: Callable[[int], Manifest] | None = None,
 ) -> list[_Read]:
     """The ranged reads covering the records at `indices`, in order: the spans of each chunk
     (`_spans`), and consecutive spans of one pack at most `read_gap` bytes apart merged into
@@ -183,7 +187,7 @@ def _reads(
     reads: list[_Read] = []
     gap = registry.read_gap
     for number, local in _chunk_runs(starts, indices):
-        chunk = registry.chunk(rec, number)
+        chunk = chunk_of(number) if chunk_of is not None else registry.chunk(rec, number)
         for pack, start, size, group, joined in _spans(chunk, local, gap):
             key = layout.pack_key(rec.tenant, chunk.packs[pack])
             last = reads[-1] if reads else None
@@ -244,12 +248,14 @@ def window_cases(
     starts: Sequence[int],
     indices: Sequence[int],
     packs: WholePacks | None = None,
+    chunk_of: Callable[[int], Manifest] | None = None,
 ) -> CaseWindow:
     """The cases at `indices` of a version, in that order, each record checked against its
     digest (`Corrupt` naming the case otherwise), or read from a pack checked whole (`packs`).
-    `starts`: the root's `chunk_starts()`."""
+    `starts`: the root's `chunk_starts()`. `chunk_of(n)`: chunk `n` as the caller holds it
+    (default: the registry's, which caches it)."""
     store = registry.store
-    reads = _reads(registry, rec, starts, indices)
+    reads = _reads(registry, rec, starts, indices, chunk_of)
 
     def fetch(read: _Read) -> tuple[bytes, int, bool]:
         """(bytes from the read's start or the whole pack's, where they start, checked whole)"""
