@@ -108,8 +108,8 @@ def api(url: str, method: str = "GET", body: Any = None, timeout: float = 120) -
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method)
     req.add_header("Accept", "application/json")
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
+    if data is not None or method not in {"GET", "HEAD"}:
+        req.add_header("Content-Type", "application/json")  # every write to the API says JSON
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             payload = resp.read()

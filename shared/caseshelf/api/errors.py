@@ -58,6 +58,7 @@ _TITLES = {
     409: "Conflict",
     413: "Payload Too Large",
     415: "Unsupported Media Type",
+    421: "Misdirected Request",
     500: "Internal Server Error",
     502: "Bad Gateway",
 }
