@@ -134,8 +134,8 @@ def http_call(
     JSON answer (None when it is not JSON). Error statuses are answers, not exceptions."""
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
     req = urllib.request.Request(url, data=data, method=method)
-    if body is not None or (raw is None and method in {"POST", "PUT", "PATCH", "DELETE"}):
-        req.add_header("Content-Type", "application/json")  # every write to the API says JSON
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
     for k, v in (headers or {}).items():
         req.add_header(k, v)
     try:

@@ -414,6 +414,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             or guard.check_content_type(
                 method,
                 self.headers.get("Content-Type"),
+                has_body=bool(self.headers.get("Transfer-Encoding"))
+                or (self.headers.get("Content-Length") or "0").strip() != "0",
                 upload=raw_path.startswith(UPLOADS_PATH),
             )
         )

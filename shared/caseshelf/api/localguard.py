@@ -11,12 +11,14 @@ keep those pages out, as Jupyter and Vite keep them out of theirs:
 - **Cross-site writes**: a write (POST, PUT, PATCH, DELETE) whose `Origin` is neither this
   server's own (`http(s)://` + its `Host`) nor one of `cors_origins`, or that a browser marks
   `Sec-Fetch-Site: cross-site`/`same-site` without such an origin, is 403; so is a CORS
-  preflight from such an origin. Writes must say `Content-Type: application/json` (415
-  otherwise), body or not: a form or a `no-cors` fetch can send only the three CORS-safelisted
-  types, never JSON, without a preflight. The one write whose body is not JSON, the embedded
-  store's upload `PUT /_uploads/<token>`, takes bytes of any type, as S3's presigned PUT it
-  stands in for does: a page can send a PUT to another origin only after a preflight, and
-  its URL carries a signed token for one key.
+  preflight from such an origin. A write with a body, or naming a type, must say
+  `Content-Type: application/json` (415 otherwise): a form or a `no-cors` fetch can send only
+  the three CORS-safelisted types, never JSON, without a preflight. A bodiless write (DELETE,
+  revive) may name no type, as the API's document describes it and generated clients send it;
+  a browser marks every such write with its `Origin`, which the rule above checks. The one
+  write whose body is not JSON, the embedded store's upload `PUT /_uploads/<token>`, takes
+  bytes of any type, as S3's presigned PUT it stands in for does: a page can send a PUT to
+  another origin only after a preflight, and its URL carries a signed token for one key.
 - **Token**: a server bound to anything but loopback needs a bearer token on every API call
   (`Authorization: Bearer <token>`): generated at start and printed once, or given
   (`--token`, `CASESHELF_SERVE_TOKEN`; a given token is required on loopback too). The UI's
@@ -205,20 +207,22 @@ class LocalGuard:
         return origin.strip().lower() in {f"http://{own}", f"https://{own}"}
 
     def check_content_type(
-        self, method: str, content_type: str | None, *, upload: bool
+        self, method: str, content_type: str | None, *, has_body: bool, upload: bool
     ) -> Refusal | None:
-        """415 for a write that is not JSON. An upload (`PUT /_uploads/<token>`, bytes) is not
-        checked: PUT is never sent across origins without a preflight, which `check_origin`
-        refuses, and its URL is a signed one-key capability, as S3's presigned PUT is."""
+        """415 for a write that is not JSON: one with a body, or naming a type, must name
+        `application/json`; a bodiless one (DELETE, revive) may name none. An upload
+        (`PUT /_uploads/<token>`, bytes) is not checked: PUT is never sent across origins
+        without a preflight, which `check_origin` refuses, and its URL is a signed one-key
+        capability, as S3's presigned PUT is."""
         if method not in WRITE_METHODS or upload:
             return None
-        if media_type(content_type) == JSON_TYPE:
+        if media_type(content_type) == JSON_TYPE or (not content_type and not has_body):
             return None
         shown = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
         return Refusal(
             415,
             f"a {method} with {shown} is refused: send the body as JSON with "
-            "Content-Type: application/json (a request without a body too)",
+            "Content-Type: application/json",
             "unsupported-media-type",
             (("Accept-Post", JSON_TYPE),) if method == "POST" else (),
         )

@@ -229,9 +229,6 @@ class Http:
         data = None
         if request.body is not None:
             data = request.body_bytes()
-        if request.body is not None or request.method not in {"GET", "HEAD"}:
-            # Every write says JSON, body or not: the local server refuses one that does not
-            # (a form from another site could send anything else).
             headers["Content-Type"] = "application/json"
         resp = self._with_retries(
             request.idempotent,
