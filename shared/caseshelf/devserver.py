@@ -404,8 +404,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def _guarded(self, method: str, raw_path: str) -> Refusal | None:
         """What `DevServer.guard` refuses before the request goes anywhere: a `Host` that
-        names another server, a write or preflight from another origin, a write whose body is
-        not JSON (an upload's: a type a form can send)."""
+        names another server, a write or preflight from another origin, a write that is not
+        JSON (the upload `PUT /_uploads/<token>` excepted)."""
         guard = self.server.guard
         preflight = method == "OPTIONS" and bool(self.headers.get("Access-Control-Request-Method"))
         return (
