@@ -4,7 +4,7 @@
 #   docker run -p 8000:8000 -v caseshelf-data:/data caseshelf
 #
 # The server binds 0.0.0.0 inside the container, so it asks for a token: it prints one at start
-# (or set CASESHELF_TOKEN). docs/operations.md has the details.
+# (or set CASESHELF_SERVE_TOKEN). docs/operations.md has the details.
 
 FROM python:3.12-slim AS build
 WORKDIR /src

@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -120,8 +120,9 @@ def api(url: str, method: str = "GET", body: Any = None, timeout: float = 120) -
 
 
 @contextmanager
-def chromium(profile: Path) -> Iterator[Any]:
-    """A headless system Chromium with a fresh profile at `profile`: yields the browser context."""
+def chromium(profile: Path, *, args: Sequence[str] = ()) -> Iterator[Any]:
+    """A headless system Chromium with a fresh profile at `profile` (and `args` on top of the
+    usual switches): yields the browser context."""
     from playwright.sync_api import sync_playwright
 
     shutil.rmtree(profile, ignore_errors=True)
@@ -130,7 +131,7 @@ def chromium(profile: Path) -> Iterator[Any]:
         context = pw.chromium.launch_persistent_context(
             str(profile),
             executable_path=CHROMIUM,
-            args=CHROMIUM_ARGS,
+            args=[*CHROMIUM_ARGS, *args],
             headless=True,
             viewport={"width": 1280, "height": 900},
             locale="en-US",

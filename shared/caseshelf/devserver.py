@@ -29,6 +29,11 @@ Downloads (dev only, likewise): the embedded store's presigned GET URLs are
 `GET /_downloads/<token>` on this server (`LocalBlobStore.presign_get`): the store checks the
 token (HMAC-signed, expiring, naming the tenant and key, made for GET) and the server streams
 the object. The request log never shows a token.
+
+Before any of that, `caseshelf.api.localguard` decides what a page of another site or a
+rebound name may not do: a `Host` that does not name this server is 421, a write from another
+origin 403, a write that is not JSON 415, and on a server bound to anything but loopback an API
+call without the server's token 401 (`DevServer.guard`).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import re
 import sys
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -46,6 +51,7 @@ from urllib.parse import unquote, urlsplit
 
 from caseshelf import bootstrap, ui
 from caseshelf.api.cors import preflight_headers
+from caseshelf.api.localguard import LocalGuard, Refusal
 from caseshelf.bootstrap import Settings
 from caseshelf.gateway import (
     LOCAL_BUCKET,
@@ -77,6 +83,7 @@ DRAIN_LIMIT = 64 * 1024 * 1024  # an oversized body up to this is read and dropp
 UPLOADS_PATH = "/_uploads/"
 DOWNLOADS_PATH = "/_downloads/"
 _TOKEN_IN_PATH = re.compile(r"(/_(?:uploads|downloads)/)[^\s?#\"]+")
+_TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^\s&#\"]+")  # the server token in a UI URL
 _CONTENT_TYPES = (
     (".json", "application/json"),
     (".tar.gz", "application/gzip"),
@@ -106,8 +113,10 @@ class DevServer(ThreadingHTTPServer):
         object_rules: list[ObjectRule] | None = None,
         schedule_rules: list[ScheduleRule] | None = None,
         sweep_seconds: float = SWEEP_SECONDS,
+        guard: LocalGuard | None = None,
     ) -> None:
         self.settings = settings
+        self.guard = guard or LocalGuard.for_server(address[0], cors_origins=settings.cors_origins)
         self.routes = routes
         self.quiet = quiet
         self.object_rules = list(object_rules or [])
@@ -372,7 +381,15 @@ class _RequestHandler(BaseHTTPRequestHandler):
             close=not drain,
         )
 
-    def _refuse_upload(self, status: int, detail: str, length: int, **fields: Any) -> None:
+    def _refuse_upload(
+        self,
+        status: int,
+        detail: str,
+        length: int,
+        *,
+        headers: list[tuple[str, str]] | None = None,
+        **fields: Any,
+    ) -> None:
         """Answer an upload that is not taken; its body is drained when small enough, so the
         client reads the answer instead of a reset connection, else the connection closes."""
         from caseshelf.api.errors import PROBLEM_JSON, dumps, problem
@@ -385,7 +402,41 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 break
             left -= len(chunk)
         body = dumps(problem(status, detail, **fields)).encode("utf-8")
-        self._send(status, body, [("Content-Type", PROBLEM_JSON)], close=not drain)
+        answer = [("Content-Type", PROBLEM_JSON), *(headers or [])]
+        self._send(status, body, answer, close=not drain)
+
+    def _refuse(self, refusal: Refusal) -> None:
+        """Answer a request `DevServer.guard` refused (its body drained or the connection
+        closed, as for a refused upload)."""
+        raw = self.headers.get("Content-Length") or "0"
+        length = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 18 else -1
+        if self.headers.get("Transfer-Encoding"):
+            length = -1
+        self._refuse_upload(
+            refusal.status,
+            refusal.detail,
+            length,
+            headers=list(refusal.headers),
+            problem_type=refusal.problem_type,
+        )
+
+    def _guarded(self, method: str, raw_path: str) -> Refusal | None:
+        """What `DevServer.guard` refuses before the request goes anywhere: a `Host` that
+        names another server, a write or preflight from another origin, a write that is not
+        JSON (the upload `PUT /_uploads/<token>` excepted)."""
+        guard = self.server.guard
+        preflight = method == "OPTIONS" and bool(self.headers.get("Access-Control-Request-Method"))
+        return (
+            guard.check_host(self.headers.get("Host"))
+            or guard.check_origin(method, self.headers, preflight=preflight)
+            or guard.check_content_type(
+                method,
+                self.headers.get("Content-Type"),
+                has_body=bool(self.headers.get("Transfer-Encoding"))
+                or (self.headers.get("Content-Length") or "0").strip() != "0",
+                upload=raw_path.startswith(UPLOADS_PATH),
+            )
+        )
 
     def _upload(self, token: str) -> None:
         """`PUT /_uploads/<token>`: the embedded store's stand-in for a presigned S3 PUT."""
@@ -474,6 +525,10 @@ class _RequestHandler(BaseHTTPRequestHandler):
         raw_path = split.path or "/"
         path = unquote(raw_path)
         method = self.command.upper()
+        refusal = self._guarded(method, raw_path)
+        if refusal is not None:
+            self._refuse(refusal)
+            return
         page = ui.answer(method, path, self.headers.get("Accept"))
         if page is not None:  # the web UI's files and pages (caseshelf.ui)
             self._send(page.status, page.body, page.headers)
@@ -489,6 +544,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return
         if method == "OPTIONS" and self.headers.get("Access-Control-Request-Method"):
             self._preflight(raw_path)
+            return
+        # Every API call from here on; the UI's files, the documents and the signed upload and
+        # download URLs above need no token.
+        refusal = self.server.guard.check_token(self.headers.get("Authorization"))
+        if refusal is not None:
+            self._refuse(refusal)
             return
         route: Route | None
         params: dict[str, str] = {}
@@ -550,10 +611,14 @@ class _RequestHandler(BaseHTTPRequestHandler):
         settings = self.server.settings
         headers: list[tuple[str, str]] = []
         dev: dict[str, str] = {}
+        # The dev headers are read only here, on a request that passed `guard.check_token`:
+        # with the server's token, or on a loopback server that asks for none. The server's
+        # token itself goes no further (no function and no log sees it).
+        keep_auth = self.server.guard.token is None
         for k, v in self.headers.items():
             if k.lower() in DEV_HEADERS:
                 dev[k.lower()] = v.strip()
-            else:
+            elif keep_auth or k.lower() != "authorization":
                 headers.append((k, v))
         request_id = str(uuid.uuid4())
         event = build_event(
@@ -601,9 +666,16 @@ def make_server(
     port: int = 8000,
     *,
     quiet: bool = False,
+    allow_hosts: Sequence[str] = (),
+    token: str | None = None,
 ) -> DevServer:
     """A server bound to (host, port) (port 0 picks a free one) over the services that
-    `settings` build; call `serve_forever()` on it (tests run it in a thread)."""
+    `settings` build; call `serve_forever()` on it (tests run it in a thread). `allow_hosts`
+    are more names its `Host` may say; `token` is the bearer token every API call must carry
+    (one is generated when `host` is not loopback and none is given: `server.guard.token`)."""
+    guard = LocalGuard.for_server(
+        host, allow_hosts=allow_hosts, token=token, cors_origins=settings.cors_origins
+    )
     routes = load_routes()
     server = DevServer(
         (host, port),
@@ -612,6 +684,7 @@ def make_server(
         quiet=quiet,
         object_rules=load_object_rules(),
         schedule_rules=load_schedule_rules(),
+        guard=guard,
     )
     # A server reads only the sources its callers may make it read (caseshelf.adapters.fence).
     settings = settings.model_copy(update={"fence_sources": True})
@@ -629,8 +702,9 @@ def make_server(
 
 
 def redact_tokens(text: str) -> str:
-    """`text` with the token of every upload or download path replaced by `<token>`."""
-    return _TOKEN_IN_PATH.sub(r"\1<token>", text)
+    """`text` with the token of every upload or download path, and a `token=` query parameter
+    (the server's token in a UI URL), replaced by `<token>`."""
+    return _TOKEN_IN_QUERY.sub(r"\1<token>", _TOKEN_IN_PATH.sub(r"\1<token>", text))
 
 
 def public_url(server: DevServer) -> str:
@@ -642,10 +716,17 @@ def public_url(server: DevServer) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000) -> None:
+def serve(
+    settings: Settings,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    allow_hosts: Sequence[str] = (),
+    token: str | None = None,
+) -> None:
     """Serve the local API until interrupted."""
     try:
-        server = make_server(settings, host, port)
+        server = make_server(settings, host, port, allow_hosts=allow_hosts, token=token)
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             raise
@@ -658,6 +739,9 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000) -> None
     print(f"caseshelf API on {server.url}  (store: {where}, tenant: {settings.tenant})")
     print(f"Web UI: {server.url}/")
     print(f"Swagger UI: {server.url}{SWAGGER_PATH}   OpenAPI: {server.url}{OPENAPI_PATH}")
+    for line in server.guard.start_lines(public_url(server)):
+        print(line)
+    sys.stdout.flush()
     try:
         server.serve_forever()
     except KeyboardInterrupt:

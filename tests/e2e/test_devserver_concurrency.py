@@ -59,7 +59,7 @@ def raw_request(srv: DevServer, data: bytes) -> tuple[int, dict[str, str], Any]:
 def test_a_content_length_that_is_not_a_number_is_400_problem_json(server: DevServer) -> None:
     status, headers, body = raw_request(
         server,
-        b"POST /datasets HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /datasets HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         b"Content-Length: abc\r\n\r\n{}",
     )
     assert status == 400
@@ -70,7 +70,7 @@ def test_a_content_length_that_is_not_a_number_is_400_problem_json(server: DevSe
 def test_trace_and_unknown_methods_are_405_problem_json(server: DevServer) -> None:
     for method in (b"TRACE", b"CONNECT", b"BREW"):
         status, headers, body = raw_request(
-            server, method + b" /datasets HTTP/1.1\r\nHost: x\r\nCookie: secret\r\n\r\n"
+            server, method + b" /datasets HTTP/1.1\r\nHost: localhost\r\nCookie: secret\r\n\r\n"
         )
         assert status == 405, method
         assert headers["content-type"] == "application/problem+json"
@@ -79,7 +79,7 @@ def test_trace_and_unknown_methods_are_405_problem_json(server: DevServer) -> No
 
 
 def test_requests_the_http_layer_refuses_are_problem_json_not_html(server: DevServer) -> None:
-    too_long = b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    too_long = b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n"
     many = b"GET /datasets HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(120))
     for data, expected in ((too_long, 414), (many + b"\r\n", 431)):
         status, headers, body = raw_request(server, data)

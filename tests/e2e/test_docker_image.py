@@ -60,7 +60,7 @@ def test_the_image_serves_the_api_and_the_ui_on_a_volume() -> None:
             "-v",
             f"{volume}:/data",
             "-e",
-            "CASESHELF_TOKEN=s3cret",
+            "CASESHELF_SERVE_TOKEN=s3cret-s3cret-s3cret",
             tag,
         ],
         check=True,
@@ -78,7 +78,7 @@ def test_the_image_serves_the_api_and_the_ui_on_a_volume() -> None:
             .rsplit(":", 1)[1]
         )
         url = f"http://127.0.0.1:{port}"
-        headers = {"Authorization": "Bearer s3cret"}
+        headers = {"Authorization": "Bearer s3cret-s3cret-s3cret"}
         answer = None
         for _ in range(120):  # the server is up when it answers; bounded in count
             try:

@@ -60,6 +60,7 @@ _TITLES = {
     409: "Conflict",
     413: "Payload Too Large",
     415: "Unsupported Media Type",
+    421: "Misdirected Request",
     501: "Not Implemented",
     500: "Internal Server Error",
     502: "Bad Gateway",

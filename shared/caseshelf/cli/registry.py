@@ -514,8 +514,33 @@ def register_commands(app: typer.Typer) -> None:
     def serve(
         host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
         port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port.")] = 8000,
+        allow_host: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--allow-host",
+                metavar="NAME",
+                help="Answer requests whose Host is NAME too (besides localhost, 127.0.0.1, "
+                "[::1] and the --host address); repeatable.",
+                show_default=False,
+            ),
+        ] = None,
+        token: Annotated[
+            str | None,
+            typer.Option(
+                "--token",
+                envvar="CASESHELF_SERVE_TOKEN",
+                help="Bearer token every API call must carry (default: none on loopback; "
+                "generated and printed once on any other --host).",
+                show_default=False,
+                show_envvar=True,
+            ),
+        ] = None,
     ) -> None:
-        """Serve the local API (dev mode) on the embedded store, with Swagger UI at /swagger."""
+        """Serve the local API (dev mode) on the embedded store, with Swagger UI at /swagger.
+
+        Requests whose Host names another server are refused (421), and so are writes from
+        another origin's pages (403) or that are not JSON (415). On any --host but loopback
+        every API call needs the server's token (Authorization: Bearer ...)."""
         st = state()
         if st.api:
             raise typer.BadParameter("serve runs the API itself; drop --api")
@@ -523,7 +548,7 @@ def register_commands(app: typer.Typer) -> None:
             from caseshelf import devserver
         except ImportError as exc:
             abort(f"the local server is not available: {exc}")
-        devserver.serve(st.settings(), host, port)
+        devserver.serve(st.settings(), host, port, allow_hosts=allow_host or (), token=token)
 
     @command(app, "gc")
     def gc(

@@ -1,7 +1,7 @@
 // The one way the UI talks to the registry: the HTTP API, JSON in and out, with the signed-in
 // user's token where the deployment needs one. Errors are the API's problem+json, kept whole.
 
-import { currentToken } from "./auth.js";
+import { authorization } from "./auth.js";
 
 let config = { api: "", auth: null, openapi: "/openapi.json" };
 
@@ -37,7 +37,7 @@ export function enc(segment) {
 
 export async function request(method, path, { query, body, signal } = {}) {
   const headers = { Accept: "application/json" };
-  const token = currentToken();
+  const token = authorization();
   if (token) headers.Authorization = token;
   let payload;
   if (body !== undefined) {
@@ -71,7 +71,7 @@ export async function request(method, path, { query, body, signal } = {}) {
 // octet-stream so that API Gateway sends a binary body as bytes, not base64.
 export async function getBytes(path, query) {
   const headers = { Accept: "application/octet-stream, text/plain;q=0.9, */*;q=0.1" };
-  const token = currentToken();
+  const token = authorization();
   if (token) headers.Authorization = token;
   const resp = await fetch(config.api + withQuery(path, query), { headers, credentials: "omit", cache: "no-store" });
   if (!resp.ok) {

@@ -6,7 +6,7 @@
 // content is drawn and can be used; the benchmark measures that.
 
 import { ApiError, getConfig, setConfig } from "./api.js";
-import { authEnabled, currentToken, initAuth, signIn, signOut, whoAmI } from "./auth.js";
+import { authEnabled, currentToken, initAuth, signIn, signOut, takeServerToken, whoAmI } from "./auth.js";
 import { h, replace } from "./dom.js";
 import { caseRoute } from "./pages/case.js";
 import { datasetRoute } from "./pages/dataset.js";
@@ -145,6 +145,7 @@ function header() {
 }
 
 async function start() {
+  takeServerToken();
   try {
     const resp = await fetch("/config.json", { headers: { Accept: "application/json" } });
     if (resp.ok) setConfig(await resp.json());

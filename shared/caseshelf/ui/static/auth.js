@@ -1,8 +1,15 @@
 // Sign-in for a deployed UI: Cognito's hosted sign-in page, the authorization-code flow with
 // PKCE (a public client: there is no client secret anywhere in the page). The ID token is kept
 // in this tab's sessionStorage and sent as `Authorization` to the API, whose Cognito authorizer
-// checks it and takes the tenant from its `custom:tenant` claim. The local server needs no
-// token (config.auth is null there) and this module then does nothing.
+// checks it and takes the tenant from its `custom:tenant` claim.
+//
+// The local server has no sign-in (config.auth is null there). Bound to anything but loopback it
+// asks for its own token instead: `caseshelf serve` prints a URL with `?token=…`; the page takes
+// the token from there on its first load, keeps it in this tab's sessionStorage, removes it from
+// the address bar (and so from the history), and sends it as `Authorization: Bearer …` on every
+// API call. Never a cookie: a cookie would go with a form another page posts here.
+
+const SERVER_TOKEN = "caseshelf.serverToken";
 
 const KEY = "caseshelf.auth";
 const PENDING = "caseshelf.auth.pending";
@@ -38,6 +45,29 @@ function stored() {
   } catch {
     return null;
   }
+}
+
+// Called first at start: a `?token=` in the address is the local server's token.
+export function takeServerToken() {
+  const url = new URL(location.href);
+  const token = url.searchParams.get("token");
+  if (token === null) return;
+  if (token) sessionStorage.setItem(SERVER_TOKEN, token);
+  url.searchParams.delete("token");
+  history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+}
+
+export function serverToken() {
+  return sessionStorage.getItem(SERVER_TOKEN);
+}
+
+// The `Authorization` header of an API call: the signed-in user's ID token on a deployment,
+// the server's token on a local server that asks for one, else none.
+export function authorization() {
+  const token = currentToken();
+  if (token) return token;
+  const server = serverToken();
+  return server ? `Bearer ${server}` : null;
 }
 
 export function currentToken() {
