@@ -69,13 +69,18 @@ def clean_leftovers(dest: Path) -> list[str]:
     """Remove what killed runs left in and beside `dest` (the caller holds `dest`'s lock);
     the names removed."""
     removed: list[str] = []
-    parent = dest.parent
-    if parent.is_dir():
-        for sibling in parent.iterdir():
-            m = _OLD_SIBLING.match(sibling.name)
-            if m and m.group("name") == dest.name and not sibling.is_symlink():
-                _remove(sibling)
-                removed.append(str(sibling))
+    try:
+        siblings = [
+            p
+            for p in dest.parent.iterdir()
+            if (m := _OLD_SIBLING.match(p.name)) and m.group("name") == dest.name
+        ]
+    except PermissionError:  # a parent this process may not list (a pod's `/`): none seen
+        siblings = []
+    for sibling in siblings:
+        if not sibling.is_symlink():
+            _remove(sibling)
+            removed.append(str(sibling))
     complete = (dest / MANIFEST_NAME).is_file()
     for entry in sorted(dest.iterdir()):
         if not entry.name.startswith(STAGING_PREFIX) or entry.is_symlink():
