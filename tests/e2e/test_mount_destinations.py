@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -92,9 +93,15 @@ def mount(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture
-def s3_env(moto_server: str, aws_env: None) -> dict[str, str]:
-    s3 = boto3.client("s3", endpoint_url=moto_server, region_name="us-east-1")
-    s3.create_bucket(Bucket="pods")
+def bucket(moto_server: str, aws_env: None) -> str:
+    """A bucket of this test's own on the session's moto server."""
+    name = f"mnt-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=moto_server, region_name="us-east-1").create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def s3_env(moto_server: str, bucket: str) -> dict[str, str]:
     return {
         "AWS_ENDPOINT_URL": moto_server,
         "AWS_ACCESS_KEY_ID": "testing",
@@ -126,18 +133,18 @@ def test_export_into_a_mount_point(registered: Path, mount: Path) -> None:
 
 @pytest.mark.parametrize("bundle", [False, True], ids=["per-file", "bundle"])
 def test_pull_into_a_mount_point(
-    registered: Path, mount: Path, s3_env: dict[str, str], bundle: bool
+    registered: Path, mount: Path, s3_env: dict[str, str], bucket: str, bundle: bool
 ) -> None:
     # Given an export in a bucket
     got = run(
         registered,
-        *("export", "demo@1.0.0", "--to", "s3://pods/evals/demo", "--bundle"),
+        *("export", "demo@1.0.0", "--to", f"s3://{bucket}/evals/demo", "--bundle"),
         env=s3_env,
     )
     assert got.returncode == 0, got.stderr
     # When it is pulled into the mount point, as a pod's init container does
     flags = ["--bundle"] if bundle else []
-    pulled = run(registered, "pull", "s3://pods/evals/demo", mount, *flags, env=s3_env)
+    pulled = run(registered, "pull", f"s3://{bucket}/evals/demo", mount, *flags, env=s3_env)
     # Then it lands complete, as a local export does, nothing hidden left
     assert pulled.returncode == 0, pulled.stderr
     local = run(registered, "export", "demo@1.0.0", "--to", registered / "local")
@@ -171,15 +178,15 @@ def test_an_export_killed_mid_commit_is_cleaned_and_redone(registered: Path, mou
 
 
 def test_a_pull_killed_mid_commit_is_cleaned_and_redone(
-    registered: Path, mount: Path, s3_env: dict[str, str]
+    registered: Path, mount: Path, s3_env: dict[str, str], bucket: str
 ) -> None:
-    got = run(registered, "export", "demo@1.0.0", "--to", "s3://pods/evals/k", env=s3_env)
+    got = run(registered, "export", "demo@1.0.0", "--to", f"s3://{bucket}/evals/k", env=s3_env)
     assert got.returncode == 0, got.stderr
     old = mount.parent / ".td.pull-0123456789ab"  # what an earlier release left beside it
     old.mkdir()
-    assert run_dying(registered, "pull", "s3://pods/evals/k", mount, env=s3_env) == 9
+    assert run_dying(registered, "pull", f"s3://{bucket}/evals/k", mount, env=s3_env) == 9
     assert not (mount / "manifest.json").exists()
-    again = run(registered, "pull", "s3://pods/evals/k", mount, env=s3_env)
+    again = run(registered, "pull", f"s3://{bucket}/evals/k", mount, env=s3_env)
     assert again.returncode == 0, again.stderr
     local = run(registered, "export", "demo@1.0.0", "--to", registered / "local")
     assert local.returncode == 0, local.stderr
