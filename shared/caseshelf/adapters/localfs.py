@@ -7,12 +7,17 @@ method, the tenant and the key; the dev server hands an upload's body to `receiv
 checks the token and writes the object, and a download's token to `open_download`, which checks
 it and opens the object. A token grants its own method only: a download URL never writes. The
 signing key is random per store (per server process): a restart voids every outstanding URL.
+
+Every object is durable before its write returns: the file is fsynced before it takes its name
+and its directory after, so the index, committed later, never names an object a power cut lost.
+A full disk (ENOSPC) is `StorageFull`, naming the store, the object and the room it needed.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hashlib
 import hmac
 import os
@@ -21,12 +26,13 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 import orjson
 
-from caseshelf.domain.errors import BadRequest, Forbidden, NotFound
+from caseshelf.domain.errors import BadRequest, Forbidden, NotFound, StorageFull
 from caseshelf.domain.layout import check_tenant
 from caseshelf.domain.paths import relative_path_problem
 from caseshelf.ports import ObjectInfo
@@ -93,6 +99,19 @@ class UploadTokens:
         return key
 
 
+def sync_dir(path: Path) -> None:
+    """fsync a directory, so the names made in it (a new file, a rename) survive a power cut."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 def _write_file(path: Path, data: bytes) -> None:
     """Write `data` to a new file at `path` in `WRITE_PIECE_BYTES` pieces, not in one call.
     On the development machine's kernel a write of a megabyte or more into a new file costs
@@ -104,6 +123,16 @@ def _write_file(path: Path, data: bytes) -> None:
     with path.open("wb") as fh:
         for at in range(0, len(view), WRITE_PIECE_BYTES):
             fh.write(view[at : at + WRITE_PIECE_BYTES])
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _drain(body: BinaryIO, left: int) -> None:
+    while left > 0:
+        chunk = body.read(min(left, _CHUNK))
+        if not chunk:
+            return
+        left -= len(chunk)
 
 
 def _tenant_of(key: str) -> str:
@@ -139,56 +168,107 @@ class LocalBlobStore:
         return path
 
     def _tmp(self, path: Path) -> Path:
+        """A new temporary file beside `path`; the directories made for it are synced into
+        their parents."""
+        made = []
+        here = path.parent
+        while not here.is_dir() and here != self.root:
+            made.append(here)
+            here = here.parent
         path.parent.mkdir(parents=True, exist_ok=True)
+        for d in reversed(made):
+            sync_dir(d.parent)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         os.close(fd)
         return Path(tmp)
 
+    def full(self, key: str, needed: int) -> StorageFull:
+        """The error for an object that did not fit: the store, the key, and the room."""
+        free = shutil.disk_usage(self.root).free
+        return StorageFull(
+            f"the store at {self.root} is full: {key} needs {needed:,} bytes and {free:,} are "
+            "free; free space on that disk (or run `caseshelf gc --delete`) and retry",
+            path=str(self.root),
+            key=key,
+            needed_bytes=needed,
+            free_bytes=free,
+        )
+
+    @contextmanager
+    def _room(self, key: str, needed: int) -> Iterator[None]:
+        """ENOSPC while writing `key` becomes `StorageFull` naming the store."""
+        try:
+            yield
+        except OSError as exc:
+            if disk_full(exc):
+                raise self.full(key, needed) from None
+            raise
+
     def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Written durably: the file is fsynced before it takes its name, and its directory
+        after, so an index row committed after this call never names a lost object."""
         path = self._path(key)
         if path.exists():
             return False
-        tmp = self._tmp(path)
-        try:
-            _write_file(tmp, data)
+        with self._room(key, len(data)):
+            tmp = self._tmp(path)
             try:
-                os.link(tmp, path)  # atomic, and fails if another writer got there first
-            except FileExistsError:
-                return False
-            return True
-        finally:
-            tmp.unlink(missing_ok=True)
+                _write_file(tmp, data)
+                try:
+                    os.link(tmp, path)  # atomic, and fails if another writer got there first
+                except FileExistsError:
+                    return False
+                sync_dir(path.parent)
+                return True
+            finally:
+                tmp.unlink(missing_ok=True)
 
     def put(self, key: str, data: bytes, *, content_type: str | None = None) -> None:
         path = self._path(key)
-        tmp = self._tmp(path)
-        try:
-            _write_file(tmp, data)
-            tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with self._room(key, len(data)):
+            tmp = self._tmp(path)
+            try:
+                _write_file(tmp, data)
+                tmp.replace(path)
+                sync_dir(path.parent)
+            finally:
+                tmp.unlink(missing_ok=True)
 
     def put_stream(
         self, key: str, pieces: Iterable[bytes], *, content_type: str | None = None
     ) -> None:
         path = self._path(key)
         tmp = self._tmp(path)
+        written = 0
         try:
             with tmp.open("wb") as fh:
                 for piece in pieces:
                     fh.write(piece)
+                    written += len(piece)
+                fh.flush()
+                os.fsync(fh.fileno())
             tmp.replace(path)
+            sync_dir(path.parent)
+        except OSError as exc:
+            # A stream's size is known only as it is written: what it had reached is named.
+            if disk_full(exc):
+                raise self.full(key, written) from None
+            raise
         finally:
             tmp.unlink(missing_ok=True)
 
     def put_file(self, key: str, path: Path, *, content_type: str | None = None) -> None:
         dest = self._path(key)
-        tmp = self._tmp(dest)
-        try:
-            shutil.copyfile(path, tmp)
-            tmp.replace(dest)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with self._room(key, path.stat().st_size):
+            tmp = self._tmp(dest)
+            try:
+                shutil.copyfile(path, tmp)
+                with tmp.open("rb") as fh:
+                    os.fsync(fh.fileno())
+                tmp.replace(dest)
+                sync_dir(dest.parent)
+            finally:
+                tmp.unlink(missing_ok=True)
 
     def get(self, key: str) -> bytes:
         try:
@@ -258,27 +338,36 @@ class LocalBlobStore:
 
     def receive_upload(self, token: str, body: BinaryIO, length: int) -> tuple[str, str]:
         """Write the `length` bytes of `body` to the key the token grants, as S3 does for a
-        presigned PUT (the whole object or nothing); (key, ETag: the body's MD5 hex)."""
+        presigned PUT (the whole object or nothing); (key, ETag: the body's MD5 hex). On a full
+        disk the rest of the body is read and dropped before `StorageFull` is raised."""
         key = self.upload_key(token)
         path = self._path(key)
-        tmp = self._tmp(path)
         md5 = hashlib.md5(usedforsecurity=False)
+        left = length
         try:
-            left = length
-            with tmp.open("wb") as fh:
-                while left > 0:
-                    chunk = body.read(min(left, _CHUNK))
-                    if not chunk:
-                        raise BadRequest(
-                            f"the upload ended after {length - left} of {length} bytes",
-                            field="body",
-                        )
-                    fh.write(chunk)
-                    md5.update(chunk)
-                    left -= len(chunk)
-            tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)
+            with self._room(key, length):
+                tmp = self._tmp(path)
+                try:
+                    with tmp.open("wb") as fh:
+                        while left > 0:
+                            chunk = body.read(min(left, _CHUNK))
+                            if not chunk:
+                                raise BadRequest(
+                                    f"the upload ended after {length - left} of {length} bytes",
+                                    field="body",
+                                )
+                            left -= len(chunk)
+                            fh.write(chunk)
+                            md5.update(chunk)
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                    tmp.replace(path)
+                    sync_dir(path.parent)
+                finally:
+                    tmp.unlink(missing_ok=True)
+        except StorageFull:
+            _drain(body, left)  # the client then reads the answer, not a reset connection
+            raise
         return key, md5.hexdigest()
 
     def open_download(self, token: str) -> tuple[str, BinaryIO, int]:

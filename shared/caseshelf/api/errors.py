@@ -8,6 +8,7 @@ never from its message. Anything unexpected is a 500 that names the request, not
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
@@ -24,6 +25,7 @@ from caseshelf.domain.errors import (
     Corrupt,
     Forbidden,
     NotFound,
+    StorageFull,
     TooLarge,
     Upstream,
 )
@@ -47,7 +49,10 @@ STATUS: dict[type[CaseshelfError], tuple[int, str]] = {
     Corrupt: (502, "corrupt-object"),
     Upstream: (502, "upstream"),
     MissingExtra: (501, "missing-extra"),
+    StorageFull: (507, "storage-full"),
 }
+# OS errors that mean the disk is full: 507 wherever they come from (`status_of`).
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 _RESERVED = frozenset({"type", "title", "status", "detail", "instance"})
 
@@ -64,6 +69,7 @@ _TITLES = {
     501: "Not Implemented",
     500: "Internal Server Error",
     502: "Bad Gateway",
+    507: "Insufficient Storage",
 }
 
 # Models whose validation errors get a domain-specific message (the dataset body names the
@@ -79,12 +85,15 @@ RAISE_UNEXPECTED: ContextVar[bool] = ContextVar("caseshelf_raise_unexpected", de
 
 
 def status_of(exc: BaseException) -> tuple[int, str]:
-    """(HTTP status, problem type suffix) of an error; 500 for anything not ours."""
+    """(HTTP status, problem type suffix) of an error; 500 for anything not ours, except a
+    full disk (ENOSPC, EDQUOT), which is 507 wherever it is raised."""
     if isinstance(exc, CaseshelfError):
         for cls in type(exc).__mro__:
             if cls in STATUS:
                 return STATUS[cls]
         return 400, "bad-request"
+    if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
+        return STATUS[StorageFull]
     return 500, "internal"
 
 
@@ -120,6 +129,13 @@ def _kind_for(status: int) -> str:
 def problem_of(exc: BaseException, *, request_id: str | None = None) -> dict[str, Any]:
     """The body for an error. A 500 says only that it failed and which request it was."""
     status, kind = status_of(exc)
+    if isinstance(exc, OSError) and status == 507:
+        return problem(
+            507,
+            f"no space left on the disk ({exc.strerror or exc}); free space and retry",
+            problem_type=kind,
+            request_id=request_id,
+        )
     if status == 500:
         return problem(
             500,
@@ -322,9 +338,13 @@ def register_error_handlers(
         if RAISE_UNEXPECTED.get():
             raise exc
         rid = _request_id(app)
-        log.exception("unhandled error (request %s)", rid)
-        note(500)
-        return response(problem_of(exc, request_id=rid))
+        body = problem_of(exc, request_id=rid)
+        if body["status"] == 500:
+            log.exception("unhandled error (request %s)", rid)
+        else:
+            log.warning("request %s: %s", rid, body["detail"])
+        note(body["status"])
+        return response(body)
 
 
 __all__ = [

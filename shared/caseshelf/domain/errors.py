@@ -58,3 +58,10 @@ class Corrupt(Upstream):
     that is missing where a committed version needs it): never served."""
 
     title = "Stored Object Corrupt"
+
+
+class StorageFull(CaseshelfError):
+    """The disk under the embedded store (or an export's destination) has no room left: nothing
+    was committed; free space and retry."""
+
+    title = "Insufficient Storage"

@@ -41,7 +41,8 @@ from caseshelf.domain.errors import BadRequest
 from caseshelf.domain.paths import (
     accepted_dir_names,
     case_dir_name,
-    destination_problem,
+    export_destination_problem,
+    export_path_problem,
     relative_path_problem,
 )
 from caseshelf.domain.yamlwriter import YAML12_NOT_TEXT, dump_plain_yaml
@@ -407,7 +408,7 @@ def plan_case(
     own_inputs = any(n in own_files for n in INPUT_NAMES)
     for path in sorted(own_files):
         entry = own_files[path]
-        problem = relative_path_problem(path) or tree.clash(path)
+        problem = export_path_problem(path) or tree.clash(path)
         if problem:
             warnings.append(ExportWarning(f"files.{path}", f"skipped: {problem}", case_id))
             continue
@@ -438,7 +439,7 @@ def plan_case(
             PlannedFile(f"{dirname}/{name}", digest_of(body), len(body), body, role=role)
         )
     for path, body in sorted(environment_files(case).items()):
-        problem = relative_path_problem(path) or tree.clash(path)
+        problem = export_path_problem(path) or tree.clash(path)
         if problem:
             warnings.append(
                 ExportWarning(f"env.source.files.{path}", f"not written: {problem}", case_id)
@@ -449,7 +450,7 @@ def plan_case(
             PlannedFile(f"{dirname}/{path}", digest_of(body), len(body), body, role=ROLE_ENV_FILE)
         )
     for sf in shared_files:
-        problem = destination_problem(sf.dest)
+        problem = export_destination_problem(sf.dest)
         if problem is None:
             clash = tree.clash(sf.dest)
             if clash:

@@ -45,7 +45,11 @@ from caseshelf.domain.export import (
     file_mode,
     render_yaml,
 )
-from caseshelf.domain.paths import case_dir_name, destination_problem, relative_path_problem
+from caseshelf.domain.paths import (
+    case_dir_name,
+    export_destination_problem,
+    export_path_problem,
+)
 
 ROW_FILES = {"jsonl": "cases.jsonl", "parquet": "cases.parquet", "inspect": "samples.jsonl"}
 ROW_COLUMNS = (
@@ -84,7 +88,7 @@ def _companions(
     base = f"files/{case_dir_name(case_id)}"
     out = []
     for path, entry in sorted(own.items()):
-        problem = relative_path_problem(path)
+        problem = export_path_problem(path)
         if problem:
             warnings.append(ExportWarning(f"files.{path}", f"skipped: {problem}", case_id))
             continue
@@ -435,7 +439,7 @@ def plan_row_window(
             own = {path for path, _ in files}
             base = f"files/{case_dir_name(case_id)}"
             for path, body in sorted(environment_files(case).items()):
-                if path in own or relative_path_problem(path):
+                if path in own or export_path_problem(path):
                     continue  # a file of the case wins, as in a case directory
                 f = PlannedFile(f"{base}/{path}", digest_of(body), len(body), body, role=ROLE_DATA)
                 files.append((path, f))
@@ -486,7 +490,7 @@ def shared_row_files(shared_files: Sequence[SharedEntry]) -> list[PlannedFile]:
     return [
         PlannedFile(f"shared/{s.dest}", s.digest, s.size, role=ROLE_SHARED)
         for s in shared_files
-        if destination_problem(s.dest) is None
+        if export_destination_problem(s.dest) is None
     ]
 
 
@@ -676,7 +680,7 @@ def plan_harbor_case(
     for path in sorted(own):
         entry = own[path]
         target = _harbor_target(path, kind)
-        problem = relative_path_problem(target) or tree.clash(target)
+        problem = export_path_problem(target) or tree.clash(target)
         if problem:
             warnings.append(ExportWarning(f"files.{path}", f"skipped: {problem}", case_id))
             continue
@@ -691,7 +695,7 @@ def plan_harbor_case(
         app_files = any(f.path.startswith(f"{dirname}/environment/app/") for f in planned)
         for path, body in sorted(environment_files(case).items()):
             target = path if path.startswith("tests/") else f"environment/app/{path}"
-            if relative_path_problem(target) or tree.clash(target):
+            if export_path_problem(target) or tree.clash(target):
                 warnings.append(
                     ExportWarning(f"env.source.files.{path}", "not written: clash", case_id)
                 )
@@ -730,7 +734,7 @@ def plan_harbor_case(
                 add("solution/solve.sh", _row_solution(truth), 0o755)
     for sf in shared_files:
         dest = f"environment/{sf.dest}"
-        problem = destination_problem(sf.dest) or tree.clash(dest)
+        problem = export_destination_problem(sf.dest) or tree.clash(dest)
         if problem:
             warnings.append(
                 ExportWarning(f"shared file {sf.dest!r}", f"skipped: {problem}", case_id)

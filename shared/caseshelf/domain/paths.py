@@ -62,22 +62,91 @@ def reserved_form(segment: str) -> str:
     return unicodedata.normalize("NFC", segment).rstrip(". ").casefold()
 
 
+# What every file system an export may land on takes (ext4, APFS, NTFS: 255 bytes a name), and a
+# path short enough that the case directory and a destination still fit macOS's 1,024-byte
+# PATH_MAX: a longer one is refused at registration (`case_file_problem`, `destination_problem`).
+SEGMENT_MAX_BYTES = 255
+PATH_MAX_BYTES = 1024
+# Windows device names: a file or directory named so (with any extension) is the device.
+_DEVICE = re.compile(r"^(?:con|prn|aux|nul|conin\$|conout\$|(?:com|lpt)[0-9\u00b9\u00b2\u00b3])$")
+PATH_LIMITS = (
+    f"a path segment is at most {SEGMENT_MAX_BYTES} bytes, a path at most {PATH_MAX_BYTES} bytes "
+    "(UTF-8), and no segment is a Windows device name (CON, PRN, AUX, NUL, COM0-9, LPT0-9, with "
+    "any extension) or ends in '.' or ' ': rename it to fit"
+)
+
+
+def is_device_name(segment: str) -> bool:
+    """`con`, `NUL.txt`, `lpt1.tar.gz`, `com1 .log`: the name Windows takes for a device."""
+    return _DEVICE.match(segment.split(".", 1)[0].rstrip(" ").casefold()) is not None
+
+
+def portable_segment_problem(segment: str) -> str | None:
+    """Why one path segment cannot be written on every system an export may land on."""
+    size = len(segment.encode("utf-8"))
+    if size > SEGMENT_MAX_BYTES:
+        return f"has a segment of {size} bytes ({segment[:40]!r}...)"
+    if is_device_name(segment):
+        return f"holds {segment!r}, a Windows device name"
+    if segment.endswith((".", " ")):
+        return f"holds {segment!r}, which ends in {segment[-1]!r} (Windows drops it)"
+    return None
+
+
+def length_problem(path: str) -> str | None:
+    """Why `path` is too long to write anywhere: a segment over 255 bytes or a path over
+    1,024 (the export skips such a file of a version registered before the limits)."""
+    size = len(path.encode("utf-8"))
+    if size > PATH_MAX_BYTES:
+        return f"is {size} bytes long; {PATH_LIMITS}"
+    for part in path.split("/"):
+        if len(part.encode("utf-8")) > SEGMENT_MAX_BYTES:
+            return f"{portable_segment_problem(part)}; {PATH_LIMITS}"
+    return None
+
+
+def export_path_problem(path: str) -> str | None:
+    """Why an export does not write a file of a case at `path` (it skips it with a warning):
+    not a safe relative path, or too long to write (a version registered before the limits)."""
+    return relative_path_problem(path) or length_problem(path)
+
+
+def portable_path_problem(path: str) -> str | None:
+    """Why a stored path is refused at registration: too long (`length_problem`), or a
+    segment Windows cannot hold (`portable_segment_problem`), with the limits stated."""
+    problem = length_problem(path)
+    if problem:
+        return problem
+    for part in path.split("/"):
+        problem = portable_segment_problem(part)
+        if problem:
+            return f"{problem}; {PATH_LIMITS}"
+    return None
+
+
 # Names that are never a case's own file at any depth: agent configuration a pod would act on.
 AGENT_CONFIG_NAMES = frozenset({".claude"})
 # Names never a case's own file at the top of its directory (the pod's hook directory).
 TOP_ONLY_CASE_NAMES = frozenset({"hooks"})
 
 
-def destination_problem(dest: str) -> str | None:
-    """Why a shared-file destination is refused: the relative-path rules plus reserved names,
-    matched on every segment as a file system may read it (`reserved_form`)."""
+def export_destination_problem(dest: str) -> str | None:
+    """Why an export does not write a shared file at `dest`: the relative-path rules, reserved
+    names matched on every segment as a file system may read it (`reserved_form`), and the
+    length limits."""
     problem = relative_path_problem(dest)
     if problem:
         return problem
     for part in PurePosixPath(dest).parts:
         if reserved_form(part) in RESERVED_NAMES:
             return f"lands on the reserved name {part!r}"
-    return None
+    return length_problem(dest.strip("/"))
+
+
+def destination_problem(dest: str) -> str | None:
+    """Why a shared-file destination is refused when given: `export_destination_problem`,
+    and a segment Windows cannot hold (`portable_path_problem`)."""
+    return export_destination_problem(dest) or portable_path_problem(dest.strip("/"))
 
 
 def case_file_problem(path: str) -> str | None:
@@ -99,7 +168,7 @@ def case_file_problem(path: str) -> str | None:
         return f"starts with {parts[0]!r}: a hook directory never reaches a pod from a case"
     if len(parts) == 1 and top in RESERVED_NAMES and parts[0] != top:
         return f"is a spelling of the reserved name {top!r}: write it as {top!r}"
-    return None
+    return portable_path_problem(path)
 
 
 def case_file_clash(paths: list[str]) -> tuple[str, str] | None:
@@ -172,12 +241,26 @@ def _legacy_dir_name(case_id: str) -> str:
     return "".join(out)
 
 
+def _portable_base(case_id: str) -> str:
+    """The readable part of a case directory's name: the legacy encoding, except that an id
+    Windows cannot hold as a name (a device name such as `con` or `lpt1.txt`, or one ending in
+    '.') is always encoded (`~con`, `~lpt1%2Etxt`, `~a%2E`), so it differs from every plain
+    id there too (`a.` and `a` are one name on Windows)."""
+    base = _legacy_dir_name(case_id)
+    if base.startswith("~") or not (is_device_name(base) or base.endswith(".")):
+        return base
+    return "~" + "".join(
+        ch if ch.isascii() and (ch.isalnum() or ch in "_-") else f"%{ord(ch):02X}" for ch in base
+    )
+
+
 def case_dir_name(case_id: str) -> str:
     """Map a case id to a directory name: safe, at most `DIR_NAME_MAX` bytes, and distinct
     for distinct ids even on a case-insensitive file system.
 
-    The readable part: the id itself for ids of `[A-Za-z0-9._-]` that do not start with '.' and
-    are not the name of a file at the export root (`EXPORT_ROOT_FILES`); anything else is `~` +
+    The readable part: the id itself for ids of `[A-Za-z0-9._-]` that do not start with '.', are
+    not the name of a file at the export root (`EXPORT_ROOT_FILES`), are no Windows device name
+    (`con`, `lpt1.txt`) and do not end in '.'; anything else is `~` +
     percent-encoding of its UTF-8 bytes, with only `[A-Za-z0-9_-]` left as they are, so the
     name never contains '/', never starts with '.', and can never equal '.' or '..'.
 
@@ -187,7 +270,7 @@ def case_dir_name(case_id: str) -> str:
     keeps the first `_SHORT_PREFIX` bytes of its readable part and ends in `~~` + 32 hex of the
     id's sha256; `case_id_from_dir` cannot invert those, an export's `manifest.json` does.
     """
-    base = _legacy_dir_name(case_id)
+    base = _portable_base(case_id)
     mask = _upper_mask(base)
     name = f"{base}{_CASE_MARK}{mask:x}" if mask else base
     if len(name) <= DIR_NAME_MAX:  # (all ASCII: characters are bytes)
@@ -246,5 +329,5 @@ def case_id_from_dir(name: str) -> str:
 
 def accepted_dir_names(case_id: str) -> frozenset[str]:
     """The directory names an export may hold for `case_id`: today's, and the one exports
-    written before case marks and shortening used (still read back)."""
+    written before case marks, shortening and device-name encoding used (still read back)."""
     return frozenset({case_dir_name(case_id), _legacy_dir_name(case_id)})

@@ -9,8 +9,8 @@ whose row groups follow the windows (the same rows and schema).
 
 Where it goes is a `Sink`:
 
-- `DirectorySink`: a hidden temporary sibling of the destination, renamed into place at the end
-  (a directory that has `manifest.json` is complete);
+- `DirectorySink`: a hidden staging directory inside the destination, moved into place at the
+  end, `manifest.json` last (a directory that has `manifest.json` is complete);
 - `StoreSink`: a key prefix; files are put by a pool of threads with a bounded queue, the row file
   and the manifest are staged in a local scratch directory and uploaded from disk
   (`BlobStore.put_file`), the bundle (when asked) is built in scratch as the files go by, and
@@ -62,6 +62,7 @@ from caseshelf.domain.export_formats import (
 from caseshelf.extras import require
 from caseshelf.ports import BlobStore
 from caseshelf.services.pull import Progress
+from caseshelf.services.staging import Staging
 
 CASE_FORMATS = ("case-dirs", "harbor")
 # Formats that can refuse a case (no instruction text, no verifier): checked in a first pass over
@@ -105,17 +106,18 @@ def _body(f: PlannedFile, bodies: Mapping[str, bytes]) -> bytes:
 
 
 class DirectorySink:
-    """Files under a hidden temporary directory `tmp`, renamed to `dest` by `commit`.
+    """Files under the hidden staging directory inside the destination, moved into place by
+    `commit` (`caseshelf.services.staging`).
 
     Each `write` (a case's files) is handed to one of `workers` threads, at most a few windows'
     worth queued: creating a file and a directory is a system call that waits on the file
     system with the interpreter lock released, so several in flight write a tree faster than
     one after the other (`bench/bench_export.py`, `export-dir`, against `cp -r`)."""
 
-    def __init__(self, tmp: Path, dest: Path, *, workers: int = 8) -> None:
-        self.tmp = tmp
-        self.root = str(tmp)
-        self.dest = dest
+    def __init__(self, staging: Staging, *, workers: int = 8) -> None:
+        self.staging = staging
+        self.tmp = staging.start()
+        self.root = str(self.tmp)
         self.pool = ThreadPoolExecutor(max_workers=workers)
         self.pending: deque[Future[None]] = deque()
         self.max_pending = 16 * workers
@@ -153,16 +155,14 @@ class DirectorySink:
     def commit(self) -> None:
         self._settle(0)
         self.pool.shutdown(wait=True)
-        if self.dest.exists():
-            self.dest.rmdir()  # empty, checked at staging; rename needs the name free
-        self.tmp.rename(self.dest)
+        self.staging.commit()
 
     def abort(self) -> None:
         for fut in self.pending:
             fut.cancel()
         self.pool.shutdown(wait=True)
         self.pending.clear()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.staging.abort()
 
 
 class BundleWriter:

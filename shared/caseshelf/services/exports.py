@@ -3,8 +3,9 @@
 The layout is decided by the pure `caseshelf.domain.export`; this module gathers its inputs (the
 selected cases, the file bodies) and applies it to a target:
 
-- a local directory, written into a hidden temporary sibling and renamed into place, so a
-  directory that looks complete (has `manifest.json`) is complete;
+- a local directory, written into a hidden directory inside it and moved into place,
+  `manifest.json` last (`caseshelf.services.staging`), so a directory that looks complete (has
+  `manifest.json`) is complete, and a mount point is a destination like any other;
 - an object store prefix (the registry bucket under `t/<tenant>/exports/<export id>/`, or any
   `s3://bucket/prefix/`), uploaded concurrently, then (when asked) the bundle at the sibling key
   `<prefix without its slash>.bundle.tar.gz`, outside the listed prefix, then `manifest.json`
@@ -29,7 +30,6 @@ import base64
 import binascii
 import logging
 import re
-import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -71,6 +71,7 @@ from caseshelf.services.export_stream import (
 from caseshelf.services.pull import Progress, current_progress
 from caseshelf.services.registry import RegistryService
 from caseshelf.services.selection import SelectionService
+from caseshelf.services.staging import Staging
 from caseshelf.services.storage import read_blobs
 from caseshelf.services.windowread import WholePacks, read_ahead, window_cases
 from caseshelf.services.workspace import EvalConfig, Roots, collect_case_tree, resolve_shared
@@ -499,7 +500,7 @@ class ExportService:
         if target.directory is not None:
             if spec.fmt in REFUSING_FORMATS:
                 check_cases(spec, windows, None)
-            sink = DirectorySink(self._directory_staging(target.directory), target.directory)
+            sink = DirectorySink(self._directory_staging(target.directory))
         else:
             store, prefix = target.store, target.prefix
             assert store is not None
@@ -645,16 +646,14 @@ class ExportService:
             bytes=nbytes,
         )
 
-    def _directory_staging(self, dest: Path) -> Path:
-        """The hidden temporary sibling an export to `dest` is written into."""
-        if dest.is_symlink():
-            raise BadRequest(f"export destination {dest} is a symlink", path=str(dest))
-        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+    def _directory_staging(self, dest: Path) -> Staging:
+        """The locked destination an export to `dest` is staged inside (what a killed run left
+        there is removed first); it must hold nothing else."""
+        staging = Staging(dest, what="export destination")
+        if any(dest.iterdir()):
+            staging.abort()
             raise Conflict(f"export destination {dest} exists and is not empty", path=str(dest))
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.parent / f".{dest.name}.export-{secrets.token_hex(6)}"
-        tmp.mkdir()
-        return tmp
+        return staging
 
 
 def _request_shared(

@@ -4,7 +4,9 @@ Every listed key is checked before anything is written: a key that would land ou
 destination stops the pull and is named (CWE-22); every key but the manifest must be a file of
 the manifest and match its digest (a `bundle.tar.gz` inside the prefix, as older exports wrote
 it, is left out). The download goes into a hidden temporary directory; only a verified download
-is moved into place, manifest last, so a directory that has `manifest.json` is complete.
+is moved into place, manifest last, so a directory that has `manifest.json` is complete. The
+hidden directory is inside the destination (`caseshelf.services.staging`), so a destination that
+is a mount point (a pod's volume) works as any other, and what a killed pull left is removed.
 
 `--bundle` fetches the bundle at the sibling key `<prefix without its slash>.bundle.tar.gz`
 (outside the prefix, so a pod listing the prefix never downloads it), or, for an older export,
@@ -16,8 +18,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import secrets
-import shutil
 import tarfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -37,6 +37,7 @@ from caseshelf.domain.export import (
 )
 from caseshelf.domain.paths import relative_path_problem
 from caseshelf.ports import BlobStore
+from caseshelf.services.staging import Staging
 
 DEFAULT_CONCURRENCY = 16
 
@@ -116,50 +117,17 @@ def _check(rel: str, data: bytes, manifest: ExportManifest, key: str) -> None:
         )
 
 
-class _Staging:
-    """A hidden temporary directory next to `dest`, moved into place only when complete."""
-
-    def __init__(self, dest: Path) -> None:
-        self.dest = dest
-        if dest.is_symlink():
-            raise BadRequest(f"destination {dest} is a symlink", path=str(dest))
-        if dest.exists() and not dest.is_dir():
-            raise BadRequest(f"destination {dest} is not a directory", path=str(dest))
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = dest.parent / f".{dest.name}.pull-{secrets.token_hex(6)}"
-        self.tmp.mkdir()
-        self.dirs: set[str] = set()
-
-    def write(self, rel: str, data: bytes, mode: int | None = None) -> None:
-        parent = rel.rpartition("/")[0]
-        if parent and parent not in self.dirs:
-            (self.tmp / parent).mkdir(parents=True, exist_ok=True)
-            self.dirs.add(parent)
-        with open(self.tmp / rel, "wb") as fh:
-            fh.write(data)
-        if mode is not None:
-            (self.tmp / rel).chmod(mode)
-
-    def commit(self, manifest: bytes) -> None:
-        """Move into place, manifest last."""
-        if not self.dest.exists():
-            (self.tmp / MANIFEST_NAME).write_bytes(manifest)
-            self.tmp.rename(self.dest)
-            return
-        try:
-            self.dest.rmdir()
-            (self.tmp / MANIFEST_NAME).write_bytes(manifest)
-            self.tmp.rename(self.dest)
-            return
-        except OSError:
-            pass  # a mount point cannot be replaced: move the entries in instead
-        for child in sorted(self.tmp.iterdir()):
-            child.rename(self.dest / child.name)
-        self.tmp.rmdir()
-        (self.dest / MANIFEST_NAME).write_bytes(manifest)
-
-    def abort(self) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
+def _write(tmp: Path, rel: str, data: bytes, mode: int | None, made: set[str]) -> None:
+    """Write one file under the staging directory (`made`: the directories made so far)."""
+    path = tmp / rel
+    parent = rel.rpartition("/")[0]
+    if parent and parent not in made:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        made.add(parent)
+    with open(path, "wb") as fh:
+        fh.write(data)
+    if mode is not None:
+        path.chmod(mode)
 
 
 def _already_there(dest: Path, export_id: str | None) -> PullResult | None:
@@ -202,9 +170,10 @@ def pull(
             key=prefix + MANIFEST_NAME,
         ) from None
     manifest = parse_manifest(manifest_bytes)
-    found = _already_there(dest, manifest.export_id)
-    if found is not None:
-        return found
+    if (dest / MANIFEST_NAME).is_file():  # complete: nothing to write (or another export)
+        found = _already_there(dest, manifest.export_id)
+        if found is not None:
+            return found
     total_bytes = sum(size for _, size in manifest.files.values())
     progress.start(manifest.case_count, len(manifest.files), total_bytes)
     if bundle:
@@ -230,14 +199,18 @@ def pull(
             + ", ".join(missing[:20]),
             missing=missing[:50],
         )
-    staging = _Staging(dest)
     total = 0
-    try:
+    with Staging(dest, what="destination") as staging:
+        found = _already_there(dest, manifest.export_id)
+        if found is not None:
+            return found
+        tmp = staging.start()
+        made: set[str] = set()
 
         def fetch(key: str, rel: str) -> int:
             data = store.get(key)
             _check(rel, data, manifest, key)
-            staging.write(rel, data, manifest.modes.get(rel))
+            _write(tmp, rel, data, manifest.modes.get(rel), made)
             return len(data)
 
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
@@ -247,9 +220,6 @@ def pull(
                 total += n
                 progress.advance(1, n)
         staging.commit(manifest_bytes)
-    except BaseException:
-        staging.abort()
-        raise
     # GETs: the manifest and one per file (listing pages not counted).
     return PullResult(
         dest, manifest.export_id, manifest.case_count, len(wanted), total, 1 + len(wanted)
@@ -300,18 +270,19 @@ def install_bundle(bundle: bytes, dest: Path, *, manifest_bytes: bytes | None = 
     if manifest_bytes is not None and inner != manifest_bytes:
         raise Upstream(f"the bundle's manifest differs from {MANIFEST_NAME}")
     manifest = parse_manifest(inner)
-    found = _already_there(dest, manifest.export_id)
-    if found is not None:
-        return found
-    staging = _Staging(dest)
     seen: set[str] = set()
     total = 0
-    try:
+    with Staging(dest, what="destination") as staging:
+        found = _already_there(dest, manifest.export_id)
+        if found is not None:
+            return found
+        tmp = staging.start()
+        made: set[str] = set()
         for rel, data in members:
             if rel == MANIFEST_NAME:
                 continue
             _check(rel, data, manifest, f"{BUNDLE_NAME}:{rel}")
-            staging.write(rel, data, manifest.modes.get(rel))
+            _write(tmp, rel, data, manifest.modes.get(rel), made)
             seen.add(rel)
             total += len(data)
         missing = sorted(set(manifest.files) - seen)
@@ -320,7 +291,4 @@ def install_bundle(bundle: bytes, dest: Path, *, manifest_bytes: bytes | None = 
                 f"{BUNDLE_NAME} lacks {len(missing)} file(s) of the manifest", missing=missing[:50]
             )
         staging.commit(inner)
-    except BaseException:
-        staging.abort()
-        raise
     return PullResult(dest, manifest.export_id, manifest.case_count, len(seen), total, 1)
