@@ -102,9 +102,15 @@ def tracing_enabled(env: Mapping[str, str] | None = None) -> bool:
     return on_lambda and not env.get("AWS_SAM_LOCAL")
 
 
+# What X-Ray traces besides the handler: the AWS calls (S3, DynamoDB, Secrets Manager), through
+# botocore. Powertools' default patches every library the X-Ray SDK knows, importing each one
+# (requests, sqlite3, httpx, ...) on the cold path whether the function uses it or not.
+TRACED_MODULES = ("botocore",)
+
+
 def make_tracer() -> Tracer:
     if tracing_enabled():
-        return Tracer(service=SERVICE)
+        return Tracer(service=SERVICE, patch_modules=TRACED_MODULES)
     return Tracer(service=SERVICE, disabled=True, auto_patch=False, provider=NoopTracingProvider())
 
 
