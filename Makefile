@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test fuzz bench lint format openapi schemas clean deploy-ui dist
+.PHONY: run test fuzz bench lint format openapi schemas clean deploy-ui dist lambda-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,13 @@ test: $(VENV)/.installed-dev $(HARBOR_STAMP) $(SAM_STAMP)
 FUZZ_EXAMPLES ?= 200
 fuzz: $(VENV)/.installed-dev
 	CASESHELF_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:randomly tests/e2e/test_api_fuzz.py
+
+# The functions in the Lambda emulation (tests/lambda_emulation.py) at the sizes users reach,
+# each figure printed against its limit; fails when one is missed (docs/operations.md).
+# LAMBDA_CHECK="--only layer coldstart" or "--scale 0.1" runs part of it.
+LAMBDA_CHECK ?=
+lambda-check: $(VENV)/.installed-dev
+	$(BIN)/python bench/lambda_check.py $(LAMBDA_CHECK)
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/python scripts/check_commits.py

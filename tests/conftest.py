@@ -46,6 +46,7 @@ share_aws_models()  # one parse of the AWS models per test process, not one per 
 SLOW_FIRST = (
     "tests/integration/test_sam_cli.py",  # on a clean clone, the layer's first build: minutes
     "tests/e2e/test_ui_browser.py",
+    "tests/lambda/test_functions.py",  # the functions' cold starts in the Lambda emulation
     "tests/contract/test_chunks_contract.py",
     "tests/contract/test_registry_contract.py",
     "tests/integration/test_export_formats.py",

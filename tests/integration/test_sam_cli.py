@@ -5,9 +5,10 @@ in samconfig.toml: it deploys the built template with the capabilities the templ
 
 The build downloads the layer's dependencies for arm64 / Python 3.12 from PyPI the first time
 (about two minutes). As `sam build` does for a user (samconfig.toml: `cached = true`), later
-builds reuse them while requirements.txt is unchanged and copy the sources afresh: SAM keeps its
-record of what it built (`build.toml`, beside the build directory) and the dependencies
-(`.aws-sam/deps`, git-ignored). The test builds into a fresh directory each run and keeps that
+builds reuse the layer while shared/ is unchanged; when it changed, the layer's build
+(shared/Makefile) runs again with the wheels from pip's cache: SAM keeps its record of what it
+built (`build.toml`, beside the build directory) and the builds (`.aws-sam/cache`,
+git-ignored). The test builds into a fresh directory each run and keeps that
 record at `.aws-sam/tests-build.toml`, so a second run takes seconds; a clean clone has none and
 builds everything. So that a fresh clone's suite does not wait for it, the build starts as soon
 as the test is collected (`tests/integration/conftest.py`) and runs while the other tests do.
@@ -140,6 +141,10 @@ def test_sam_build_builds_every_function_and_the_layer_without_a_container(
     # The layer's dependencies are built for the functions' arm64 / Python 3.12 runtime
     assert list((layer / "pyarrow").glob("*.cpython-312-aarch64-linux-gnu.so"))
     assert list((layer / "pydantic_core").glob("*.cpython-312-aarch64-linux-gnu.so"))
+    # ... and byte-compiled for it (/opt is read-only at run time: shared/Makefile)
+    for module in ("caseshelf/bootstrap", "boto3/session", "pydantic/main"):
+        source = layer / f"{module}.py"
+        assert (source.parent / "__pycache__" / f"{source.stem}.cpython-312.pyc").is_file()
     # The record of this build, for the next run (written whole, then moved into place)
     BUILD_RECORD.parent.mkdir(exist_ok=True)
     saving = BUILD_RECORD.with_suffix(f".{os.getpid()}")

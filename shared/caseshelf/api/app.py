@@ -57,10 +57,16 @@ def tracing_enabled(env: Mapping[str, str] | None = None) -> bool:
     return on_lambda and not env.get("AWS_SAM_LOCAL")
 
 
+# What X-Ray traces besides the handler: the AWS calls (S3, DynamoDB, Secrets Manager), through
+# botocore. Powertools' default patches every library the X-Ray SDK knows, importing each one
+# (requests, sqlite3, httpx, ...) on the cold path whether the function uses it or not.
+TRACED_MODULES = ("botocore",)
+
+
 def make_tracer() -> Tracer | None:
     """The X-Ray tracer on Lambda; elsewhere none (the X-Ray SDK is the `aws` extra's, and even
     a disabled Powertools Tracer imports it)."""
-    return Tracer(service=SERVICE) if tracing_enabled() else None
+    return Tracer(service=SERVICE, patch_modules=TRACED_MODULES) if tracing_enabled() else None
 
 
 # stderr: on Lambda both streams are the function's log; in process (the embedded client, the CLI)
