@@ -186,6 +186,25 @@ def test_a_row_over_the_size_limit_is_413_naming_the_row(tmp_path: Path, big_row
 
 
 @pytest.mark.usefixtures("small_blocks")
+@pytest.mark.parametrize("long_row", [300, 301])
+def test_a_line_past_the_line_limit_is_refused_as_in_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forked: list[int], long_row: int
+) -> None:
+    # (a line is measured as it spans reads: a read far shorter than the line)
+    monkeypatch.setattr(sources, "READ_CHUNK", 256)
+    monkeypatch.setattr(sources, "MAX_LINE_BYTES", 4096)
+    path = tmp_path / "rows.jsonl"
+    rows = [{"q": "x", "a": "#### 1", "level": "easy"} for _ in range(600)]
+    rows[long_row]["q"] = "y" * 5000
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    svc = services(tmp_path, 2)
+    with pytest.raises(TooLarge, match="longer than 4096 bytes"):
+        run(svc, path)
+    assert_nothing_registered(svc)
+    assert_reaped(forked)
+
+
+@pytest.mark.usefixtures("small_blocks")
 def test_a_limit_reads_the_first_rows_in_this_process(tmp_path: Path, forked: list[int]) -> None:
     path = rows_file(tmp_path / "rows.jsonl", 2000)
     done = run(services(tmp_path, 2), path, limit=1234)

@@ -63,6 +63,16 @@ def test_a_counted_block_has_the_lines_and_rows_a_reader_finds(tmp_path, data):
     assert read.rows == 1 + len(rows)
 
 
+def test_counting_a_line_that_never_ends_refuses_it_as_reading_does(tmp_path, monkeypatch):
+    # (a line past the limit is never held whole, by a reader or a counter)
+    monkeypatch.setattr(sources, "READ_CHUNK", 8)
+    monkeypatch.setattr(sources, "MAX_LINE_BYTES", 100)
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'{"q": "a"}\n{"q": "' + b"x" * 500 + b'"}\n')
+    with pytest.raises(TooLarge, match="longer than 100 bytes"):
+        sources.count_rows(path, 0, path.stat().st_size, sources.Tally())
+
+
 def test_blocks_start_just_past_a_line_end(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_bytes(b"aaaa\nbb\ncccccccc\nd\n")

@@ -750,26 +750,16 @@ def _line_end_after(fh: IO[bytes], offset: int, size: int) -> int | None:
     return None
 
 
-# The byte pairs a line of whitespace alone (no row: `_jsonl`) starts with, after a line end.
-_BLANK_STARTS = tuple(b"\n" + bytes([c]) for c in b"\n \t\r\x0b\x0c")
-
-
 def count_rows(path: Path, start: int, end: int, at: Tally) -> None:
-    """Move `at` past the lines and rows between `start` and `end` of a jsonl file, as `_jsonl`
-    reads them (a line of whitespace alone is no row), without parsing them. Line ends are
-    counted in C; the lines are looked at one by one only where one may be blank."""
+    """Move `at` past the lines and rows between `start` and `end` of a jsonl file as `_jsonl`
+    reads them (a line of whitespace alone is no row), without parsing them: the lines are
+    read and split as `_jsonl` reads them, and looked at in C."""
     with path.open("rb") as fh:
         fh.seek(start)
-        data = fh.read(end - start)
-    lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-    blank = 0
-    if data[:1].isspace() or any(pair in data for pair in _BLANK_STARTS):
-        pieces = data.split(b"\n")
-        if data.endswith(b"\n"):
-            pieces.pop()
-        blank = sum(1 for piece in pieces if not piece.strip())
-    at.lines += lines
-    at.rows += lines - blank
+        for lines in _lines(fh, end - start):
+            blank = lines.count(b"") + sum(map(bytes.isspace, lines))
+            at.lines += len(lines)
+            at.rows += len(lines) - blank
 
 
 def _jsonl_part(
