@@ -1,8 +1,14 @@
-"""The floor for registration: parse a dataset file with orjson and sha256 each case's canonical
-JSON (sorted keys), nothing else. Registration cannot be faster than this; the register benchmark
-reports its wall time as a multiple of it.
+"""The floor for registration and import: parse, build each case's canonical JSON (sorted keys)
+and sha256 it, nothing else. Registration or an import cannot be faster than this; the register
+and import-floor benchmarks report their wall time as a multiple of it.
+
+- a dataset document: parse it whole with orjson, then dump and hash each of its cases;
+- `--rows`: a GSM8K-shaped jsonl file, one row a line, each row built into the case the
+  `recipes/gsm8k.yaml` import registers (id, prompt, ground truth after `####`, solution,
+  grader) before it is dumped and hashed.
 
 Usage: python bench/floor_parse_hash.py DATASET.json   (prints one JSON line)
+       python bench/floor_parse_hash.py --rows ROWS.jsonl
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import hashlib
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -18,14 +25,45 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import emit, peak_rss_mb
 
+GRADERS = [{"id": "answer-match", "config": {"mode": "numeric"}}]
 
-def main(path: str) -> None:
-    start, cpu = time.perf_counter(), time.process_time()
+
+def document_digests(path: str) -> list[str]:
     doc = orjson.loads(Path(path).read_bytes())
-    digests = [
+    return [
         hashlib.sha256(orjson.dumps(case, option=orjson.OPT_SORT_KEYS)).hexdigest()
         for case in doc["cases"]
     ]
+
+
+def row_case(index: int, row: dict[str, Any]) -> dict[str, Any]:
+    answer = row["answer"]
+    return {
+        "id": f"gsm8k-{index}",
+        "env": {"kind": "prompt"},
+        "inputs": {"user": row["question"]},
+        "expectations": {
+            "ground_truth": answer.rpartition("####")[2].strip(),
+            "details": {"solution": answer},
+        },
+        "graders": GRADERS,
+    }
+
+
+def row_digests(path: str) -> list[str]:
+    digests = []
+    with open(path, "rb") as fh:
+        for index, line in enumerate(fh):
+            case = row_case(index, orjson.loads(line))
+            digests.append(
+                hashlib.sha256(orjson.dumps(case, option=orjson.OPT_SORT_KEYS)).hexdigest()
+            )
+    return digests
+
+
+def main(argv: list[str]) -> None:
+    start, cpu = time.perf_counter(), time.process_time()
+    digests = row_digests(argv[1]) if argv[0] == "--rows" else document_digests(argv[0])
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     emit(
         {
@@ -39,4 +77,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

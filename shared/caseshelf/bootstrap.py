@@ -88,6 +88,10 @@ class Settings(BaseModel):
     # by CASESHELF_MANIFEST_CACHE_BYTES when that is set.
     memory_mb: int = Field(default=1024, ge=128)
     manifest_cache_bytes: int | None = Field(default=None, ge=0)
+    # How many processes an import may use on a plain local jsonl file (Hugging Face
+    # `datasets`' `num_proc`): 1, the import in this process, unless set; always 1 on the AWS
+    # backend and in a Lambda function (`load_settings`).
+    num_proc: int = Field(default=1, ge=1, le=64)
 
     @property
     def sources_fenced(self) -> bool:
@@ -123,7 +127,10 @@ _ENV = {
     "cors_origins": "CASESHELF_CORS_ORIGINS",
     "memory_mb": "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
     "manifest_cache_bytes": "CASESHELF_MANIFEST_CACHE_BYTES",
+    "num_proc": "CASESHELF_NUM_PROC",
 }
+# Set by the Lambda runtime in every function.
+LAMBDA_ENV = "AWS_LAMBDA_FUNCTION_NAME"
 _LISTS = frozenset({"roles", "source_hosts", "source_buckets", "cors_origins"})
 
 
@@ -145,6 +152,9 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         raise BadRequest(f"setting {_ENV.get(name, name)}: {err['msg']}", field=name) from None
     if settings.backend == "aws" and not (settings.bucket and settings.table):
         raise BadRequest("CASESHELF_BACKEND=aws needs CASESHELF_BUCKET and CASESHELF_TABLE")
+    if settings.num_proc > 1 and (settings.backend == "aws" or env.get(LAMBDA_ENV)):
+        # A function has a share of a core and may have no /dev/shm: one process.
+        settings = settings.model_copy(update={"num_proc": 1})
     return settings
 
 
@@ -375,7 +385,9 @@ def build_import_services(
             return str(objects / key)
 
     reader_for = fenced_reader_for(settings) if settings.sources_fenced else _open_reader(remote)
-    imports = ImportService(registry, recipes, reader_for=reader_for, hf=hf, tokens=tokens)
+    imports = ImportService(
+        registry, recipes, reader_for=reader_for, hf=hf, tokens=tokens, num_proc=settings.num_proc
+    )
 
     def jobs() -> JobService:
         from caseshelf.services.jobs import JobService

@@ -100,7 +100,7 @@ class GatedReader:
             raise RuntimeError("the gate never opened")
         yield from self.inner.rows(source)
 
-    def offload(self, source: Any, *, limit: int | None = None) -> None:
+    def offload(self, source: Any, *, limit: int | None = None, num_proc: int = 1) -> None:
         return None
 
 

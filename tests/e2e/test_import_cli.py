@@ -151,3 +151,40 @@ def test_a_directory_of_json_tasks_imports_with_the_file_stem_as_id(tmp_path):
         ("aa11", "Transform: [[1,2]]"),
         ("bb22", "Transform: [[3]]"),
     ]
+
+
+def test_import_with_num_proc_registers_the_version_of_one_process(tmp_path):
+    # Given a jsonl file of a few blocks (`SPLIT_BLOCK_BYTES`), imported in one process
+    path = tmp_path / "rows.jsonl"
+    answer = "step one; step two; " * 25
+    with path.open("w") as fh:
+        for i in range(16_000):
+            fh.write(json.dumps({"question": f"question {i}?", "answer": f"{answer}#### {i}"}))
+            fh.write("\n" if i % 1000 else "\n\n")
+    args = ("import", path, "--recipe", "recipes/gsm8k.yaml", "--json")
+    one = caseshelf(tmp_path, *args, "--dataset", "one", process=True)
+    assert one.returncode == 0, one.stderr
+    # When it is imported with --num-proc 2 (and with CASESHELF_NUM_PROC=2)
+    two = caseshelf(tmp_path, *args, "--dataset", "two", "--num-proc", "2", process=True)
+    env = caseshelf(tmp_path, *args, "--dataset", "env", env={"CASESHELF_NUM_PROC": "2"})
+    # Then each registers the same cases
+    assert two.returncode == 0 and env.returncode == 0, two.stderr + env.stderr
+    digests = {json.loads(got.stdout)["content_digest"] for got in (one, two, env)}
+    assert len(digests) == 1
+    assert json.loads(two.stdout)["case_count"] == 16_000
+
+
+def test_num_proc_through_the_api_is_refused_naming_the_servers_setting(tmp_path):
+    got = caseshelf(
+        tmp_path,
+        "--api",
+        "http://127.0.0.1:9",
+        "import",
+        "x.jsonl",
+        "-r",
+        "gsm8k",
+        "--num-proc",
+        "2",
+    )
+    assert got.returncode == 2
+    assert "--num-proc" in got.stderr and "CASESHELF_NUM_PROC" in got.stderr

@@ -8,11 +8,9 @@ opened directly (the same decompressors, without smart_open's import cost on the
 Errors name the source and the line: a malformed JSON line, a CSV row with the wrong number of
 cells, a truncated or corrupt compressed stream.
 
-jsonl is read 128 KiB at a time (`READ_CHUNK`) and split into lines in one go. The work on a
-large local file's rows can run in a forked worker process (`SourceReader.offload`,
-`in_worker`): it reads, maps, canonicalises and hashes while the caller stores, and its errors
-come back as they are.
-A large plain jsonl file is shared in blocks by both processes (`split_jsonl`).
+jsonl is read 128 KiB at a time (`READ_CHUNK`) and split into lines in one go. With
+`num_proc` above 1, the work on a plain local jsonl file's rows is shared with forked worker
+processes, a block of the file at a time (`SourceReader.offload`, `split_jsonl`).
 """
 
 from __future__ import annotations
@@ -23,19 +21,14 @@ import csv
 import gzip
 import io
 import ipaddress
-import mmap
-import os
-import pickle
 import socket
-import sys
 import zlib
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from itertools import islice
 from pathlib import Path
-from typing import IO, Any, Generic, NamedTuple, TypeVar
+from typing import IO, Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
@@ -46,7 +39,6 @@ from caseshelf.domain.recipe import (
     FileSource,
     JsonlSource,
     JsonSource,
-    ParquetSource,
     display_url,
 )
 from caseshelf.domain.strictjson import loads as strict_loads
@@ -61,27 +53,16 @@ Work = Callable[[Iterator[tuple[int, dict[str, Any]]]], Iterator[Any]]
 Offload = Callable[[Work], Iterator[Any]]
 
 _DECODE_ERRORS: tuple[type[BaseException], ...] = (EOFError, zlib.error, OSError, ValueError)
-# Bytes read at a time from a jsonl stream. Every read is split, parsed and checked
-# (`parsed_exactly`) in several passes over its bytes: a read that stays in a core's cache makes
-# each pass cheaper. Reading, parsing and mapping 400,000 GSM8K-shaped rows took 5.2-5.5 us of CPU
-# a row at 32-128 KiB against 6.5-6.9 us at 1 MiB (best of 5, alternating, load average 2-4).
+# Bytes read at a time from a jsonl stream: each read is split, parsed and checked in several
+# passes, cheaper while it stays in a core's cache (~5.3 us of CPU a row against ~6.7 at 1 MiB).
 READ_CHUNK = 128 << 10
 # The longest jsonl line read (a row is one case: 4 MiB at most, and a mapped row is smaller).
 MAX_LINE_BYTES = 64 * 1024 * 1024
 # A compressed source streams, so its total is generous; the ratio bound stops a bomb early.
 SOURCE_LIMITS = archives.Limits(max_entries=0, max_total_bytes=64 * 1024**3)
-# A local file at least this large has its rows mapped in a worker process (`in_worker`).
-WORKER_MIN_BYTES = 4 << 20
-# A worker's record batches come over shared memory (`Handover`), at most this many (of up to
-# 4 MiB of records each) ahead of the importing process while that one is busy elsewhere: a
-# slot for each, large enough for a batch's records (up to `mapping.BATCH_BYTES`, and the case
-# that took it over, of at most the registry's 4 MiB) and its pickled columns; a larger one goes
-# through the pipe. Only the pages written are memory (a slot holds ~0.6 MB of GSM8K-sized rows).
-HANDOVER_SLOTS = 16
-HANDOVER_SLOT_BYTES = 9 << 20
-# A large plain jsonl file is cut at line ends into blocks of about this many bytes; the
-# importing process and the worker each take the next block neither has taken (`split_jsonl`).
-SPLIT_BLOCK_BYTES = 2 << 20
+# A plain jsonl file read by several processes is cut at line ends into blocks of about this
+# many bytes, dealt out to them in turn (`split_jsonl`).
+SPLIT_BLOCK_BYTES = 4 << 20
 
 
 display_name = display_url
@@ -248,35 +229,28 @@ class SourceReader:
                 return json_dir_rows(directory, name or display_name(url))
         return _rows_from_stream(source, lambda: self.open(url), name or display_name(url))
 
-    def offload(self, source: FileSource, *, limit: int | None = None) -> Offload | None:
-        """A way to run work over this source's rows (at most `limit`) in a second process,
-        when that pays: a large local jsonl or csv file, and a spare core to run it on. None
-        otherwise. Without a limit, a plain (uncompressed) jsonl file is shared: this process
-        and the worker each work on blocks of it (`split_jsonl`)."""
+    def offload(
+        self, source: FileSource, *, limit: int | None = None, num_proc: int = 1
+    ) -> Offload | None:
+        """A way to run work over this source's rows in `num_proc` processes (`split_jsonl`):
+        a plain (uncompressed) local jsonl file of two blocks or more, read whole (no `limit`).
+        None otherwise, and always with `num_proc` 1: the work runs in this process."""
         url = source.url if getattr(source, "text", None) is None else None
         if (
-            url is None
-            or isinstance(source, ParquetSource | JsonSource)
+            num_proc < 2
+            or limit is not None
+            or url is None
+            or not isinstance(source, JsonlSource)
             or not (_is_local(url) and self.policy.allow_local)
-            or not worker_available()
         ):
             return None
         path = Path(url.removeprefix("file://")).expanduser()
-        try:
-            size = path.stat().st_size
-        except OSError:
-            return None  # reading it will name the problem
-        if size < WORKER_MIN_BYTES:
+        if not _plain(path.name) or not path.is_file():
+            return None  # reading it will name a problem
+        starts = block_starts(path, path.stat().st_size, SPLIT_BLOCK_BYTES)
+        if len(starts) < 3:  # one block: nothing to share
             return None
-        name = display_name(url)
-        if isinstance(source, JsonlSource) and limit is None and _plain(path.name):
-            return partial(split_jsonl, path, name, size)
-
-        def whole(work: Work) -> Iterator[Any]:
-            rows = self.rows(source, name=name)
-            return in_worker(work(rows if limit is None else islice(rows, limit)))
-
-        return whole
+        return partial(split_jsonl, path, display_name(url), starts, min(num_proc, len(starts) - 1))
 
 
 def rows_from_bytes(source: FileSource, data: bytes, *, name: str) -> Rows:
@@ -601,119 +575,51 @@ def rows_of_file(data: bytes, filename: str) -> Rows:
     return rows_from_bytes(source, data, name=filename)
 
 
-# -- a second process for the rows of a large local file -----------------------------------------
-
-
-def worker_available() -> bool:
-    """A forked worker helps only on Linux (fork is cheap and safe for the pure work it does) with
-    a second core to run on."""
-    if sys.platform != "linux" or not hasattr(os, "fork"):
-        return False
-    try:
-        return len(os.sched_getaffinity(0)) >= 2
-    except OSError:
-        return False
+# -- opt-in: a plain jsonl file's rows in several processes --------------------------------------
 
 
 class WorkerFailed(RuntimeError):
-    """The worker process stopped without finishing or raised an unexpected error."""
+    """A worker process stopped before it sent its blocks, or failed in an unexpected way."""
 
 
-def in_worker(items: Iterator[T]) -> Iterator[T]:
-    """`items`, produced in a forked child process while the caller consumes them in order.
+def split_jsonl(path: Path, name: str, starts: list[int], deal: int, work: Work) -> Iterator[Any]:
+    """`work` over the rows of a plain jsonl file, in `deal` processes: this one and `deal - 1`
+    forked workers. The file is cut at line ends at `starts` (`block_starts`) and the blocks
+    are dealt out in turn, block `b` to process `b % deal`. A worker works on its blocks in
+    order, each held whole until this process takes it, so each worker is one block ahead
+    while this process works on its own; the items come in file order.
 
-    The child starts on the first `next()`, runs the unstarted iterator it inherited (reading the
-    file, mapping and canonicalising rows: pure work), and streams each item back down a pipe,
-    record batches over shared memory (`Worker`). A `CaseshelfError` it raises is raised here
-    with the same type, detail and fields, after the items before it; any other failure is a
-    `WorkerFailed`. Closing the generator early (the consumer failed) kills the child. When no
-    process can be forked, the items are produced here."""
-    worker = Worker(items)
+    Case ids and errors are those of a single pass: a worker counts the lines and rows of the
+    blocks before each of its own (`count_rows`), and an error is raised after the items of
+    the blocks before it, so the first bad row in file order is the one named. When a worker
+    cannot be started (no fork, no pipe, no process to spare), the whole file is worked on
+    here, with the same result. Workers are stopped and reaped however this ends."""
+    workers: list[Worker] = []
     try:
-        yield from worker.results()
-    finally:
-        worker.close()
-
-
-def split_jsonl(path: Path, name: str, size: int, work: Work) -> Iterator[Any]:
-    """`work` over the rows of a plain jsonl file, in two processes. The file is cut at line
-    ends into blocks of about `SPLIT_BLOCK_BYTES` (`block_starts`); this process and a worker
-    each take the first block neither has taken yet (`BlockClaims`), so each does as much as
-    its share of the machine lets it, and both hash what they map. Items come in file order:
-    this process passes on the worker's blocks as the worker sends them (at most
-    `HANDOVER_SLOTS` batches ahead). When the next block is the worker's and the worker is
-    still on it, this process works on the first free block after it instead of waiting,
-    holding its items until the worker's blocks before it are passed on; when the worker has
-    finished it, or its batches fill half the slots, it passes them on first, so that the
-    worker does not wait for a free slot while this process works. (Deciding on whether any
-    item had come took this process off nearly every block: the worker's first item of a
-    block, its `BlockMark`, comes as it starts. 1,000,000 GSM8K-shaped rows: this process
-    took 5-9 of 276 blocks and waited 6-7 s for the worker.)
-
-    Ids and errors are those of one pass. To start a block, a process needs the lines and rows
-    before it, so it counts the line ends of the blocks the other process takes, taking every
-    line for a row (`count_lines`): counting blank lines too would cost about as much as
-    parsing. The guess is checked against the true figures once they are known: this process
-    works on its block again when it was wrong, and drops a worker that was, doing the rest
-    itself. A blank line costs a block mapped twice, or the rest of the file in one process
-    (blank lines at the end cost nothing: no block starts after them); a file without any pays
-    nothing for the check."""
-    starts = block_starts(path, size, SPLIT_BLOCK_BYTES)
-    if len(starts) < 3:  # one block: nothing to share
-        yield from in_worker(work(_jsonl_part(path, name, 0)))
-        return
-    blocks = len(starts) - 1
-    claims = BlockClaims(blocks)
-    worker = Worker(_worker_blocks(path, name, starts, claims, work))
-
-    def part(block: int, at: Tally) -> Rows:
-        return _jsonl_part(path, name, starts[block], starts[block + 1], at)
-
-    try:
-        theirs = worker.results()
-        at = Tally()  # where block `done` starts
-        done = 0  # the blocks passed on so far
-        alone = False  # the worker was dropped
-        while done < blocks:
-            if alone or claims.take(done, BlockClaims.HERE):  # the next block is this one's
-                yield from work(part(done, at))
-                done += 1
-                continue
-            # The worker has the next block. While it is still on it, work on the first free
-            # block after it rather than wait; once it is done, or its batches fill half the
-            # slots (the worker would soon wait for one), pass them on.
-            ready = claims.finished(done) or worker.waiting() >= HANDOVER_SLOTS // 2
-            mine = None if ready else claims.take_first(done + 1, BlockClaims.HERE)
-            if mine is not None:
-                guess = Tally(at.lines, at.rows)
-                for block in range(done, mine):
-                    count_lines(path, starts[block], starts[block + 1], guess)
-                ahead = Tally(guess.lines, guess.rows)
-                held, failed = _held(work(part(mine, ahead)))
-            for block in range(done, done + 1 if mine is None else mine):
-                passed = yield from _pass_on(theirs, block, at)
-                if passed is None:  # the worker's guess was wrong: this process goes on alone
-                    worker.close()
-                    alone = True
-                    break
-                at, done = passed, block + 1
-            if alone or mine is None:
-                continue
-            if at != guess:  # this process's guess was wrong: its block again, from here
-                yield from work(part(mine, at))
+        for me in range(1, deal):
+            worker = Worker.start(_work_blocks, (path, name, starts, deal, me, work))
+            if worker is None:
+                break
+            workers.append(worker)
+        if len(workers) < deal - 1:
+            for worker in workers:
+                worker.close()
+            yield from work(_jsonl_part(path, name, 0))
+            return
+        at = Tally()  # where the next block starts
+        for number in range(len(starts) - 1):
+            owner = number % deal
+            if owner:
+                at = yield from workers[owner - 1].block(number, at)
             else:
-                yield from held
-                if failed is not None:
-                    raise failed
-                at = ahead
-            done = mine + 1
+                yield from work(_jsonl_part(path, name, starts[number], starts[number + 1], at))
     finally:
-        worker.close()
+        for worker in workers:
+            worker.close()
 
 
 def _held(items: Iterator[T]) -> tuple[list[T], CaseshelfError | None]:
-    """`items` collected, up to the error that ended them, if any (raised by the caller once
-    the items of the blocks before them are passed on)."""
+    """`items` collected, up to the error that ended them, if any."""
     got: list[T] = []
     try:
         for item in items:
@@ -723,124 +629,139 @@ def _held(items: Iterator[T]) -> tuple[list[T], CaseshelfError | None]:
     return got, None
 
 
-def _pass_on(theirs: Iterator[Any], block: int, at: Tally) -> Generator[Any, None, Tally | None]:
-    """The worker's items of `block`, which starts `at`; answers where the block ends, or None
-    (passing on nothing) when the worker started the block somewhere else."""
-    started = next(theirs, None)
-    if not isinstance(started, BlockMark) or started.block != block:
-        raise WorkerFailed(f"the import worker did not send block {block}")
-    if started.at != at:
-        return None
-    for item in theirs:
-        if isinstance(item, BlockMark):
-            if item.block != block:
-                raise WorkerFailed(f"the import worker sent block {item.block}, not {block}")
-            return item.at
-        yield item
-    raise WorkerFailed(f"the import worker ended within block {block}")
+class Block(NamedTuple):
+    """What a worker sends for one of its blocks: where the block starts and ends, its items,
+    and the error that ended them (its type, detail and fields), if any."""
+
+    number: int
+    start: Tally
+    end: Tally
+    items: list[Any]
+    error: tuple[type[CaseshelfError], str, dict[str, Any]] | None
 
 
-class BlockMark(NamedTuple):
-    """The worker's first and last item of each block it takes: where the block starts (as it
-    guessed) and where it ends."""
-
-    block: int
-    at: Tally
-
-
-def _worker_blocks(
-    path: Path, name: str, starts: list[int], claims: BlockClaims, work: Work
-) -> Iterator[Any]:  # pragma: no cover - runs in the worker process
-    """The worker's side of `split_jsonl`: the items of every block it takes, between two
-    `BlockMark`s; the blocks the other process takes are only counted."""
-    at = Tally()
-    done = 0
-    while (mine := claims.take_first(done, BlockClaims.WORKER)) is not None:
-        for block in range(done, mine):
-            count_lines(path, starts[block], starts[block + 1], at)
-        yield BlockMark(mine, Tally(at.lines, at.rows))
-        yield from work(_jsonl_part(path, name, starts[mine], starts[mine + 1], at))
-        yield BlockMark(mine, Tally(at.lines, at.rows))
-        claims.finish(mine)  # (its last item is sent: the generator resumes once it is put)
-        done = mine + 1
+def _work_blocks(
+    path: Path, name: str, starts: list[int], deal: int, me: int, work: Work, out: Any
+) -> None:  # pragma: no cover - runs in a worker process
+    """A worker's side of `split_jsonl`: each block `b` with `b % deal == me` worked on and
+    sent down the pipe `out` whole (`Block`); the others only counted."""
+    try:
+        at = Tally()
+        for number in range(len(starts) - 1):
+            begin, end = starts[number], starts[number + 1]
+            if number % deal != me:
+                count_rows(path, begin, end, at)
+                continue
+            start = Tally(at.lines, at.rows)
+            items, failed = _held(work(_jsonl_part(path, name, begin, end, at)))
+            error = None if failed is None else (type(failed), failed.detail, failed.fields)
+            out.send(("block", Block(number, start, Tally(at.lines, at.rows), items, error)))
+            if failed is not None:
+                return
+    except Exception as exc:  # reported to the importing process, which raises
+        out.send(("failed", f"{type(exc).__name__}: {exc}"))
 
 
-class BlockClaims:
-    """Which process works on each block of a shared file: the first to take it; and which of
-    the worker's blocks it has finished. Shared memory, inherited by the forked worker, with a
-    lock around each take (a block is finished by the worker alone, once)."""
+class Worker:
+    """A forked child process running `_work_blocks`, and the pipe it sends its blocks down."""
 
-    HERE, WORKER = 1, 2
+    def __init__(self, process: Any, receive: Any) -> None:
+        self.process = process
+        self._receive = receive
 
-    def __init__(self, blocks: int) -> None:
-        import multiprocessing
+    @classmethod
+    def start(cls, target: Callable[..., None], args: tuple[Any, ...]) -> Worker | None:
+        """A child (`multiprocessing`, forked: it inherits `args` unpickled) running
+        `target(*args, pipe)`; None when no pipe or process can be made (no fork on this
+        platform, too many open files, no process to spare). Only a pipe and a process are
+        made: no shared memory or semaphore, which need /dev/shm."""
+        import multiprocessing  # (here: ~3 ms of start-up an import in one process needs not)
 
+        if "fork" not in multiprocessing.get_all_start_methods():
+            return None
         context = multiprocessing.get_context("fork")
-        self._owners: Any = context.Array("b", blocks)
-        self._finished: Any = context.Array("b", blocks, lock=False)  # by the worker
+        try:
+            receive, send = context.Pipe(duplex=False)
+        except OSError:
+            return None
+        try:
+            process = context.Process(target=target, args=(*args, send), daemon=True)
+            process.start()
+        except OSError:
+            receive.close()
+            return None
+        finally:
+            send.close()  # the child's copy alone: the pipe ends when the child does
+        return cls(process, receive)
 
-    def take(self, block: int, who: int) -> bool:
-        """Take `block` for `who` unless the other process has: whether `who` has it."""
-        with self._owners.get_lock():
-            if self._owners[block] == 0:
-                self._owners[block] = who
-            return bool(self._owners[block] == who)
+    def block(self, number: int, at: Tally) -> Generator[Any, None, Tally]:
+        """The items of block `number`, which starts `at`; answers where it ends. An error
+        the worker met in the block is raised after the items before it, with its type,
+        detail and fields."""
+        try:
+            kind, payload = self._receive.recv()
+        except EOFError:
+            raise WorkerFailed("an import worker process stopped unexpectedly") from None
+        if kind != "block":
+            raise WorkerFailed(f"an import worker process failed: {payload}")
+        if payload.number != number or payload.start != at:
+            raise WorkerFailed(
+                f"an import worker sent block {payload.number} from {payload.start}, not "
+                f"block {number} from {at} (did the file change while it was read?)"
+            )
+        yield from payload.items
+        if payload.error is not None:
+            error_type, detail, fields = payload.error
+            raise error_type(detail, **fields)
+        return payload.end
 
-    def finish(self, block: int) -> None:
-        """The worker has sent every item of `block`."""
-        self._finished[block] = 1
-
-    def finished(self, block: int) -> bool:
-        """Whether the worker has sent every item of `block` (a hint: it may finish just
-        after a False)."""
-        return bool(self._finished[block])
-
-    def take_first(self, start: int, who: int) -> int | None:
-        """Take the first block from `start` on that nobody has taken, for `who`: its number,
-        or None when every one is taken."""
-        with self._owners.get_lock():
-            for block in range(start, len(self._owners)):
-                if self._owners[block] == 0:
-                    self._owners[block] = who
-                    return block
-        return None
+    def close(self) -> None:
+        """Stop the child if it is still running, and reap it."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        process.kill()
+        self._receive.close()
+        process.join()
+        process.close()
 
 
 def block_starts(path: Path, size: int, block_bytes: int) -> list[int]:
     """Offsets that cut a file into blocks of about `block_bytes`, each just past a line end:
     `[0, ..., size]`."""
     starts = [0]
-    while (cut := _line_end_after(path, starts[-1] + block_bytes, size)) is not None:
-        starts.append(cut)
+    with path.open("rb") as fh:
+        while (cut := _line_end_after(fh, starts[-1] + block_bytes, size)) is not None:
+            starts.append(cut)
     starts.append(size)
     return starts
 
 
-def _line_end_after(path: Path, offset: int, size: int) -> int | None:
+def _line_end_after(fh: IO[bytes], offset: int, size: int) -> int | None:
     """The offset just past the first line end at or after `offset`, if a line follows it."""
     if offset >= size:
         return None
-    with path.open("rb") as fh:
-        fh.seek(offset)
-        at = offset
-        while chunk := fh.read(1 << 16):
-            found = chunk.find(b"\n")
-            if found >= 0:
-                at += found + 1
-                return at if at < size else None
-            at += len(chunk)
+    fh.seek(offset)
+    at = offset
+    while chunk := fh.read(1 << 16):
+        found = chunk.find(b"\n")
+        if found >= 0:
+            at += found + 1
+            return at if at < size else None
+        at += len(chunk)
     return None
 
 
-def count_lines(path: Path, start: int, end: int, at: Tally) -> None:
-    """Move `at` past the lines between `start` and `end` of a jsonl file, taking each for a
-    row (a guess: a blank line is no row). Line ends are counted in one pass in C."""
+def count_rows(path: Path, start: int, end: int, at: Tally) -> None:
+    """Move `at` past the lines and rows between `start` and `end` of a jsonl file as `_jsonl`
+    reads them (a line of whitespace alone is no row), without parsing them: the lines are
+    read and split as `_jsonl` reads them, and looked at in C."""
     with path.open("rb") as fh:
         fh.seek(start)
-        data = fh.read(end - start)
-    lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-    at.lines += lines
-    at.rows += lines
+        for lines in _lines(fh, end - start):
+            blank = lines.count(b"") + sum(map(bytes.isspace, lines))
+            at.lines += len(lines)
+            at.rows += len(lines) - blank
 
 
 def _jsonl_part(
@@ -848,168 +769,3 @@ def _jsonl_part(
 ) -> Rows:
     """The rows of a plain jsonl file between bytes `start` and `end` (`_jsonl`)."""
     return _jsonl(lambda: path.open("rb"), name, start, end, at)
-
-
-class Worker(Generic[T]):
-    """`items` produced in a child process from now on; `results()` are they, in order.
-
-    The child (`multiprocessing`, forked: it inherits the unstarted iterator, pure work such as
-    reading a file, mapping and canonicalising rows) sends each item down a pipe from its own
-    thread (`_serve`); a record batch comes whole over shared memory (`Handover`, at most
-    `HANDOVER_SLOTS` ahead of the caller), only its slot down the pipe. A `CaseshelfError` it
-    raises is raised by `results()` with the same type, detail and fields, after the items
-    before it; any other failure, or the child's end before its last item, is a
-    `WorkerFailed`. `close()` stops a child that has not finished and reaps it. When no
-    process can be started, the items are produced here, by `results()`."""
-
-    def __init__(self, items: Iterator[T]) -> None:
-        import multiprocessing
-
-        self.items: Iterator[T] | None = None
-        self.finished = False
-        context = multiprocessing.get_context("fork")
-        self._receive, send = context.Pipe(duplex=False)
-        self.handover = Handover(context)
-        self.process: Any = context.Process(
-            target=_serve, args=(items, send, self.handover), daemon=True
-        )
-        try:
-            self.process.start()
-        except OSError:  # no process to spare (EAGAIN, ENOMEM): do the work here instead
-            self._receive.close()
-            self.handover.close()
-            self.process = None
-            self.items = items
-        finally:
-            send.close()  # the child's copy alone: the pipe ends when the child does
-
-    def waiting(self) -> int:
-        """How many record batches the child has handed over that `results()` has not taken
-        yet (a hint: more may come just after); 0 without a child."""
-        return self.handover.held() if self.process is not None else 0
-
-    def results(self) -> Iterator[T]:
-        if self.items is not None:
-            yield from self.items
-            return
-        while True:
-            try:
-                kind, payload = self._receive.recv()
-            except EOFError:
-                raise WorkerFailed("the import worker process stopped unexpectedly") from None
-            if kind == "item":
-                yield payload
-                continue
-            if kind == "batch":
-                data, columns = self.handover.take(payload)
-                yield pickle.loads(columns)._replace(data=data)  # noqa: S301 - our own child's
-                continue
-            self.finished = True
-            if kind == "done":
-                return
-            if kind == "error":
-                error_type, detail, fields = payload
-                raise error_type(detail, **fields)
-            raise WorkerFailed(f"the import worker process failed: {payload}")
-
-    def close(self) -> None:
-        process, self.process = self.process, None
-        if process is None:
-            return
-        if not self.finished:
-            process.kill()
-        self._receive.close()
-        process.join()
-        process.close()
-        self.handover.close()
-
-
-class Slot(NamedTuple):
-    number: int
-    length: int  # the records' bytes, from the slot's start
-    columns: int  # the pickled columns' bytes, after them
-
-
-class Handover:
-    """Shared memory through which a worker hands its record batches over: slots of an
-    anonymous shared mapping made before the fork, filled by the worker in turn and emptied by
-    the importing process in the same order, a semaphore counting the free ones. A slot holds
-    a batch's records and, after them, its other columns (ids, lengths, tags, digests)
-    pickled; only the slot's number and lengths go down the pipe.
-
-    Through a `multiprocessing` queue, a batch's records were pickled and written into the pipe
-    a pipe's size at a time by the worker's feeder thread, which waits for the GIL between two
-    writes while the worker maps rows, so the importing process waited on the pipe. With the
-    records here: measured on 1,000,000 GSM8K-shaped rows on a quiet machine (load average
-    under 1), alternating with the queue alone, three runs each: 6.6-7.3 s of wall against
-    8.3-8.6 s (CPU 10.4-11.9 s against 11.6-12.1 s; peak RSS of the importing process +15 MB,
-    the slots written). The columns (~100 KB pickled for 1,000 rows) still went through the
-    feeder thread: of the ~150 ms the importing process waited on the worker in an import of
-    100,000 rows, ~140 ms came after the worker had put the batch (`_serve`)."""
-
-    def __init__(self, context: Any) -> None:
-        self._slots = slots = HANDOVER_SLOTS
-        self._slot_bytes = slot_bytes = HANDOVER_SLOT_BYTES
-        self._memory = mmap.mmap(-1, slots * slot_bytes)  # shared, anonymous: kept over fork
-        self._free = context.Semaphore(slots)
-        self._next = 0  # the next slot the worker fills
-
-    def put(self, data: bytes, columns: bytes) -> Slot | None:  # pragma: no cover - worker
-        """Copy `data` and then `columns` into the next slot once it is free (None: larger
-        than a slot)."""
-        if len(data) + len(columns) > self._slot_bytes:
-            return None
-        self._free.acquire()
-        number, self._next = self._next, (self._next + 1) % self._slots
-        at = number * self._slot_bytes
-        self._memory[at : at + len(data)] = data
-        at += len(data)
-        self._memory[at : at + len(columns)] = columns
-        return Slot(number, len(data), len(columns))
-
-    def take(self, slot: Slot) -> tuple[bytes, bytes]:
-        """The records and the columns of `slot`, copied out; the slot is free again."""
-        at = slot.number * self._slot_bytes
-        data = self._memory[at : at + slot.length]
-        at += slot.length
-        columns = self._memory[at : at + slot.columns]
-        self._free.release()
-        return data, columns
-
-    def held(self) -> int:
-        """How many slots are filled and not yet taken (a hint: the worker may fill one just
-        after)."""
-        return self._slots - int(self._free.get_value())
-
-    def close(self) -> None:
-        self._memory.close()
-
-
-def _serve(items: Iterator[Any], out: Any, handover: Handover) -> None:  # pragma: no cover
-    """The worker's loop: each item sent down the pipe `out` as it comes, from this thread (a
-    record batch over `handover`, its slot sent), then how the items ended.
-
-    Sent here rather than through a `multiprocessing.Queue`, whose feeder thread waits for the
-    GIL (up to the 5 ms switch interval, and again for each pipe-sized write) while this thread
-    maps rows: what is sent is small (a slot, a block mark), so a send does not wait on the
-    importing process unless the pipe is full, and a full pipe waits as a full queue did.
-    An import of 100,000 GSM8K-shaped rows, alternating with the queue, six runs each (load
-    average 1.1-1.6): the importing process waited on the worker 23-49 ms against 93-155 ms,
-    the import (in process) took 0.74-0.80 s against 0.79-1.00 s."""
-    # (the work this process runs has imported it already; the importing process needs it not)
-    from caseshelf.domain.mapping import RecordBatch
-
-    message: tuple[str, Any]
-    try:
-        for item in items:
-            slot = None
-            if isinstance(item, RecordBatch):
-                columns = pickle.dumps(item._replace(data=b""), pickle.HIGHEST_PROTOCOL)
-                slot = handover.put(item.data, columns)
-            out.send(("item", item) if slot is None else ("batch", slot))
-        message = ("done", None)
-    except CaseshelfError as exc:
-        message = ("error", (type(exc), exc.detail, exc.fields))
-    except Exception as exc:  # reported to the parent, which raises
-        message = ("failed", f"{type(exc).__name__}: {exc}")
-    out.send(message)

@@ -161,6 +161,7 @@ class State:
         self.principal: str | None = None
         self.roles: str | None = None
         self.json_out = False
+        self.num_proc: int | None = None  # `import --num-proc`: CASESHELF_NUM_PROC otherwise
         self._client: Client | None = None
 
     def merge(self, **values: Any) -> None:
@@ -181,6 +182,7 @@ class State:
             tenant=self.tenant,
             principal=self.principal,
             roles=self.role_list(),
+            num_proc=self.num_proc,
             **overrides,
         )
 

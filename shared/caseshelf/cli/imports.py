@@ -1,7 +1,7 @@
 """Import commands: benchmarks through recipes, and the recipe registry.
 
     caseshelf import SOURCE --recipe R [--dataset ID] [--version V | --bump K] [--limit N]
-                            [--config C --split S] [--revision REV] [--kind K]
+                            [--config C --split S] [--revision REV] [--kind K] [--num-proc N]
     caseshelf preview SOURCE --recipe R [--limit N]
     caseshelf benchmarks
     caseshelf recipes register|validate FILE
@@ -82,6 +82,18 @@ KindOpt = Annotated[
         "--kind",
         help="The file's format when its name does not tell (jsonl, json, csv, parquet); "
         "json also reads a local directory of .json files, one record each.",
+        show_default=False,
+    ),
+]
+NumProcOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--num-proc",
+        min=1,
+        max=64,
+        metavar="N",
+        help="Processes to read, map and hash a plain local jsonl file with (default 1, or "
+        "CASESHELF_NUM_PROC); the embedded store only.",
         show_default=False,
     ),
 ]
@@ -241,9 +253,17 @@ def register_commands(app: typer.Typer) -> None:
         split: SplitOpt = None,
         revision: RevisionOpt = None,
         kind: KindOpt = None,
+        num_proc: NumProcOpt = None,
         wait: WaitOpt = 900.0,
     ) -> None:
         """Import a benchmark's rows through a recipe and register them as a dataset version."""
+        if num_proc is not None and state().api:
+            raise typer.BadParameter(
+                "an import through --api runs on the server, which uses its own "
+                "CASESHELF_NUM_PROC; drop --num-proc",
+                param_hint="--num-proc",
+            )
+        state().num_proc = num_proc
         body = {
             "recipe": recipe_spec(recipe),
             "source": _source(source, config=config, split=split, revision=revision, kind=kind),

@@ -41,6 +41,7 @@ def connect(
     timeout: float = 120.0,
     retries: int = 4,
     env: dict[str, str] | None = None,
+    num_proc: int | None = None,
 ) -> Client:
     """A client on the registry.
 
@@ -48,11 +49,20 @@ def connect(
     the bearer token. Without: the embedded store in `home` (or `CASESHELF_HOME`, default
     `./.caseshelf`; `CASESHELF_BACKEND=aws` and its settings for the AWS one), served in this
     process. `tenant`, `principal` and `roles` are the identity on the embedded store; over
-    HTTP they become the dev headers that only the local server reads."""
+    HTTP they become the dev headers that only the local server reads. `num_proc` (default
+    `CASESHELF_NUM_PROC`, else 1) is how many processes an import on the embedded store may
+    read, map and hash a plain local jsonl file with; always 1 on the AWS backend and in a
+    Lambda function."""
     environ = os.environ if env is None else env
     url = url or environ.get("CASESHELF_API") or None
     role_tuple = None if roles is None else tuple(roles)
     if url:
+        if num_proc is not None:
+            raise BadRequest(
+                "num_proc is for the embedded store: an API imports with its own "
+                "CASESHELF_NUM_PROC; drop num_proc",
+                field="num_proc",
+            )
         http = Http(
             url,
             token=token or environ.get("CASESHELF_TOKEN") or None,
@@ -66,7 +76,12 @@ def connect(
     from caseshelf.bootstrap import load_settings
 
     settings = load_settings(
-        environ, home=home, tenant=tenant, principal=principal, roles=role_tuple
+        environ,
+        home=home,
+        tenant=tenant,
+        principal=principal,
+        roles=role_tuple,
+        num_proc=num_proc,
     )
     return Client(InProcess(settings))
 

@@ -9,6 +9,8 @@
 - Rows stream through the mapper into `RegistryService.register_records`; any error before the
   commit point leaves nothing registered.
 - `preview` reads the first rows only and registers nothing.
+- `num_proc` (1 unless the deployment sets more) is how many processes may work on a plain
+  local jsonl file's rows: opt-in, as Hugging Face `datasets`' `num_proc` is.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ class ResolvedRecipe:
 class OpenedSource:
     rows: Rows
     provenance: dict[str, Any]
-    offload: Offload | None = None  # runs the work on `rows` in a second process
+    offload: Offload | None = None  # runs the work on `rows` in several processes
 
 
 @dataclass(frozen=True)
@@ -143,10 +145,13 @@ class RowReader(Protocol):
 
     def rows(self, source: FileSource) -> Rows: ...
 
-    def offload(self, source: FileSource, *, limit: int | None = None) -> Offload | None:
-        """A way to run work over the source's rows (at most `limit`) in a second process,
-        when the source is large enough for that to pay (a large local file); None
-        otherwise. Items come back in row order, errors as the work raised them."""
+    def offload(
+        self, source: FileSource, *, limit: int | None = None, num_proc: int = 1
+    ) -> Offload | None:
+        """A way to run work over the source's rows (at most `limit`) in `num_proc`
+        processes, when the source can be shared (a plain local jsonl file); None otherwise,
+        and with `num_proc` 1. Items come back in row order, errors as the work raised them
+        in row order."""
 
 
 class HubRows(Protocol):
@@ -196,8 +201,10 @@ class ImportService:
         reader_for: ReaderFor,
         hf: Hub,
         tokens: TokenProvider,
+        num_proc: int = 1,
     ) -> None:
         self.registry = registry
+        self.num_proc = num_proc  # processes an import may use (`RowReader.offload`)
         self.recipes = recipes
         self.reader_for = reader_for
         self.hf = hf
@@ -293,7 +300,8 @@ class ImportService:
             prov["inline"] = True
         elif source.url is not None:
             prov["url"] = display_url(source.url)
-        return OpenedSource(reader.rows(source), prov, reader.offload(source, limit=limit))
+        offload = reader.offload(source, limit=limit, num_proc=self.num_proc)
+        return OpenedSource(reader.rows(source), prov, offload)
 
     # -- preview ---------------------------------------------------------------------------
 
@@ -355,9 +363,9 @@ class ImportService:
         }
         counter = _Counter()
         work = partial(record_batches, recipe=recipe, max_case_bytes=self.registry.max_case_bytes)
-        # With an offload, reading, mapping, canonicalising and hashing run in a second process
-        # (a large jsonl file: shared by both, a block at a time) while this one writes packs;
-        # batches come back in order, errors with their row.
+        # With an offload (`num_proc` above 1), reading, mapping, canonicalising and hashing are
+        # shared with worker processes, a block of the file at a time, while this one writes
+        # packs; batches come back in order, errors with their row.
         batches = work(rows) if opened.offload is None else opened.offload(work)
         records = self._records(batches, counter, progress, produced_by)
         version, bump = req.version, req.bump
