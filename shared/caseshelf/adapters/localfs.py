@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hashlib
 import hmac
 import os
@@ -30,6 +31,7 @@ from caseshelf.domain.errors import BadRequest, Forbidden, NotFound
 from caseshelf.domain.layout import check_tenant
 from caseshelf.domain.paths import relative_path_problem
 from caseshelf.ports import ObjectInfo
+from caseshelf.storehome import read_only_store
 
 UPLOAD_PATH = "/_uploads/"
 DOWNLOAD_PATH = "/_downloads/"
@@ -122,8 +124,8 @@ class LocalBlobStore:
         public_url: str | None = None,
         tokens: UploadTokens | None = None,
     ) -> None:
+        # Created by the first write (`_tmp`), never by opening or reading the store.
         self.root = Path(root).resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
         self.public_url = public_url.rstrip("/") if public_url else None
         self.tokens = tokens or UploadTokens()
 
@@ -139,8 +141,15 @@ class LocalBlobStore:
         return path
 
     def _tmp(self, path: Path) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        except (PermissionError, NotADirectoryError) as exc:
+            raise read_only_store(self.root.parent, exc.strerror or str(exc)) from None
+        except OSError as exc:
+            if exc.errno != errno.EROFS:
+                raise
+            raise read_only_store(self.root.parent, exc.strerror or str(exc)) from None
         os.close(fd)
         return Path(tmp)
 

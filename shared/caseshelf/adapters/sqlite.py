@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -10,11 +11,12 @@ from typing import Any
 
 import orjson
 
-from caseshelf.adapters.sqlite_stamp import ensure_stamp
+from caseshelf.adapters.sqlite_stamp import STAMP_SCHEMA
 from caseshelf.domain import keys
 from caseshelf.domain.errors import BadRequest, Conflict, NotFound
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.ports import DatasetEntry, Page
+from caseshelf.storehome import read_only_store
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
@@ -24,6 +26,29 @@ CREATE TABLE IF NOT EXISTS items (
     PRIMARY KEY (pk, sk)
 ) WITHOUT ROWID;
 """
+
+
+def _complete_schema(conn: sqlite3.Connection) -> None:
+    """Give the index its table, stamp and triggers where any is missing, in one transaction
+    (a no-op, and no write, where they are all there)."""
+    have = conn.execute(
+        "SELECT count(*) FROM sqlite_master WHERE (type = 'table' AND name IN ('items', 'stamp'))"
+        " OR (type = 'trigger' AND name LIKE 'stamp_%')"
+    ).fetchone()[0]
+    if have < 5:
+        conn.executescript(f"BEGIN IMMEDIATE;\n{_SCHEMA}{STAMP_SCHEMA}COMMIT;")
+
+
+def _empty_index() -> sqlite3.Connection:
+    """An empty index in memory: what reading a store that does not exist yet finds."""
+    conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    conn.executescript(_SCHEMA)
+    return conn
+
+
+def _uri(path: Path) -> str:
+    quoted = str(path.resolve()).replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+    return f"file:{quoted}"
 
 
 def _cursor_out(sk: str) -> str:
@@ -38,31 +63,95 @@ def _cursor_in(cursor: str) -> str:
 
 
 class SqliteIndex:
+    """The index in one SQLite file. Opening it creates nothing: a read of a store that does not
+    exist yet answers as an empty index, and the first write creates the file (its directory,
+    the schema, the change stamp: one transaction, so processes creating it at once create it
+    once). Where the file or its directory cannot be written (a read-only mount, permissions),
+    reads are served from the file opened read-only and a write is refused naming the store."""
+
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        with self._conn() as conn:
-            conn.executescript(_SCHEMA)
-            ensure_stamp(conn)
+        self._create_lock = threading.Lock()
+        self._ready = self.path == ":memory:"
 
     def _conn(self) -> sqlite3.Connection:
+        """A connection for reading: this thread's on the file, or, while there is no file, an
+        empty in-memory index (never kept: the file is looked for again on the next read)."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
+        if conn is not None:
+            return conn
+        if not self._ready and not Path(self.path).is_file():
+            return _empty_index()
+        conn = self._open()
+        self._local.conn = conn
+        return conn
+
+    def create(self) -> None:
+        """Create the index (and its directory) where there is none yet (`caseshelf init`)."""
+        self._write_conn()
+
+    def _write_conn(self) -> sqlite3.Connection:
+        """A connection for writing, the index created first where there is none yet."""
+        if not self._ready:
+            with self._create_lock:
+                if not self._ready:
+                    self._create()
+        conn = self._conn()
+        if getattr(self._local, "read_only", False):
+            raise read_only_store(Path(self.path).parent, "the index cannot be written")
+        return conn
+
+    def _create(self) -> None:
+        """The file, its directory and the schema, where any of them is missing."""
+        home = Path(self.path).parent
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise read_only_store(home, exc.strerror or str(exc)) from None
+        if getattr(self._local, "conn", None) is None:
+            self._local.conn = self._open()
+        self._ready = True
+
+    def _open(self) -> sqlite3.Connection:
+        """This thread's connection on the file: read-write, with the schema made complete;
+        read-only where the file or its directory cannot be written."""
+        path = Path(self.path)
+        if self.path != ":memory:" and not os.access(path.parent, os.W_OK):
+            # WAL readers write a shared-memory file beside the index: in a directory that
+            # cannot be written, the file is read as immutable (nothing else may write it).
+            if not path.is_file():
+                raise read_only_store(path.parent, "the directory is read-only")
+            return self._read_only(f"{_uri(path)}?mode=ro&immutable=1")
+        if path.is_file() and not os.access(path, os.W_OK):
+            return self._read_only(f"{_uri(path)}?mode=ro")
+        try:
             conn = sqlite3.connect(
                 self.path, timeout=30, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-            self._local.conn = conn
+            _complete_schema(conn)
+        except sqlite3.OperationalError as exc:
+            if "readonly" in str(exc) or "unable to open" in str(exc):
+                raise read_only_store(path.parent, str(exc)) from None
+            raise
+        self._ready = True
+        return conn
+
+    def _read_only(self, uri: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA busy_timeout=30000")
+        self._local.read_only = True
         return conn
 
     # -- versions --------------------------------------------------------------------------
 
     def put_version(self, rec: VersionRecord) -> None:
-        conn = self._conn()
+        conn = self._write_conn()
         pk = keys.version_pk(rec.tenant, rec.kind, rec.name)
         doc = orjson.dumps(keys.record_to_item(rec))
         conn.execute("BEGIN IMMEDIATE")
@@ -156,7 +245,7 @@ class SqliteIndex:
     # -- auxiliary rows --------------------------------------------------------------------
 
     def put_item(self, pk: str, sk: str, item: dict[str, Any], *, if_absent: bool = False) -> None:
-        conn = self._conn()
+        conn = self._write_conn()
         verb = "INSERT" if if_absent else "INSERT OR REPLACE"
         try:
             conn.execute(
@@ -172,7 +261,9 @@ class SqliteIndex:
     def update_item(
         self, pk: str, sk: str, changes: dict[str, Any], *, expect: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        conn = self._conn()
+        if not self._ready and not Path(self.path).is_file():
+            raise NotFound(f"no item {pk}/{sk}")  # no store yet: changing nothing creates none
+        conn = self._write_conn()
         conn.execute("BEGIN IMMEDIATE")
         try:
             row = conn.execute("SELECT doc FROM items WHERE pk=? AND sk=?", (pk, sk)).fetchone()
