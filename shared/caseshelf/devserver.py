@@ -640,7 +640,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000) -> None
         ) from None
     if settings.backend == "local":
         home = settings.store_home
-        where = f"{home.path}, {home.how}"
+        where = f"{home.path} ({home.found})"
     else:
         where = f"s3://{settings.bucket}"
     print(f"caseshelf API on {server.url}  (store: {where}, tenant: {settings.tenant})")
