@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from caseshelf.adapters.sqlite_stamp import STAMP_SCHEMA
+from caseshelf.adapters.sqlite_stamp import STAMP_SCHEMA, read_only_uri
 from caseshelf.domain import keys
 from caseshelf.domain.errors import BadRequest, Conflict, NotFound
 from caseshelf.domain.versions import VersionRecord
@@ -44,11 +44,6 @@ def _empty_index() -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
     conn.executescript(_SCHEMA)
     return conn
-
-
-def _uri(path: Path) -> str:
-    quoted = str(path.resolve()).replace("%", "%25").replace("?", "%3f").replace("#", "%23")
-    return f"file:{quoted}"
 
 
 def _cursor_out(sk: str) -> str:
@@ -122,9 +117,9 @@ class SqliteIndex:
             # cannot be written, the file is read as immutable (nothing else may write it).
             if not path.is_file():
                 raise read_only_store(path.parent, "the directory is read-only")
-            return self._read_only(f"{_uri(path)}?mode=ro&immutable=1")
+            return self._read_only(read_only_uri(str(path.resolve())) + "&immutable=1")
         if path.is_file() and not os.access(path, os.W_OK):
-            return self._read_only(f"{_uri(path)}?mode=ro")
+            return self._read_only(read_only_uri(str(path.resolve())))
         try:
             conn = sqlite3.connect(
                 self.path, timeout=30, isolation_level=None, check_same_thread=False

@@ -34,17 +34,7 @@ CREATE TRIGGER IF NOT EXISTS stamp_delete AFTER DELETE ON items
 """
 
 
-def ensure_stamp(conn: sqlite3.Connection) -> None:
-    """Give the index at `conn` its stamp and triggers where it has none yet (an index made
-    before them gets them on first open); a no-op, and no write, where they are there."""
-    have = conn.execute(
-        "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'stamp_%'"
-    ).fetchone()[0]
-    if have < 3:
-        conn.executescript(STAMP_SCHEMA)
-
-
-def _uri(path: str) -> str:
+def read_only_uri(path: str) -> str:
     """A read-only SQLite URI for `path` (`%`, `?` and `#` escaped, as SQLite's URI rules ask)."""
     quoted = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
     return f"file:{quoted}?mode=ro"
@@ -57,7 +47,7 @@ def read_stamp(home: str) -> str | None:
     if not os.path.isfile(path):
         return None
     try:
-        conn = sqlite3.connect(_uri(path), uri=True, timeout=5)
+        conn = sqlite3.connect(read_only_uri(path), uri=True, timeout=5)
         try:
             row = conn.execute("SELECT value FROM stamp WHERE one = 1").fetchone()
         finally:
