@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import stat
 
-from caseshelf.adapters.sqlite_stamp import INDEX_FILE
 from caseshelf.domain.errors import CaseshelfError, Forbidden, NotFound
 
 TYPE_CHECKING = False
@@ -35,6 +34,7 @@ if TYPE_CHECKING:
 ENV = "CASESHELF_HOME"
 PROJECT_DIR = ".caseshelf"
 APP_NAME = "caseshelf"
+INDEX_FILE = "index.sqlite"  # the store's SQLite index (`caseshelf.adapters.sqlite`)
 
 # How a store was found (`StoreHome.found`).
 FROM_ENV = "env"

@@ -7,7 +7,8 @@ same rows, and something kept from the first (`caseshelf.cli.answers`) still hol
 value rather than a counter: an index restored from a copy cannot come back to a stamp it had
 with other rows.
 
-This module imports only `sqlite3`: it is read on the CLI's start-up path.
+This module imports only `sqlite3` (and `caseshelf.storehome`, which imports `os`): it is read
+on the CLI's start-up path.
 """
 
 # os.path and os.stat, not pathlib: pathlib (10 ms) is not imported on the start-up path.
@@ -17,7 +18,9 @@ from __future__ import annotations
 import os
 import sqlite3
 
-INDEX_FILE = "index.sqlite"
+from caseshelf.storehome import INDEX_FILE
+
+__all__ = ["INDEX_FILE", "STAMP_SCHEMA", "read_only_uri", "read_stamp"]
 
 STAMP_SCHEMA = """
 CREATE TABLE IF NOT EXISTS stamp (
