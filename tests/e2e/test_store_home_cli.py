@@ -277,3 +277,52 @@ def test_two_processes_creating_one_store_at_once_both_succeed(sh: Shell) -> Non
         "stamp_insert",
         "stamp_update",
     ]
+
+
+INDEX_WRITER = """
+import sys
+from caseshelf.adapters.sqlite import SqliteIndex
+index = SqliteIndex(sys.argv[1])
+assert index.get_item("P#" + sys.argv[2], "S") is None  # a read: nothing created
+print("ready", flush=True)
+sys.stdin.readline()
+index.put_item("P#" + sys.argv[2], "S", {"n": sys.argv[2]})
+"""
+
+
+def test_processes_creating_one_index_at_once_all_write_it(tmp_path: Path) -> None:
+    # Given, several times over, four processes about to make the first write of one new index
+    # (the first writes switch the new file to WAL together: SQLite refuses all but one at once)
+    for round_ in range(6):
+        path = tmp_path / str(round_) / "index.sqlite"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", INDEX_WRITER, str(path), str(n)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for n in range(4)
+        ]
+        try:
+            for p in procs:
+                assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+            assert not path.parent.exists()
+            # When they are let go at once
+            for p in procs:
+                assert p.stdin is not None
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            errors = [p.communicate(timeout=120)[1] for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        # Then every one wrote, into one index
+        assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
+        with sqlite3.connect(path) as conn:
+            rows = conn.execute("SELECT pk FROM items ORDER BY pk").fetchall()
+            assert conn.execute("SELECT count(*) FROM stamp").fetchone() == (1,)
+        assert rows == [(f"P#{n}",) for n in range(4)]

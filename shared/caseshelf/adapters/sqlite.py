@@ -6,6 +6,7 @@ import base64
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,25 @@ def _complete_schema(conn: sqlite3.Connection) -> None:
     ).fetchone()[0]
     if have < 5:
         conn.executescript(f"BEGIN IMMEDIATE;\n{_SCHEMA}{STAMP_SCHEMA}COMMIT;")
+
+
+def _use_wal(conn: sqlite3.Connection, patience: float = 30.0) -> None:
+    """Put the index in WAL mode (a no-op once it is). Switching a new file takes an exclusive
+    lock, and where waiting for it could deadlock (two processes opening a new store at once,
+    each holding a shared lock) SQLite answers "database is locked" at once instead of calling
+    the busy handler: the one refused lets go and tries again once the other has switched, for
+    up to `patience` seconds, as the busy timeout would."""
+    deadline = time.monotonic() + patience
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _empty_index() -> sqlite3.Connection:
@@ -125,7 +145,7 @@ class SqliteIndex:
                 self.path, timeout=30, isolation_level=None, check_same_thread=False
             )
             conn.execute("PRAGMA busy_timeout=30000")
-            conn.execute("PRAGMA journal_mode=WAL")
+            _use_wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             _complete_schema(conn)
         except sqlite3.OperationalError as exc:
