@@ -80,11 +80,11 @@ def init_store(directory: Path) -> dict[str, Any]:
 def register_commands(app: typer.Typer) -> None:
     @command(app, "info")
     def info() -> None:
-        """Which store commands run here use and how it was found, the backend, the version.
+        """Which store commands run here use, and how it was found.
 
-        The embedded store is CASESHELF_HOME, else the nearest .caseshelf/ at or above the
-        working directory (a project's store; caseshelf init makes one), else the user's data
-        directory.
+        Also the backend and the version of caseshelf. The embedded store is CASESHELF_HOME,
+        else the nearest .caseshelf/ at or above the working directory (a project's store;
+        caseshelf init makes one), else the user's data directory.
         """
         emit(store_info(), _render_info)
 
@@ -95,8 +95,10 @@ def register_commands(app: typer.Typer) -> None:
             typer.Argument(help="The project's root (default: the working directory)."),
         ] = Path(),
     ) -> None:
-        """Make a project store: DIRECTORY/.caseshelf/, which commands run at or below
-        DIRECTORY then use (unless CASESHELF_HOME names another)."""
+        """Make a project store, DIRECTORY/.caseshelf/.
+
+        Commands run at or below DIRECTORY then use it (unless CASESHELF_HOME names another).
+        """
         if state().api:
             raise typer.BadParameter("init makes a store on this machine; drop --api")
         out = init_store(directory)
