@@ -30,7 +30,7 @@ from functools import cache
 # distribution's entry points, a tenth of a second of every start-up) is skipped unless asked for.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
-from caseshelf.domain.errors import CaseshelfError
+from caseshelf.domain.errors import CaseshelfError, NotFound
 
 # `typing.TYPE_CHECKING` without importing typing: this module is on every command's start-up
 # path, which imports only what the command runs (`caseshelf.cli.answers`).
@@ -459,7 +459,9 @@ def _placed(exc: CaseshelfError) -> CaseshelfError:
     """A not-found error of a command on the embedded store with the store named, where the
     command read the store's services itself (`verify`, `gc`) rather than through the client,
     which names it already (`caseshelf.client.transport.InProcess.placed`)."""
-    if state().api or os.environ.get("CASESHELF_BACKEND", "local") not in ("", "local"):
+    if not isinstance(exc, NotFound) or state().api:
+        return exc
+    if os.environ.get("CASESHELF_BACKEND", "local") not in ("", "local"):
         return exc
     from caseshelf.storehome import find_home, placed
 
