@@ -44,7 +44,10 @@ $(SAM_STAMP): | $(BIN)/python
 	rm -rf $(VENV)/sam && $(PYTHON) -m venv $(VENV)/sam && \
 	$(VENV)/sam/bin/pip install -q aws-sam-cli==$(SAM_VERSION) && touch $@
 
+# The repository's own project store, ./.caseshelf (made once): the server and every `caseshelf`
+# command run in the checkout use it (CASESHELF_HOME picks another).
 run: $(VENV)/.installed
+	$(BIN)/caseshelf init .
 	$(BIN)/caseshelf serve --host $(HOST) --port $(PORT)
 
 # Both cores, a test file per worker (module fixtures such as the browser's are built once),

@@ -113,10 +113,11 @@ def renew_stamp(home: Path) -> None:
 
 def startup(runs: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="caseshelf-bench-cli-") as tmp:
-        home = Path(tmp) / "empty"
+        home = Path(tmp) / ".caseshelf"
         env = child_env(home)
-        # Bytecode written once, as an installed package has it; the first `ls` makes the
-        # index, the second keeps its answer (`caseshelf.cli.answers`).
+        # An empty store (`ls` reads, so it never makes one); bytecode written once, as an
+        # installed package has it; the first `ls` keeps its answer (`caseshelf.cli.answers`).
+        run([*CLI, "init", tmp], env)
         run([*CLI, "ls"], env)
         run([*CLI, "ls"], env)
         ours, base, ours_cpu, base_cpu, floor_cpu, changed, changed_cpu = [], [], [], [], [], [], []

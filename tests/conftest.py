@@ -72,6 +72,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def user_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """No test touches the real user's store: for the whole session (and every process a test
+    starts) the user data directory, where a store is found last (`caseshelf.storehome`), is a
+    temporary one. Tests name their store with CASESHELF_HOME, or point XDG_DATA_HOME at their
+    own directory where finding the store is what they test."""
+    path = tmp_path_factory.mktemp("user-data")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_DATA_HOME", str(path))
+    try:
+        yield path
+    finally:
+        patch.undo()
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The real benchmark data next to the repository (never copied into it)."""

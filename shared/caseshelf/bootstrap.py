@@ -22,6 +22,7 @@ from caseshelf.domain.answers import EVENT_BODY_LIMIT
 from caseshelf.domain.errors import BadRequest
 from caseshelf.extras import require
 from caseshelf.ports import BlobStore, Index
+from caseshelf.storehome import FROM_CALLER, StoreHome, find_home, given_home
 
 if TYPE_CHECKING:
     # Services are imported where they are built, so importing a handler stays cheap (cold start).
@@ -42,7 +43,10 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     backend: Literal["local", "aws"] = "local"
-    home: Path = Path(".caseshelf")
+    # The embedded store's directory and how it was found (`caseshelf.storehome`); filled in by
+    # `load_settings` for the local backend.
+    home: Path | None = None
+    home_found: Literal["env", "project", "user", "given"] | None = None
     bucket: str | None = None
     table: str | None = None
     endpoint_url: str | None = None
@@ -97,6 +101,13 @@ class Settings(BaseModel):
     def sources_fenced(self) -> bool:
         return self.backend == "aws" or self.fence_sources
 
+    @property
+    def store_home(self) -> StoreHome:
+        """The embedded store's directory, and how it was found."""
+        if self.home is None:
+            return find_home()
+        return StoreHome(str(self.home), self.home_found or FROM_CALLER)
+
 
 _ENV = {
     "backend": "CASESHELF_BACKEND",
@@ -143,7 +154,12 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
             values[name] = (
                 tuple(r.strip() for r in raw.split(",") if r.strip()) if name in _LISTS else raw
             )
+    values.pop("home", None)  # found below, by the one rule (`caseshelf.storehome`)
     values.update({k: v for k, v in overrides.items() if v is not None})
+    if values.get("backend", "local") == "local":
+        home = given_home(values["home"]) if "home" in values else find_home(env)
+        check_home(home)
+        values.update(home=home.path, home_found=home.found)
     try:
         settings = Settings.model_validate(values)
     except ValidationError as exc:
@@ -156,6 +172,19 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         # A function has a share of a core and may have no /dev/shm: one process.
         settings = settings.model_copy(update={"num_proc": 1})
     return settings
+
+
+def check_home(home: StoreHome) -> None:
+    """Refuse a store directory that is something else (a file): reading it would mislead and
+    writing it cannot work. A directory that does not exist yet is fine (created on the first
+    write)."""
+    path = Path(home.path)
+    if path.exists() and not path.is_dir():
+        raise BadRequest(
+            f"the store at {home.path} ({home.how}) is not a directory: point CASESHELF_HOME at "
+            "a directory (a new one is created on the first write), or move the file away",
+            field="home",
+        )
 
 
 class Services:
@@ -293,7 +322,7 @@ def build_adapters(settings: Settings) -> tuple[BlobStore, Index]:
     from caseshelf.adapters.sqlite import SqliteIndex
     from caseshelf.adapters.sqlite_stamp import INDEX_FILE
 
-    home = settings.home.expanduser()
+    home = Path(settings.store_home.path)
     store = LocalBlobStore(home / "objects", public_url=settings.public_url)
     return store, SqliteIndex(home / INDEX_FILE)
 
@@ -379,7 +408,7 @@ def build_import_services(
     else:
         token = settings.hf_token.get_secret_value() if settings.hf_token else None
         tokens = StaticToken(token)
-        objects = settings.home.expanduser().resolve() / "objects"
+        objects = Path(settings.store_home.path).resolve() / "objects"
 
         def object_url(key: str) -> str:
             return str(objects / key)

@@ -735,7 +735,11 @@ def serve(
             f"port {port} on {host} is already in use (another `caseshelf serve`?); "
             "pick another with --port",
         ) from None
-    where = settings.home if settings.backend == "local" else f"s3://{settings.bucket}"
+    if settings.backend == "local":
+        home = settings.store_home
+        where = f"{home.path} ({home.found})"
+    else:
+        where = f"s3://{settings.bucket}"
     print(f"caseshelf API on {server.url}  (store: {where}, tenant: {settings.tenant})")
     print(f"Web UI: {server.url}/")
     print(f"Swagger UI: {server.url}{SWAGGER_PATH}   OpenAPI: {server.url}{OPENAPI_PATH}")

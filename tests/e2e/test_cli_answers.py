@@ -166,11 +166,11 @@ def test_an_api_or_a_store_without_an_index_keeps_nothing(tmp_path: Path) -> Non
     empty = tmp_path / "empty"
     # When `ls` first runs where there is no store yet
     out, how = ls_process(empty, "--json", "ls")
-    # Then it answers, and keeps nothing (the handler made the index while answering)
+    # Then it answers, and neither makes a store nor keeps anything: a read creates nothing
     assert how == "HANDLER" and ids(out) == []
-    assert not (empty / "cli").exists()
+    assert not empty.exists()
     assert ls_process(empty, "--json", "ls")[1] == "HANDLER"
-    assert ls_process(empty, "--json", "ls")[1] == "KEPT"
+    assert not empty.exists()
 
 
 def test_every_row_written_renews_the_stamp_and_reading_it_creates_nothing(
@@ -179,6 +179,8 @@ def test_every_row_written_renews_the_stamp_and_reading_it_creates_nothing(
     home = tmp_path / "home"
     assert read_stamp(str(home)) is None and not home.exists()
     index = SqliteIndex(home / "index.sqlite")
+    assert index.get_item("P#1", "S#1") is None and not home.exists()  # opened, read: nothing
+    index.create()
     seen = {read_stamp(str(home))}
     index.put_item("P#1", "S#1", {"a": 1})
     seen.add(read_stamp(str(home)))

@@ -1,5 +1,6 @@
 """Every ```python block of docs/python.md runs, top to bottom in one namespace, in a fresh
-directory: the page's embedded store is that directory's `.caseshelf`, the local server of its
+project directory: the page's embedded store is that directory's `.caseshelf/` (as `caseshelf
+init` makes it, found by `caseshelf.connect()` from there), the local server of its
 HTTP example serves the same store (its URL put where the page says `http://127.0.0.1:8000`),
 and the S3 bucket of the export example is a moto server's."""
 
@@ -62,7 +63,8 @@ def test_every_snippet_runs(
 ) -> None:
     pytest.importorskip("pandas")
     pytest.importorskip("datasets")
-    # Given a fresh directory, a bucket, and the local server on the page's store
+    # Given a fresh project directory with its store, a bucket, and the local server on it
+    (tmp_path / ".caseshelf").mkdir()
     monkeypatch.chdir(tmp_path)
     for var in ("CASESHELF_HOME", "CASESHELF_API", "CASESHELF_TOKEN", "CASESHELF_BACKEND"):
         monkeypatch.delenv(var, raising=False)

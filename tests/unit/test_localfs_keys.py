@@ -27,10 +27,12 @@ OPERATIONS: dict[str, Callable[[LocalBlobStore, str], object]] = {
 
 @pytest.fixture
 def tree(tmp_path: Path) -> tuple[LocalBlobStore, Path]:
-    """A store in `<tmp>/objects`, and a directory beside it whose name it is a prefix of."""
+    """A store in `<tmp>/objects` (made: opening a store makes nothing), and a directory beside
+    it whose name it is a prefix of."""
     outside = tmp_path / "objects-outside"
     outside.mkdir()
     (outside / "secret").write_bytes(b"not the store's")
+    (tmp_path / "objects").mkdir()
     return LocalBlobStore(tmp_path / "objects"), outside
 
 

@@ -36,6 +36,7 @@ from caseshelf.domain.errors import BadRequest, Forbidden, NotFound, StorageFull
 from caseshelf.domain.layout import check_tenant
 from caseshelf.domain.paths import relative_path_problem
 from caseshelf.ports import ObjectInfo
+from caseshelf.storehome import read_only_store
 
 UPLOAD_PATH = "/_uploads/"
 DOWNLOAD_PATH = "/_downloads/"
@@ -151,8 +152,8 @@ class LocalBlobStore:
         public_url: str | None = None,
         tokens: UploadTokens | None = None,
     ) -> None:
+        # Created by the first write (`_tmp`), never by opening or reading the store.
         self.root = Path(root).resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
         self.public_url = public_url.rstrip("/") if public_url else None
         self.tokens = tokens or UploadTokens()
 
@@ -169,16 +170,23 @@ class LocalBlobStore:
 
     def _tmp(self, path: Path) -> Path:
         """A new temporary file beside `path`; the directories made for it are synced into
-        their parents."""
+        their parents. A store that cannot be written is refused naming it."""
         made = []
         here = path.parent
         while not here.is_dir() and here != self.root:
             made.append(here)
             here = here.parent
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for d in reversed(made):
-            sync_dir(d.parent)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            for d in reversed(made):
+                sync_dir(d.parent)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        except (PermissionError, NotADirectoryError) as exc:
+            raise read_only_store(self.root.parent, exc.strerror or str(exc)) from None
+        except OSError as exc:
+            if exc.errno != errno.EROFS:
+                raise
+            raise read_only_store(self.root.parent, exc.strerror or str(exc)) from None
         os.close(fd)
         return Path(tmp)
 

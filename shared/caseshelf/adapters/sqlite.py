@@ -17,17 +17,19 @@ import os
 import shutil
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
 
-from caseshelf.adapters.sqlite_stamp import ensure_stamp
+from caseshelf.adapters.sqlite_stamp import STAMP_SCHEMA, read_only_uri
 from caseshelf.domain import keys
 from caseshelf.domain.errors import BadRequest, Conflict, NotFound, StorageFull
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.ports import DatasetEntry, Page
+from caseshelf.storehome import read_only_store
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
@@ -61,6 +63,43 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
+def _complete_schema(conn: sqlite3.Connection) -> None:
+    """Give the index its table, stamp and triggers where any is missing, in one transaction
+    (a no-op, and no write, where they are all there)."""
+    have = conn.execute(
+        "SELECT count(*) FROM sqlite_master WHERE (type = 'table' AND name IN ('items', 'stamp'))"
+        " OR (type = 'trigger' AND name LIKE 'stamp_%')"
+    ).fetchone()[0]
+    if have < 5:
+        conn.executescript(f"BEGIN IMMEDIATE;\n{_SCHEMA}{STAMP_SCHEMA}COMMIT;")
+
+
+def _use_wal(conn: sqlite3.Connection, patience: float = 30.0) -> None:
+    """Put the index in WAL mode (a no-op once it is). Switching a new file takes an exclusive
+    lock, and where waiting for it could deadlock (two processes opening a new store at once,
+    each holding a shared lock) SQLite answers "database is locked" at once instead of calling
+    the busy handler: the one refused lets go and tries again once the other has switched, for
+    up to `patience` seconds, as the busy timeout would."""
+    deadline = time.monotonic() + patience
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def _empty_index() -> sqlite3.Connection:
+    """An empty index in memory: what reading a store that does not exist yet finds."""
+    conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    conn.executescript(_SCHEMA)
+    return conn
+
+
 def _cursor_out(sk: str) -> str:
     return base64.urlsafe_b64encode(sk.encode()).decode().rstrip("=")
 
@@ -73,20 +112,95 @@ def _cursor_in(cursor: str) -> str:
 
 
 class SqliteIndex:
+    """The index in one SQLite file. Opening it creates nothing: a read of a store that does not
+    exist yet answers as an empty index, and the first write creates the file (its directory,
+    the schema, the change stamp: one transaction, so processes creating it at once create it
+    once). Where the file or its directory cannot be written (a read-only mount, permissions),
+    reads are served from the file opened read-only and a write is refused naming the store."""
+
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
+        self._create_lock = threading.Lock()
+        self._ready = self.path == ":memory:"
         self.reserve = Path(self.path + ".reserve") if self.path != ":memory:" else None
-        self._make_reserve()
+        if self.reserve is not None and Path(self.path).is_file():
+            self._make_reserve()
 
-        def setup() -> None:
-            conn = self._conn()
-            conn.executescript(_SCHEMA)
-            ensure_stamp(conn)
+    def _conn(self) -> sqlite3.Connection:
+        """A connection for reading: this thread's on the file, or, while there is no file, an
+        empty in-memory index (never kept: the file is looked for again on the next read)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        if not self._ready and not Path(self.path).is_file():
+            return _empty_index()
+        conn = self._open()
+        self._local.conn = conn
+        return conn
 
-        self._write(setup)
+    def create(self) -> None:
+        """Create the index (and its directory) where there is none yet (`caseshelf init`)."""
+        self._write_conn()
+
+    def _write_conn(self) -> sqlite3.Connection:
+        """A connection for writing, the index created first where there is none yet."""
+        if not self._ready:
+            with self._create_lock:
+                if not self._ready:
+                    self._create()
+        conn = self._conn()
+        if getattr(self._local, "read_only", False):
+            raise read_only_store(Path(self.path).parent, "the index cannot be written")
+        return conn
+
+    def _create(self) -> None:
+        """The file, its directory and the schema, where any of them is missing."""
+        home = Path(self.path).parent
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise read_only_store(home, exc.strerror or str(exc)) from None
+        if getattr(self._local, "conn", None) is None:
+            self._local.conn = self._open()
+        self._ready = True
+        if not getattr(self._local, "read_only", False):
+            self._make_reserve()
+
+    def _open(self) -> sqlite3.Connection:
+        """This thread's connection on the file: read-write, with the schema made complete;
+        read-only where the file or its directory cannot be written."""
+        path = Path(self.path)
+        if self.path != ":memory:" and not os.access(path.parent, os.W_OK):
+            # WAL readers write a shared-memory file beside the index: in a directory that
+            # cannot be written, the file is read as immutable (nothing else may write it).
+            if not path.is_file():
+                raise read_only_store(path.parent, "the directory is read-only")
+            return self._read_only(read_only_uri(str(path.resolve())) + "&immutable=1")
+        if path.is_file() and not os.access(path, os.W_OK):
+            return self._read_only(read_only_uri(str(path.resolve())))
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=30, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA busy_timeout=30000")
+            _use_wal(conn)
+            conn.execute("PRAGMA synchronous=NORMAL")
+            _complete_schema(conn)
+        except sqlite3.OperationalError as exc:
+            if "readonly" in str(exc) or "unable to open" in str(exc):
+                raise read_only_store(path.parent, str(exc)) from None
+            raise
+        self._ready = True
+        return conn
+
+    def _read_only(self, uri: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            uri, uri=True, timeout=30, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA busy_timeout=30000")
+        self._local.read_only = True
+        return conn
 
     # -- a full disk -------------------------------------------------------------------------
 
@@ -106,7 +220,8 @@ class SqliteIndex:
                 os.fsync(fh.fileno())
             tmp.replace(self.reserve)
         except OSError as exc:
-            if not _is_full(exc):
+            # No room, or a store this process may only read: the index works without one.
+            if not _is_full(exc) and exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
                 raise
         finally:
             tmp.unlink(missing_ok=True)
@@ -140,25 +255,9 @@ class SqliteIndex:
                 if _is_full(again):
                     raise self._full(again) from None
                 raise
-        if self.reserve is not None and not self.reserve.exists():
+        if self.reserve is not None and self._ready and not self.reserve.exists():
             self._make_reserve()
         return result
-
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(
-                self.path, timeout=30, isolation_level=None, check_same_thread=False
-            )
-            try:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA busy_timeout=30000")
-                conn.execute("PRAGMA synchronous=NORMAL")
-            except BaseException:
-                conn.close()
-                raise
-            self._local.conn = conn
-        return conn
 
     # -- versions --------------------------------------------------------------------------
 
@@ -166,7 +265,7 @@ class SqliteIndex:
         self._write(lambda: self._put_version(rec))
 
     def _put_version(self, rec: VersionRecord) -> None:
-        conn = self._conn()
+        conn = self._write_conn()
         pk = keys.version_pk(rec.tenant, rec.kind, rec.name)
         doc = orjson.dumps(keys.record_to_item(rec))
         conn.execute("BEGIN IMMEDIATE")
@@ -265,7 +364,7 @@ class SqliteIndex:
 
         def put() -> None:
             try:
-                self._conn().execute(
+                self._write_conn().execute(
                     f"{verb} INTO items (pk, sk, doc) VALUES (?, ?, ?)", (pk, sk, doc)
                 )
             except sqlite3.IntegrityError:
@@ -280,12 +379,14 @@ class SqliteIndex:
     def update_item(
         self, pk: str, sk: str, changes: dict[str, Any], *, expect: dict[str, Any] | None = None
     ) -> dict[str, Any]:
+        if not self._ready and not Path(self.path).is_file():
+            raise NotFound(f"no item {pk}/{sk}")  # no store yet: changing nothing creates none
         return self._write(lambda: self._update_item(pk, sk, changes, expect))
 
     def _update_item(
         self, pk: str, sk: str, changes: dict[str, Any], expect: dict[str, Any] | None
     ) -> dict[str, Any]:
-        conn = self._conn()
+        conn = self._write_conn()
         conn.execute("BEGIN IMMEDIATE")
         try:
             row = conn.execute("SELECT doc FROM items WHERE pk=? AND sk=?", (pk, sk)).fetchone()

@@ -7,7 +7,8 @@ same rows, and something kept from the first (`caseshelf.cli.answers`) still hol
 value rather than a counter: an index restored from a copy cannot come back to a stamp it had
 with other rows.
 
-This module imports only `sqlite3`: it is read on the CLI's start-up path.
+This module imports only `sqlite3` (and `caseshelf.storehome`, which imports `os`): it is read
+on the CLI's start-up path.
 """
 
 # os.path and os.stat, not pathlib: pathlib (10 ms) is not imported on the start-up path.
@@ -17,7 +18,9 @@ from __future__ import annotations
 import os
 import sqlite3
 
-INDEX_FILE = "index.sqlite"
+from caseshelf.storehome import INDEX_FILE
+
+__all__ = ["INDEX_FILE", "STAMP_SCHEMA", "read_only_uri", "read_stamp"]
 
 STAMP_SCHEMA = """
 CREATE TABLE IF NOT EXISTS stamp (
@@ -34,17 +37,7 @@ CREATE TRIGGER IF NOT EXISTS stamp_delete AFTER DELETE ON items
 """
 
 
-def ensure_stamp(conn: sqlite3.Connection) -> None:
-    """Give the index at `conn` its stamp and triggers where it has none yet (an index made
-    before them gets them on first open); a no-op, and no write, where they are there."""
-    have = conn.execute(
-        "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'stamp_%'"
-    ).fetchone()[0]
-    if have < 3:
-        conn.executescript(STAMP_SCHEMA)
-
-
-def _uri(path: str) -> str:
+def read_only_uri(path: str) -> str:
     """A read-only SQLite URI for `path` (`%`, `?` and `#` escaped, as SQLite's URI rules ask)."""
     quoted = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
     return f"file:{quoted}?mode=ro"
@@ -57,7 +50,7 @@ def read_stamp(home: str) -> str | None:
     if not os.path.isfile(path):
         return None
     try:
-        conn = sqlite3.connect(_uri(path), uri=True, timeout=5)
+        conn = sqlite3.connect(read_only_uri(path), uri=True, timeout=5)
         try:
             row = conn.execute("SELECT value FROM stamp WHERE one = 1").fetchone()
         finally:

@@ -1,6 +1,11 @@
 """What every Lambda function's resolver shares: validation, error mapping, the body size guard,
 the caller's identity, and Powertools' Logger, Metrics and Tracer.
 
+Structured logs and metrics are for Lambda (`on_lambda`): there the Logger writes JSON documents
+and the metrics CloudWatch EMF. Run in any other process (the CLI, the embedded client,
+`caseshelf serve`), the same handlers log through the standard `caseshelf` logger, which the
+application configures, and their metrics are dropped: a terminal shows human lines only.
+
 Importing this module does no I/O and stays light (the registry function's cold start is
 measured against importing only boto3, pydantic and the Powertools event handler). On Lambda
 the Tracer is the X-Ray one; elsewhere (tests, the local server, or POWERTOOLS_TRACE_DISABLED)
@@ -12,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import logging
 import os
 import sys
 import threading
@@ -40,9 +46,6 @@ API_VERSION = "1.0.0"
 AUTHORIZER = "CognitoAuthorizer"
 UPLOADS_ROUTE = "POST /uploads"
 
-# Requests that change nothing emit no metric; that is expected, not worth a warning each time.
-warnings.filterwarnings("ignore", message="No application metrics to publish", category=UserWarning)
-
 
 # -- tracing ---------------------------------------------------------------------------------
 
@@ -69,9 +72,27 @@ def make_tracer() -> Tracer | None:
     return Tracer(service=SERVICE, patch_modules=TRACED_MODULES) if tracing_enabled() else None
 
 
-# stderr: on Lambda both streams are the function's log; in process (the embedded client, the CLI)
-# stdout is the caller's output and must hold nothing else.
-logger = Logger(service=SERVICE, stream=sys.stderr)
+def on_lambda(env: Mapping[str, str] | None = None) -> bool:
+    """Whether this process is a Lambda function (deployed, or SAM's local emulation): the
+    runtime names the function in AWS_LAMBDA_FUNCTION_NAME."""
+    env = os.environ if env is None else env
+    return bool(env.get("AWS_LAMBDA_FUNCTION_NAME"))
+
+
+def make_logger() -> Logger | logging.Logger:
+    """On Lambda, Powertools' structured Logger: one JSON document per line, with the
+    invocation's context. Elsewhere (the CLI, the embedded client, `caseshelf serve`) the
+    standard `caseshelf` logger, which this module leaves as it is (no handler, no level): what
+    its records look like is the application's choice (the CLI prints human lines,
+    `caseshelf.cli.logs`). Powertools' Logger would add a JSON handler, set a level and filter
+    the root handlers of whatever process imports the library."""
+    if on_lambda():
+        # stderr: both streams are the function's log there; stdout carries nothing else.
+        return Logger(service=SERVICE, stream=sys.stderr)
+    return logging.getLogger(SERVICE)
+
+
+logger = make_logger()
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 tracer = make_tracer()
 
@@ -88,7 +109,9 @@ def count(name: str, value: float = 1) -> None:
 
 
 def _flushing_metrics(handler: Handler) -> Handler:
-    """`metrics.log_metrics(handler)`, with the flush under `_metrics_lock`."""
+    """`metrics.log_metrics(handler)`, with the flush under `_metrics_lock`. On Lambda the
+    metrics are printed as CloudWatch EMF documents, which the function's log turns into
+    metrics; elsewhere nothing would read them, and they are dropped."""
 
     @functools.wraps(handler)
     def run(event: dict[str, Any], context: Any) -> dict[str, Any]:
@@ -96,7 +119,15 @@ def _flushing_metrics(handler: Handler) -> Handler:
             return handler(event, context)
         finally:
             with _metrics_lock:
-                metrics.flush_metrics()
+                if on_lambda():
+                    with warnings.catch_warnings():
+                        # A request that changes nothing counts nothing: no warning for that.
+                        warnings.filterwarnings(
+                            "ignore", "No application metrics to publish", UserWarning
+                        )
+                        metrics.flush_metrics()
+                else:
+                    metrics.clear_metrics()
 
     return run
 
@@ -372,10 +403,11 @@ Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 def instrumented(handler: Handler) -> Handler:
     """A function's `lambda_handler`, inside Powertools' logging context (cleared per call),
     tracing (responses never captured) and metrics flush: the same for every function."""
-    inner = _flushing_metrics(handler)
+    wrapped: Handler = _flushing_metrics(handler)
     if tracer is not None:
-        inner = tracer.capture_lambda_handler(capture_response=False)(inner)
-    wrapped: Handler = logger.inject_lambda_context(clear_state=True)(inner)
+        wrapped = tracer.capture_lambda_handler(capture_response=False)(wrapped)
+    if isinstance(logger, Logger):
+        wrapped = logger.inject_lambda_context(clear_state=True)(wrapped)
     return wrapped
 
 

@@ -30,7 +30,7 @@ from functools import cache
 # distribution's entry points, a tenth of a second of every start-up) is skipped unless asked for.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
-from caseshelf.domain.errors import CaseshelfError
+from caseshelf.domain.errors import CaseshelfError, NotFound
 
 # `typing.TYPE_CHECKING` without importing typing: this module is on every command's start-up
 # path, which imports only what the command runs (`caseshelf.cli.answers`).
@@ -82,6 +82,7 @@ COMMAND_MODULES: list[str] = [
     "verify",
     "browse",
     "tags",
+    "store",
 ]
 # Which module declares each top-level command (a test holds this to what they declare): a run
 # loads only the module of the command it names, or every module for help or an unknown name.
@@ -121,6 +122,8 @@ COMMANDS: dict[str, str] = {
     "tag": "tags",
     "untag": "tags",
     "tags": "tags",
+    "info": "store",
+    "init": "store",
 }
 # The common options that take a value (the token after them is no command name).
 _VALUE_OPTIONS = frozenset({"--api", "--tenant", "--principal", "--roles"})
@@ -162,6 +165,7 @@ class State:
         self.roles: str | None = None
         self.json_out = False
         self.num_proc: int | None = None  # `import --num-proc`: CASESHELF_NUM_PROC otherwise
+        self.verbose = False
         self._client: Client | None = None
 
     def merge(self, **values: Any) -> None:
@@ -174,10 +178,19 @@ class State:
             return None
         return tuple(r.strip() for r in self.roles.split(",") if r.strip())
 
+    def logs(self) -> None:
+        """Human log lines on stderr at the level asked for (`caseshelf.cli.logs`), where the
+        command owns its process (the console script)."""
+        if _owns_process:
+            from caseshelf.cli import logs
+
+            logs.configure(self.verbose)
+
     def settings(self, **overrides: Any) -> Settings:
         """Settings from the environment, with the identity options on top."""
         from caseshelf.bootstrap import load_settings
 
+        self.logs()
         return load_settings(
             tenant=self.tenant,
             principal=self.principal,
@@ -192,6 +205,7 @@ class State:
         if self._client is None:
             from caseshelf.client import Client, Http, InProcess
 
+            self.logs()
             if self.api:
                 try:
                     http = Http(
@@ -207,7 +221,13 @@ class State:
                     raise typer.BadParameter(exc.detail, param_hint="--api") from None
                 self._client = Client(http)
             else:
-                self._client = Client(InProcess(self.settings()))
+                settings = self.settings()
+                self._client = Client(InProcess(settings))
+                if settings.backend == "local":
+                    from caseshelf.cli.logs import log
+
+                    home = settings.store_home
+                    log.info("the store at %s (%s)", home.path, home.how)
         return self._client
 
 
@@ -424,7 +444,7 @@ def failed(exc: BaseException) -> int | None:
     (1, or 130 when interrupted); None for an exception that is a bug (its traceback shows).
     The one wording for the typer app and the start-up path (`caseshelf.cli.fast`)."""
     if isinstance(exc, CaseshelfError):
-        fail(exc.detail)
+        fail(_placed(exc).detail)
         return 1
     if isinstance(exc, KeyboardInterrupt):
         fail("interrupted")
@@ -438,6 +458,19 @@ def failed(exc: BaseException) -> int | None:
         fail(f"AWS: {exc}")
         return 1
     return None
+
+
+def _placed(exc: CaseshelfError) -> CaseshelfError:
+    """A not-found error of a command on the embedded store with the store named, where the
+    command read the store's services itself (`verify`, `gc`) rather than through the client,
+    which names it already (`caseshelf.client.transport.InProcess.placed`)."""
+    if not isinstance(exc, NotFound) or state().api:
+        return exc
+    if os.environ.get("CASESHELF_BACKEND", "local") not in ("", "local"):
+        return exc
+    from caseshelf.storehome import find_home, placed
+
+    return placed(exc, find_home())
 
 
 def command_name(argv: Sequence[str]) -> str | None:
@@ -466,6 +499,13 @@ def run(argv: Sequence[str] | None = None) -> int:
     return run_app(argv)
 
 
+# Whether this process is the command's own (the console script): only then does the command
+# configure logging (`State.logs`).
+_owns_process = False
+
+
 def main() -> None:
     """Console-script entry point (`caseshelf`)."""
+    global _owns_process
+    _owns_process = True
     sys.exit(run())

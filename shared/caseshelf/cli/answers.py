@@ -24,11 +24,12 @@ file) runs the handler, and its answer replaces the kept one. The stamp is read 
 handler reads the index, so an answer made while another process wrote is kept under the stamp
 before that write, which the index no longer has: it is never printed again.
 
-Only `os`, `sys`, `json` and `sqlite3` are imported here: this runs on the start-up path.
+Only `os`, `sys`, `json` and `sqlite3` are imported here (and `platformdirs` where the store
+is the user's, `caseshelf.storehome`): this runs on the start-up path.
 """
 
 # os.path and os.stat, not pathlib: pathlib (10 ms) is not imported on the start-up path.
-# ruff: noqa: PTH100, PTH103, PTH105, PTH108, PTH111, PTH116, PTH118, PTH120
+# ruff: noqa: PTH103, PTH105, PTH108, PTH116, PTH118, PTH120
 from __future__ import annotations
 
 import json
@@ -37,6 +38,7 @@ import sys
 from contextlib import suppress
 
 from caseshelf.adapters.sqlite_stamp import read_stamp
+from caseshelf.storehome import find_home
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,13 +55,12 @@ _FORMAT = 1
 
 
 def _home() -> str | None:
-    """The embedded store's directory as the settings name it, or None off the embedded store
-    (`caseshelf.bootstrap.Settings`: `CASESHELF_BACKEND` local by default, `CASESHELF_HOME`
-    `.caseshelf` by default). `keep` checks it against the settings the handler ran with."""
+    """The embedded store's directory as the settings find it (`caseshelf.storehome`), or None
+    off the embedded store (`CASESHELF_BACKEND` other than local). `keep` checks it against the
+    settings the handler ran with."""
     if os.environ.get("CASESHELF_BACKEND", "") not in ("", "local"):
         return None
-    home = os.environ.get("CASESHELF_HOME") or ".caseshelf"
-    return os.path.abspath(os.path.expanduser(home))
+    return find_home().path
 
 
 def key(state: State, command: str, options: dict[str, Any]) -> dict[str, Any] | None:
@@ -133,7 +134,7 @@ def keep(key: dict[str, Any], answer: Any, settings: Settings) -> None:
     """Keep `answer` under `key`, when the handler ran on the store the key names (whole: a
     file written beside it and renamed over the kept one). A store that cannot be written keeps
     nothing; the command's answer is printed all the same."""
-    if settings.backend != "local" or os.path.abspath(settings.home.expanduser()) != key["home"]:
+    if settings.backend != "local" or settings.store_home.path != key["home"]:
         return
     path = _path(key)
     tmp = f"{path}.{os.getpid()}.tmp"

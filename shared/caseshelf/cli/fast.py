@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 PAGE_MAX = 1000
 
 # The common options (`caseshelf.cli.root`): flags, and those that take a value.
-_COMMON_FLAGS = {"--json": "json_out"}
+_COMMON_FLAGS = {"--json": "json_out", "--verbose": "verbose", "-v": "verbose"}
 _COMMON_VALUES = {
     "--api": "api",
     "--tenant": "tenant",
@@ -73,6 +73,11 @@ def ls(*, shared: bool, limit: int | None, cursor: str | None) -> None:
 
     kept = answers.key(state(), "ls", {"shared": shared, "limit": limit, "cursor": cursor})
     out = answers.find(kept) if kept else None
+    if out is not None and state().verbose:
+        state().logs()
+        from caseshelf.cli.logs import log
+
+        log.debug("ls: the answer kept in %s (the store is unchanged since)", kept and kept["home"])
     if out is None:
         c = client()
         if limit is not None or cursor is not None:

@@ -48,6 +48,16 @@ app = typer.Typer(
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print machine-readable JSON on stdout.", show_default=False)
 ]
+VerboseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="Log everything caseshelf does on stderr (default: warnings; or set "
+        "CASESHELF_LOG_LEVEL).",
+        show_default=False,
+    ),
+]
 ApiOpt = Annotated[
     str | None,
     typer.Option(
@@ -90,6 +100,7 @@ RolesOpt = Annotated[
 
 _COMMON: dict[str, tuple[Any, Any]] = {
     "json_out": (JsonOpt, False),
+    "verbose": (VerboseOpt, False),
     "api": (ApiOpt, None),
     "tenant": (TenantOpt, None),
     "principal": (PrincipalOpt, None),
@@ -156,6 +167,7 @@ VersionOpt = Annotated[
 def _root(
     version: VersionOpt = False,
     json_out: JsonOpt = False,
+    verbose: VerboseOpt = False,
     api: ApiOpt = None,
     tenant: TenantOpt = None,
     principal: PrincipalOpt = None,
@@ -163,10 +175,18 @@ def _root(
 ) -> None:
     """A registry for evaluation datasets: versioned, content-addressed, diffable.
 
-    Works on the embedded store in CASESHELF_HOME (default ./.caseshelf), or with --api URL on a
-    deployed or local API.
+    Works on the embedded store: CASESHELF_HOME, else the nearest .caseshelf/ at or above the
+    working directory (caseshelf init makes one), else the user's data directory (caseshelf
+    info names it); or with --api URL on a deployed or local API.
     """
-    begin(api=api, tenant=tenant, principal=principal, roles=roles, json_out=json_out)
+    begin(
+        api=api,
+        tenant=tenant,
+        principal=principal,
+        roles=roles,
+        json_out=json_out,
+        verbose=verbose,
+    )
 
 
 # -- running ------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The Python client: `caseshelf.connect()` on the embedded store or any API.
 
     import caseshelf
-    cs = caseshelf.connect()                       # the embedded store (CASESHELF_HOME)
+    cs = caseshelf.connect()                       # the embedded store (caseshelf.storehome)
     cs = caseshelf.connect("https://.../prod", token="...")   # an API (CASESHELF_API/TOKEN)
     v = cs.get("gsm8k@stable")
     for case in cs.cases("gsm8k@1.2.0"): ...
@@ -46,13 +46,15 @@ def connect(
     """A client on the registry.
 
     With `url` (or `CASESHELF_API`): that API over HTTP, with `token` (or `CASESHELF_TOKEN`) as
-    the bearer token. Without: the embedded store in `home` (or `CASESHELF_HOME`, default
-    `./.caseshelf`; `CASESHELF_BACKEND=aws` and its settings for the AWS one), served in this
-    process. `tenant`, `principal` and `roles` are the identity on the embedded store; over
-    HTTP they become the dev headers that only the local server reads. `num_proc` (default
-    `CASESHELF_NUM_PROC`, else 1) is how many processes an import on the embedded store may
-    read, map and hash a plain local jsonl file with; always 1 on the AWS backend and in a
-    Lambda function."""
+    the bearer token. Without: the embedded store in `home`, else the one the CLI finds
+    (`caseshelf.storehome`: `CASESHELF_HOME`, else the nearest `.caseshelf/` at or above the
+    working directory, else the user's data directory), served in this process
+    (`CASESHELF_BACKEND=aws` and its settings for the AWS one). Connecting creates nothing: the
+    store is created by its first write. `tenant`, `principal` and `roles` are the identity on
+    the embedded store; over HTTP they become the dev headers that only the local server
+    reads. `num_proc` (default `CASESHELF_NUM_PROC`, else 1) is how many processes an import on
+    the embedded store may read, map and hash a plain local jsonl file with; always 1 on the
+    AWS backend and in a Lambda function."""
     environ = os.environ if env is None else env
     url = url or environ.get("CASESHELF_API") or None
     role_tuple = None if roles is None else tuple(roles)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
 from caseshelf.client.refs import parse_ref, parse_version
 from caseshelf.client.transport import Answer, Http, InProcess, Request, Transport
-from caseshelf.domain.errors import BadRequest, Corrupt, TooLarge, Upstream
+from caseshelf.domain.errors import BadRequest, Corrupt, NotFound, TooLarge, Upstream
 from caseshelf.domain.paging import MAX_PAGE
 from caseshelf.extras import require
 
@@ -1055,7 +1055,10 @@ class Client:
         assert isinstance(transport, InProcess)
         parsed = parse_model(ExportRequest, request)
         svc = transport.services
-        res = svc.exports.export_version(transport.identity, name, ref, parsed, to=to)
+        try:
+            res = svc.exports.export_version(transport.identity, name, ref, parsed, to=to)
+        except NotFound as exc:
+            raise transport.placed(exc) from None
         return dto.export_out(res)
 
     def pull(

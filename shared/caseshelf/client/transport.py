@@ -8,6 +8,7 @@ back into the API's typed error here, in one place, the same way for both (`prob
 from __future__ import annotations
 
 import io
+import logging
 import random
 import threading
 import time
@@ -36,6 +37,7 @@ IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 # through `POST /uploads`.
 HTTP_BODY_LIMIT = EVENT_BODY_LIMIT
 _PROBLEM_KEYS = {"type", "title", "status", "detail"}
+log = logging.getLogger(__name__)
 # No body cap in process: the cap is the size an HTTP request or a Lambda answer may be.
 UNCAPPED = 1 << 62
 # The embedded store's presigned URLs, in process: served by `InProcess` itself (as
@@ -388,7 +390,8 @@ class InProcess:
         self._given = services
 
     def __repr__(self) -> str:
-        where = self.settings.home if self.settings.backend == "local" else self.settings.bucket
+        local = self.settings.backend == "local"
+        where = self.settings.store_home.path if local else self.settings.bucket
         return f"InProcess({str(where)!r})"
 
     @cached_property
@@ -454,6 +457,7 @@ class InProcess:
         services = self.services
         from caseshelf.api.errors import RAISE_UNEXPECTED
 
+        started = time.perf_counter()
         with self._lock, bootstrap.scoped(services), redirect_stdout(_DISCARD):
             token = RAISE_UNEXPECTED.set(True)
             try:
@@ -463,9 +467,26 @@ class InProcess:
         from caseshelf.gateway import read_result
 
         answer = read_result(result)
+        log.debug(
+            "%s %s: %d, answered by %s (%.1f ms)",
+            request.method,
+            raw_path,
+            answer.status,
+            route.function,
+            (time.perf_counter() - started) * 1000,
+        )
         if answer.status >= 400:
-            raise problem_error(answer.status, answer.body)
+            raise self.placed(problem_error(answer.status, answer.body))
         return Answer(answer.status, dict(answer.headers), answer.body)
+
+    def placed(self, error: CaseshelfError) -> CaseshelfError:
+        """`error`, where it says an entry is not on the embedded store, with the store named
+        (`caseshelf.storehome.placed`)."""
+        if self.settings.backend != "local":
+            return error
+        from caseshelf.storehome import placed
+
+        return placed(error, self.settings.store_home)
 
     def serves(self, url: str) -> bool:
         """Whether `url` is one of this store's own presigned URLs (`IN_PROCESS_URL`)."""
