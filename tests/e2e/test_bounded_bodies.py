@@ -119,7 +119,7 @@ def test_bodies_that_are_fine_still_register(server: DevServer) -> None:
 def test_a_task_archive_with_an_alias_bomb_is_a_400_not_a_hang(server: DevServer) -> None:
     import base64
 
-    from tests.unit.test_archive_bombs import alias_bomb_task_tar, tar_bomb
+    from tests.integration.test_archive_bombs import alias_bomb_task_tar, tar_bomb
 
     body = {
         "archive_base64": base64.b64encode(alias_bomb_task_tar()).decode(),

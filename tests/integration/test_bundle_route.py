@@ -12,7 +12,7 @@ import caseshelf
 from caseshelf.client import Client
 from caseshelf.domain.errors import BadRequest, NotFound
 from tests.helpers import dev_server
-from tests.unit.test_onramp_bundles import DATASET, RECIPE, bundle
+from tests.integration.test_onramp_bundles import DATASET, RECIPE, bundle
 
 pytestmark = pytest.mark.integration
 

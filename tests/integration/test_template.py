@@ -131,7 +131,7 @@ def test_function_code_and_layer_exist() -> None:
         source = code / f"{module}.py"
         assert source.is_file(), f"{name}: no {source}"
         # The entry point is a one-line import of the package's function module
-        # (tests/unit/test_route_table.py checks which one)
+        # (tests/integration/test_route_table.py checks which one)
         assert re.search(rf"import .*\b{handler}\b", source.read_text(encoding="utf-8")), name
     [layer] = resources("AWS::Serverless::LayerVersion").values()
     content = (base / layer["Properties"]["ContentUri"]).resolve()
