@@ -22,6 +22,19 @@ class ObjectInfo:
     last_modified: float  # POSIX seconds
 
 
+class ObjectWriter(Protocol):
+    """An object written as a stream (an S3 multipart upload; a temporary file locally): it
+    appears, whole, only at `commit`; `abort` leaves nothing. Neither memory nor local disk
+    grows with the object."""
+
+    def write(self, data: bytes) -> int: ...
+
+    def commit(self) -> int:
+        """Make the object visible; its size in bytes."""
+
+    def abort(self) -> None: ...
+
+
 class BlobStore(Protocol):
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Write `data` at `key` unless an object is there; True when this call wrote it."""
@@ -32,6 +45,9 @@ class BlobStore(Protocol):
     def put_file(self, key: str, path: Path, *, content_type: str | None = None) -> None:
         """`put` of a local file's bytes, streamed from disk (an export's manifest or row file
         can be larger than what a process should hold)."""
+
+    def open_writer(self, key: str, *, content_type: str | None = None) -> ObjectWriter:
+        """Write an object as a stream of pieces (transient areas only, as `put`)."""
 
     def get(self, key: str) -> bytes:
         """The whole object; `NotFound` when absent."""
@@ -54,6 +70,13 @@ class BlobStore(Protocol):
 
     def presign_put(self, key: str, *, expires: int = 900) -> str | None:
         """A time-limited PUT URL, or None where the backend has none (the embedded store)."""
+
+
+class Queue(Protocol):
+    """A work queue (SQS on AWS; in process on the embedded store): each message is a small
+    JSON document handed to the function that consumes the queue."""
+
+    def send(self, messages: Sequence[dict[str, Any]]) -> None: ...
 
 
 @dataclass(frozen=True)

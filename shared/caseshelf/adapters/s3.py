@@ -112,6 +112,9 @@ class S3BlobStore:
                 raise _translate(cause, key) from exc
             raise Upstream(f"upload of {key} failed: {exc}", key=key) from exc
 
+    def open_writer(self, key: str, *, content_type: str | None = None) -> MultipartWriter:
+        return MultipartWriter(self, key, content_type)
+
     def get(self, key: str) -> bytes:
         try:
             resp = self.client.get_object(Bucket=self.bucket, Key=key)
@@ -177,3 +180,81 @@ class S3BlobStore:
             "put_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires
         )
         return url
+
+
+# S3's smallest part but the last is 5 MiB; a part of 8 MiB keeps a 1 TB object within the
+# 10,000 parts a multipart upload may have (80 GB at 8 MiB: far beyond any export).
+PART_BYTES = 8 << 20
+
+
+class MultipartWriter:
+    """An object streamed to S3: `PART_BYTES` are held at a time and sent as one part of a
+    multipart upload, started with the first full part (an object that never fills one is a
+    single PUT at `commit`). Nothing is visible until `commit` completes the upload; `abort`
+    (or an error) aborts it, and the bucket's `abort-multipart` lifecycle rule removes what a
+    killed process left."""
+
+    def __init__(self, store: S3BlobStore, key: str, content_type: str | None) -> None:
+        self.store = store
+        self.key = key
+        self.content_type = content_type
+        self.buffer = bytearray()
+        self.upload_id: str | None = None
+        self.parts: list[dict[str, Any]] = []
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.buffer += data
+        self.size += len(data)
+        while len(self.buffer) >= PART_BYTES:
+            self._send(bytes(self.buffer[:PART_BYTES]))
+            del self.buffer[:PART_BYTES]
+        return len(data)
+
+    def _send(self, piece: bytes) -> None:
+        client, bucket = self.store.client, self.store.bucket
+        try:
+            if self.upload_id is None:
+                args = self.store._write_args(self.key, self.content_type)
+                self.upload_id = client.create_multipart_upload(**args)["UploadId"]
+            number = len(self.parts) + 1
+            resp = client.upload_part(
+                Bucket=bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number, Body=piece
+            )
+        except ClientError as exc:
+            self.abort()
+            raise _translate(exc, self.key) from exc
+        self.parts.append({"ETag": resp["ETag"], "PartNumber": number})
+
+    def commit(self) -> int:
+        if self.upload_id is None:
+            self.store.put(self.key, bytes(self.buffer), content_type=self.content_type)
+            self.buffer.clear()
+            return self.size
+        if self.buffer:
+            self._send(bytes(self.buffer))
+            self.buffer.clear()
+        try:
+            self.store.client.complete_multipart_upload(
+                Bucket=self.store.bucket,
+                Key=self.key,
+                UploadId=self.upload_id,
+                MultipartUpload={"Parts": self.parts},
+            )
+        except ClientError as exc:
+            self.abort()
+            raise _translate(exc, self.key) from exc
+        self.upload_id = None
+        return self.size
+
+    def abort(self) -> None:
+        self.buffer.clear()
+        if self.upload_id is None:
+            return
+        upload_id, self.upload_id = self.upload_id, None
+        try:
+            self.store.client.abort_multipart_upload(
+                Bucket=self.store.bucket, Key=self.key, UploadId=upload_id
+            )
+        except ClientError:  # the lifecycle rule removes it after two days
+            return
