@@ -29,6 +29,11 @@ class ObjectWriter(Protocol):
 
     def write(self, data: bytes) -> int: ...
 
+    def copy(self, key: str, size: int) -> None:
+        """Append the `size` bytes of the object `key` of the same store: copied by the store
+        itself where it can (S3 `UploadPartCopy`), so they need not pass through this
+        process."""
+
     def commit(self) -> int:
         """Make the object visible; its size in bytes."""
 

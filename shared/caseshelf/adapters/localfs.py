@@ -179,7 +179,7 @@ class LocalBlobStore:
 
     def open_writer(self, key: str, *, content_type: str | None = None) -> FileWriter:
         dest = self._path(key)
-        return FileWriter(self._tmp(dest), dest)
+        return FileWriter(self, self._tmp(dest), dest)
 
     def get(self, key: str) -> bytes:
         try:
@@ -294,7 +294,8 @@ class FileWriter:
     """An object written into a temporary file beside its place, renamed into place at
     `commit` (the store's own atomic write); `abort` removes it."""
 
-    def __init__(self, tmp: Path, dest: Path) -> None:
+    def __init__(self, store: LocalBlobStore, tmp: Path, dest: Path) -> None:
+        self.store = store
         self.tmp = tmp
         self.dest = dest
         self.fh: BinaryIO | None = tmp.open("wb")
@@ -305,6 +306,16 @@ class FileWriter:
         self.fh.write(data)
         self.size += len(data)
         return len(data)
+
+    def copy(self, key: str, size: int) -> None:
+        with self.store._path(key).open("rb") as src:
+            remaining = size
+            while remaining:
+                chunk = src.read(min(_CHUNK, remaining))
+                if not chunk:
+                    raise NotFound(f"{key} ended {remaining} bytes short", key=key)
+                self.write(chunk)
+                remaining -= len(chunk)
 
     def commit(self) -> int:
         assert self.fh is not None, "committed twice"

@@ -185,6 +185,8 @@ class S3BlobStore:
 # S3's smallest part but the last is 5 MiB; a part of 8 MiB keeps a 1 TB object within the
 # 10,000 parts a multipart upload may have (80 GB at 8 MiB: far beyond any export).
 PART_BYTES = 8 << 20
+MIN_PART_BYTES = 5 << 20
+MAX_COPY_BYTES = 5 << 30  # the largest part an UploadPartCopy may copy
 
 
 class MultipartWriter:
@@ -211,20 +213,65 @@ class MultipartWriter:
             del self.buffer[:PART_BYTES]
         return len(data)
 
+    def _upload_id(self) -> str:
+        if self.upload_id is None:
+            args = self.store._write_args(self.key, self.content_type)
+            self.upload_id = self.store.client.create_multipart_upload(**args)["UploadId"]
+        return self.upload_id
+
     def _send(self, piece: bytes) -> None:
         client, bucket = self.store.client, self.store.bucket
         try:
-            if self.upload_id is None:
-                args = self.store._write_args(self.key, self.content_type)
-                self.upload_id = client.create_multipart_upload(**args)["UploadId"]
-            number = len(self.parts) + 1
+            upload_id, number = self._upload_id(), len(self.parts) + 1
             resp = client.upload_part(
-                Bucket=bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number, Body=piece
+                Bucket=bucket, Key=self.key, UploadId=upload_id, PartNumber=number, Body=piece
             )
         except ClientError as exc:
             self.abort()
             raise _translate(exc, self.key) from exc
         self.parts.append({"ETag": resp["ETag"], "PartNumber": number})
+
+    def copy(self, key: str, size: int) -> None:
+        """Append the object `key` (`size` bytes): what is held and the first bytes of `key`
+        are sent as a part of at least `MIN_PART_BYTES`; the rest, when it is a part's worth,
+        is copied by S3 (`UploadPartCopy`, in ranges of at most `MAX_COPY_BYTES`) without
+        passing through this process; a rest smaller than a part is read and held."""
+        pos = 0
+        if self.buffer:
+            pos = min(size, max(0, MIN_PART_BYTES - len(self.buffer)))
+            if pos:
+                self.write(self.store.get_range(key, 0, pos))
+        if size - pos < MIN_PART_BYTES:
+            if size > pos:
+                self.write(self.store.get_range(key, pos, size - pos))
+            return
+        if self.buffer:
+            self._send(bytes(self.buffer))
+            self.buffer.clear()
+        while pos < size:
+            end = min(size, pos + MAX_COPY_BYTES)
+            if 0 < size - end < MIN_PART_BYTES:
+                end = size - MIN_PART_BYTES  # leave the last range a part's worth too
+            self._copy_range(key, pos, end)
+            pos = end
+
+    def _copy_range(self, key: str, start: int, end: int) -> None:
+        client, bucket = self.store.client, self.store.bucket
+        try:
+            upload_id, number = self._upload_id(), len(self.parts) + 1
+            resp = client.upload_part_copy(
+                Bucket=bucket,
+                Key=self.key,
+                UploadId=upload_id,
+                PartNumber=number,
+                CopySource={"Bucket": bucket, "Key": key},
+                CopySourceRange=f"bytes={start}-{end - 1}",
+            )
+        except ClientError as exc:
+            self.abort()
+            raise _translate(exc, key) from exc
+        self.parts.append({"ETag": resp["CopyPartResult"]["ETag"], "PartNumber": number})
+        self.size += end - start
 
     def commit(self) -> int:
         if self.upload_id is None:

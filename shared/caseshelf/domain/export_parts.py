@@ -16,9 +16,10 @@ completes the job: the row file, the bundle, then `manifest.json` last). The fig
 - a part reads its cases a window at a time (`CASE_WINDOW` / `ROW_WINDOW` of
   `caseshelf.services.export_stream`) and streams what it writes (multipart, `PART_BYTES` held
   per stream): its memory is a window, not its range, and it uses no /tmp at all;
-- the finish streams the manifest (from the parts' entries), the row file (from the parts'
-  pieces) and the bundle (the parts' gzip members, concatenated) at `STREAM_BYTES_PER_SECOND`,
-  a rate S3 from Lambda exceeds several times.
+- the finish streams the manifest (from the parts' entries) and the row file (from the parts'
+  pieces) at `STREAM_BYTES_PER_SECOND`, a rate S3 from Lambda exceeds several times; the bundle
+  is the parts' gzip members, concatenated by S3 itself (`UploadPartCopy`, counted at
+  `COPY_BYTES_PER_SECOND`), of which at most `MEMBER_READ_BYTES` a member pass through.
 
 `check_bounds` is the plan's own account of one part and of the finish, which
 `tests/unit/test_export_parts.py` holds within 80% of the worker's Timeout and memory at
@@ -38,6 +39,11 @@ MAX_PART_CASES = 5000
 MAX_PARTS = 2000  # the job item lists the parts done: it stays a few kilobytes
 STREAM_BYTES_PER_SECOND = 40_000_000
 STREAM_BUFFER_BYTES = 8 << 20  # held per multipart stream (caseshelf.adapters.s3.PART_BYTES)
+# A bundle member is appended by S3 itself (UploadPartCopy) but for up to 10 MiB read to fill
+# the part before it (`caseshelf.adapters.s3.MultipartWriter.copy`); S3 copies within a bucket
+# at several hundred MB/s.
+MEMBER_READ_BYTES = 10 << 20
+COPY_BYTES_PER_SECOND = 100_000_000
 MANIFEST_BYTES_PER_FILE = 120  # `"path":{"digest":"sha256:<64 hex>","size":N}` and its share
 MANIFEST_BYTES_PER_CASE = 64
 # Files every case of a format gets besides its own companion files and the shared files.
@@ -126,11 +132,14 @@ def check_bounds(
     total_files = plan.files_per_case * plan.case_count
     manifest = total_files * MANIFEST_BYTES_PER_FILE + plan.case_count * MANIFEST_BYTES_PER_CASE
     streamed = manifest
+    copied = 0.0
     if fmt not in CASE_FORMATS:
         streamed += plan.case_count * case_bytes * (2 if bundle else 1)
     if bundle:
-        streamed += manifest + total_files * file_bytes  # the members pass through once
-    finish_seconds = streamed / STREAM_BYTES_PER_SECOND
+        member = plan.files_per_case * cases * (file_bytes + 512)  # tar headers, uncompressed
+        streamed += plan.part_count * min(member, MEMBER_READ_BYTES)
+        copied = total_files * (file_bytes + 512)
+    finish_seconds = streamed / STREAM_BYTES_PER_SECOND + copied / COPY_BYTES_PER_SECOND
     # One part's row piece at a time (a parquet piece is read whole to rewrite its groups).
     finish_memory = 3 * STREAM_BUFFER_BYTES + cases * case_bytes * IN_MEMORY_FACTOR
     return Bounds(part_seconds, int(part_memory), finish_seconds, int(finish_memory))

@@ -584,8 +584,7 @@ def _write_bundle(
             info = store.head(member_key)
             if info is None:
                 raise OSError(f"part {m.number}'s bundle member {member_key} is missing")
-            for chunk in object_pieces(store, member_key, info.size):
-                out.write(chunk)
+            out.copy(member_key, info.size)  # by S3 itself, a part's worth at a time
         last = TarMember(out)
         for f in data_files:
             if f.role == ROLE_DATA:
