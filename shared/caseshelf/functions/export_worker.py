@@ -41,7 +41,7 @@ def handle_record(record: dict[str, Any]) -> dict[str, Any]:
         count("ExportPartsDeadLettered")
     else:
         outcome = jobs.run_part(job_id, part)
-        logger.info(
+        logger.debug(
             "export part handled",
             extra={"job_id": job_id, "part": part, "status": outcome.status, "receives": receives},
         )

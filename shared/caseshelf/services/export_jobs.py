@@ -136,7 +136,7 @@ class ExportJobService:
         self.index.put_item(job_pk(job["id"]), JOB_SK, job, if_absent=True)
         self.index.put_item(POINTER_PK + prepared.record.tenant, spec.export_id, {"job": job["id"]})
         self.queue().send([{"job": job["id"], "part": n} for n in range(plan.part_count)])
-        log.info(
+        log.debug(
             "export job started",
             extra={"job_id": job["id"], "export_id": spec.export_id, "parts": plan.part_count},
         )
@@ -310,7 +310,7 @@ class ExportJobService:
             return {"state": state, **changes}
 
         self._cas(job_id, change)
-        log.info("export job ended", extra={"job_id": job_id, "state": state})
+        log.debug("export job ended", extra={"job_id": job_id, "state": state})
 
     def dead_letter(self, job_id: str, number: int, receives: int) -> PartOutcome:
         """A part's message that every delivery failed: the job fails, naming the part, its
