@@ -59,6 +59,7 @@ POINTER_PK = "EXPORTJOB#"
 REQUEST_NAME = "request.json"
 INDICES_NAME = "indices.u32"
 CAS_TRIES = 64
+SHOWN_IDS = 100  # of a subset's ids, on the job
 Render = Callable[[ExportResult], dict[str, Any]]
 
 
@@ -358,6 +359,9 @@ def _summary(request: ExportRequest) -> dict[str, Any]:
     """The request as the job shows it: its options, and the shared files by destination (an
     inline body stays in the scratch area)."""
     out = request.model_dump(mode="json", exclude_none=True, exclude={"shared_files"})
+    ids = (out.get("subset") or {}).get("ids")
+    if ids is not None and len(ids) > SHOWN_IDS:  # the job item stays small
+        out["subset"]["ids"] = [*ids[:SHOWN_IDS], f"... {len(ids) - SHOWN_IDS} more"]
     if request.shared_files:
         out["shared_files"] = [sf.dest for sf in request.shared_files]
     return out
