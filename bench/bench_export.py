@@ -13,14 +13,21 @@ sides alternate, and each figure is the median ratio over `--runs` rounds:
    tree to the same moto server (a separate process, real HTTP). Target ≤ 1.
 3. `pull`: `caseshelf pull s3://bench/ours-N DIR` ÷ `aws s3 sync s3://bench/ours-N DIR`. Target
    ≤ 1.
-4. `parquet`: `export_version(format="parquet")` of 100,000 GSM8K-shaped cases to a directory ÷
+4. `job`: the export as the API runs it, a job of parts (the registry itself on the moto server:
+   bucket and table from the template; the parts delivered to the export worker's handler in
+   the CLI's process, as `caseshelf serve` and the embedded client deliver them):
+   `caseshelf export ID@REF` of `--job-cases` cases (default 2,000; the figure of the issue is
+   10,000: `--job-cases 10000`) ÷ `aws s3 cp --recursive` of the same tree to the same server.
+   Each round exports one case fewer, so each is a new export (an export is content-addressed).
+   Target ≤ 1.5.
+5. `parquet`: `export_version(format="parquet")` of 100,000 GSM8K-shaped cases to a directory ÷
    `pyarrow.parquet.write_table` of the same rows, already in memory. Target ≤ 3. Both sides
    run in one interpreter after an untimed warm-up of each (a tiny `write_table`; one export),
    with the registered cases freed first. The CPU seconds of both sides are reported beside
    the wall times.
 
 Usage: python bench/bench_export.py [--cases N] [--s3-cases N] [--parquet-cases N] [--runs R]
-                                    [--only dir,s3,pull,parquet]
+                                    [--job-cases N] [--only dir,s3,pull,job,parquet]
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import MOTO_ENV, REPO_ROOT, emit, gsm8k_cases, median, ratio
 
 NAME = "export"
-TARGETS = {"dir": 2.0, "s3": 1.0, "pull": 1.0, "parquet": 3.0}
+TARGETS = {"dir": 2.0, "s3": 1.0, "pull": 1.0, "job": 1.5, "parquet": 3.0}
 SHARED = {"dest": "GRADING.md", "text": "Answer with the final number only.\n" * 4}
 CLI = [sys.executable, "-m", "caseshelf.cli"]
 
@@ -189,6 +196,84 @@ def s3_parts(work: Path, n: int, runs: int) -> list[dict[str, Any]]:
     ]
 
 
+def moto_server() -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return server, f"http://127.0.0.1:{port}"
+
+
+def job_part(work: Path, n: int, runs: int) -> dict[str, Any]:
+    """The API's export job (parts on a queue, the worker's handler, the manifest last) to S3
+    on the moto server, against `aws s3 cp --recursive` of the same tree."""
+    import boto3
+
+    sys.path.insert(0, str(REPO_ROOT))
+    from tests.moto_infra import create_bucket, create_table
+
+    server, endpoint = moto_server()
+    env = {**MOTO_ENV, "AWS_ENDPOINT_URL": endpoint}
+    env.pop("AWS_SESSION_TOKEN", None)
+    registry = {
+        **env,
+        "CASESHELF_BACKEND": "aws",
+        "CASESHELF_BUCKET": "registry",
+        "CASESHELF_TABLE": "registry",
+        "CASESHELF_TENANT": "bench",
+    }
+    aws = [str(Path(sys.executable).parent / "aws"), "--endpoint-url", endpoint]
+    try:
+        keys = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **keys)
+        ddb = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1", **keys)
+        create_bucket(s3, "registry")
+        create_table(ddb, "registry")
+        s3.create_bucket(Bucket="bench")
+        home = work / "home-job"
+        home.mkdir()
+        cases, _ = gsm8k_cases(n)
+        body = {"id": "gsm8k-bench", "version": "1.0.0", "cases": cases, "shared_files": [SHARED]}
+        path = work / f"dataset-job-{n}.json"
+        path.write_text(json.dumps(body))
+        run([*CLI, "register", str(path)], home, registry)
+        tree = work / "job-tree"
+        run([*CLI, "export", "gsm8k-bench@1.0.0", "--to", str(tree)], home, registry)
+        objects, size = tree_stats(tree)
+        ours_s, aws_s = [], []
+        for i in range(runs):
+            ours = [*CLI, "export", "gsm8k-bench@1.0.0", "--limit", str(n - 1 - i)]
+            theirs = [*aws, "s3", "cp", "--recursive", "--quiet", str(tree), f"s3://bench/job-{i}/"]
+            pairs = [(ours_s, ours, registry), (aws_s, theirs, env)]
+            for box, argv, e in pairs if i % 2 == 0 else reversed(pairs):
+                box.append(run(argv, home, e))
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    return {
+        "bench": "export-job",
+        "cases": n,
+        "objects": objects,
+        "bytes": size,
+        "caseshelf_export_job_s": round(median(ours_s), 3),
+        "aws_s3_cp_recursive_s": round(median(aws_s), 3),
+        "ratio": ratio(median(ours_s), median(aws_s)),
+        "target": TARGETS["job"],
+    }
+
+
 def parquet_part(work: Path, n: int, runs: int) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -258,9 +343,10 @@ def main() -> int:
     # the same ratios within noise (2026-12-02: 0.919 / 0.860 at 2,000 cases, 0.912 / 0.901 at
     # 1,000; 2026-12-01: 0.995 / 0.874 at 10,000, one round).
     parser.add_argument("--s3-cases", type=int, default=2_000)
+    parser.add_argument("--job-cases", type=int, default=2_000)
     parser.add_argument("--parquet-cases", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--only", default="dir,s3,pull,parquet")
+    parser.add_argument("--only", default="dir,s3,pull,job,parquet")
     args = parser.parse_args()
     only = set(args.only.split(","))
     work = Path(tempfile.mkdtemp(prefix="bench-export-"))
@@ -273,6 +359,9 @@ def main() -> int:
             for line in s3_parts(work, args.s3_cases, args.runs):
                 lines.append(line)
                 emit(line)
+        if "job" in only:
+            lines.append(job_part(work, args.job_cases, args.runs))
+            emit(lines[-1])
         if "parquet" in only:
             lines.append(parquet_part(work, args.parquet_cases, args.runs))
             emit(lines[-1])

@@ -65,6 +65,41 @@ def call_function(name: str, ev: dict[str, Any]) -> tuple[int, Any]:
     return out["statusCode"], json.loads(out["body"]) if out.get("body") else None
 
 
+def run_queued(services: Any = None) -> int:
+    """Deliver what the functions queued in process (an export job's parts) to the handlers of
+    the functions consuming each queue, as SQS would (again after a failure, then to the
+    dead-letter queue); the count of deliveries."""
+    from caseshelf.gateway import deliver_queued
+
+    svc = services or bootstrap.services()
+
+    def call(rule: Any, event: dict[str, Any]) -> None:
+        handler = load_function(rule.module).lambda_handler
+        handler(event, lambda_context(rule.function, rule.memory_mb))
+
+    return deliver_queued(svc.local_queues, call)
+
+
+def export_and_follow(ev: dict[str, Any]) -> tuple[int, Any]:
+    """The export route fed `ev`; when it starts a job (202), the job's parts delivered and the
+    job read back (`GET /jobs/{id}`): (201, its result) once it succeeded, (202, the job)
+    otherwise. Any other answer as it is."""
+    status, body = call_function("export", ev)
+    if status != 202:
+        return status, body
+    assert body["url"] == f"/jobs/{body['id']}" and body["kind"] == "export"
+    run_queued()
+    tenant = ev["requestContext"]["authorizer"]["claims"]["custom:tenant"]
+    got, job = importer_api("GET", body["url"], tenant=tenant)
+    assert got == 200, job
+    if job["state"] != "succeeded":
+        return 202, job
+    progress = job["progress"]
+    assert progress["parts_done"] == progress["parts_total"]
+    assert progress["cases_written"] == progress["cases_total"]
+    return 201, job["result"]
+
+
 def s3_event(key: str, etag: str = ETAG) -> dict[str, Any]:
     """The S3 `ObjectCreated` sample naming `key` (URL-encoded, as S3 sends it)."""
     ev = sample_event("s3_object_created.json")

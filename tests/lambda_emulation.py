@@ -127,6 +127,13 @@ def resolve_variables(spec: FunctionSpec, refs: Mapping[str, str]) -> dict[str, 
     params = load_template().get("Parameters") or {}
     out: dict[str, str] = {}
     for key, value in spec.variables.items():
+        if isinstance(value, dict) and len(value) == 1 and set(value) <= {"GetAtt", "Fn::GetAtt"}:
+            # `!GetAtt Name.Attr` (or its long form): given in `refs` as "Name.Attr"
+            att = next(iter(value.values()))
+            ref = att if isinstance(att, str) else ".".join(att)
+            if ref not in refs:
+                raise LookupError(f"{spec.logical_id}: {key} refers to {ref}, not given")
+            value = refs[ref]
         if isinstance(value, dict) and set(value) == {"Ref"}:
             ref = value["Ref"]
             if ref in refs:
@@ -1152,6 +1159,25 @@ def api_answer(outcome: Outcome) -> ApiAnswer:
 # -- the whole emulation -----------------------------------------------------------------------
 
 
+def queues_on(endpoint_url: str) -> dict[str, str]:
+    """The template's SQS queues made on the moto server: `{Name: url, "Name.Arn": arn}`."""
+    import boto3
+
+    from tests.moto_infra import create_queues
+
+    sqs = boto3.client(
+        "sqs",
+        endpoint_url=endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    refs: dict[str, str] = {}
+    for name, (url, arn) in create_queues(sqs, uuid.uuid4().hex[:8]).items():
+        refs[name], refs[f"{name}.Arn"] = url, arn
+    return refs
+
+
 class Emulation:
     """The template's functions, each in its own execution environment, over one moto server
     (bucket and table made from the template by the caller)."""
@@ -1169,7 +1195,7 @@ class Emulation:
         self.specs = dict(specs or function_specs())
         self.layer = layer or cached_layer()
         self.runtime = runtime_dir()
-        self.refs = {"DataBucket": bucket, "IndexTable": table}
+        self.refs = {"DataBucket": bucket, "IndexTable": table, **queues_on(endpoint_url)}
         self.endpoint_url, self.scratch = endpoint_url, scratch
         self.envs: dict[str, ExecutionEnvironment] = {}
 

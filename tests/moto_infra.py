@@ -222,3 +222,32 @@ def share_aws_models() -> None:
 
     botocore.session.Session._register_data_loader = register  # type: ignore[method-assign]
     botocore.session.Session._caseshelf_shared_models = True  # type: ignore[attr-defined]
+
+
+def create_queues(sqs: Any, suffix: str) -> dict[str, tuple[str, str]]:
+    """The template's export queues (dead-letter queue first: the other's redrive names it),
+    with their attributes: `{logical id: (url, arn)}`."""
+    import json
+
+    made: dict[str, tuple[str, str]] = {}
+    resources = load_template()["Resources"]
+    names = [n for n, r in resources.items() if r["Type"] == "AWS::SQS::Queue"]
+    names.sort(key=lambda n: "RedrivePolicy" in resources[n]["Properties"])
+    for name in names:
+        props = resources[name]["Properties"]
+        attrs = {
+            k: str(props[k]) for k in ("VisibilityTimeout", "MessageRetentionPeriod") if k in props
+        }
+        redrive = props.get("RedrivePolicy")
+        if redrive:
+            target = redrive["deadLetterTargetArn"]["Fn::GetAtt"][0]
+            attrs["RedrivePolicy"] = json.dumps(
+                {
+                    "deadLetterTargetArn": made[target][1],
+                    "maxReceiveCount": redrive["maxReceiveCount"],
+                }
+            )
+        url = sqs.create_queue(QueueName=f"{name}-{suffix}", Attributes=attrs)["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]
+        made[name] = (url, arn["QueueArn"])
+    return made

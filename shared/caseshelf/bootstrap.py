@@ -21,13 +21,17 @@ from caseshelf.api.cors import CORS_ORIGIN_PATTERN
 from caseshelf.domain.answers import EVENT_BODY_LIMIT
 from caseshelf.domain.errors import BadRequest
 from caseshelf.extras import require
-from caseshelf.ports import BlobStore, Index
+from caseshelf.functions import EXPORT_QUEUE
+from caseshelf.ports import BlobStore, Index, Queue
 from caseshelf.storehome import FROM_CALLER, StoreHome, find_home, given_home
 
 if TYPE_CHECKING:
+    from caseshelf.adapters.queues import LocalQueue
+
     # Services are imported where they are built, so importing a handler stays cheap (cold start).
     from caseshelf.services.browse import BrowseService
     from caseshelf.services.diff import DiffService
+    from caseshelf.services.export_jobs import ExportJobService
     from caseshelf.services.exports import ExportService
     from caseshelf.services.imports import ImportService
     from caseshelf.services.jobs import JobService
@@ -96,6 +100,11 @@ class Settings(BaseModel):
     # `datasets`' `num_proc`): 1, the import in this process, unless set; always 1 on the AWS
     # backend and in a Lambda function (`load_settings`).
     num_proc: int = Field(default=1, ge=1, le=64)
+    # The export jobs' SQS queue and its dead-letter queue (the template sets both); without a
+    # queue URL the parts are queued in process and delivered by `caseshelf serve` or the
+    # in-process client (`caseshelf.adapters.queues.LocalQueue`).
+    export_queue_url: str | None = None
+    export_dead_letter_arn: str | None = None
 
     @property
     def sources_fenced(self) -> bool:
@@ -139,6 +148,8 @@ _ENV = {
     "memory_mb": "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
     "manifest_cache_bytes": "CASESHELF_MANIFEST_CACHE_BYTES",
     "num_proc": "CASESHELF_NUM_PROC",
+    "export_queue_url": "CASESHELF_EXPORT_QUEUE_URL",
+    "export_dead_letter_arn": "CASESHELF_EXPORT_DEAD_LETTER_ARN",
 }
 # Set by the Lambda runtime in every function.
 LAMBDA_ENV = "AWS_LAMBDA_FUNCTION_NAME"
@@ -245,6 +256,43 @@ class Services:
         )
 
     @cached_property
+    def export_jobs(self) -> ExportJobService:
+        from caseshelf.api.dto import export_out
+        from caseshelf.services.export_jobs import ExportJobService
+
+        return ExportJobService(
+            self.exports,
+            self.index,
+            lambda: self.queue(EXPORT_QUEUE),
+            render=lambda res: export_out(res).model_dump(mode="json"),
+        )
+
+    def queue(self, name: str) -> Queue:
+        """The template's queue `name`: SQS when the deployment names its URL, else this
+        process's own (`local_queues`), delivered by `caseshelf serve` or the in-process
+        client."""
+        if name == EXPORT_QUEUE and self.settings.export_queue_url:
+            return self._export_sqs
+        return self.local_queues[name]
+
+    @cached_property
+    def _export_sqs(self) -> Queue:
+        assert self.settings.export_queue_url
+        return sqs_queue(self.settings, self.settings.export_queue_url)
+
+    @cached_property
+    def local_queues(self) -> dict[str, LocalQueue]:
+        from caseshelf.adapters.queues import LocalQueue
+        from caseshelf.functions import QUEUES
+
+        return {
+            q.name: LocalQueue(
+                q.name, dead_letter=q.dead_letter, max_receive_count=q.max_receive_count
+            )
+            for q in QUEUES
+        }
+
+    @cached_property
     def tasks(self) -> TaskImportService:
         from caseshelf.services.tasks import TaskImportService
 
@@ -325,6 +373,21 @@ def build_adapters(settings: Settings) -> tuple[BlobStore, Index]:
     home = Path(settings.store_home.path)
     store = LocalBlobStore(home / "objects", public_url=settings.public_url)
     return store, SqliteIndex(home / INDEX_FILE)
+
+
+def sqs_queue(settings: Settings, url: str) -> Queue:
+    """The SQS queue at `url`, with the settings' region and endpoint."""
+    require("boto3", "the export queue (CASESHELF_EXPORT_QUEUE_URL)")
+    import boto3
+    from botocore.config import Config
+
+    from caseshelf.adapters.sqs import SqsQueue
+
+    session = boto3.session.Session(region_name=settings.region)
+    client = session.client(
+        "sqs", endpoint_url=settings.endpoint_url, config=Config(retries={"mode": "standard"})
+    )
+    return SqsQueue(client, url)
 
 
 def s3_store(settings: Settings, bucket: str) -> BlobStore:

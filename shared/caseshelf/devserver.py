@@ -59,9 +59,11 @@ from caseshelf.gateway import (
     FakeLambdaContext,
     Handler,
     ObjectRule,
+    QueueRule,
     Route,
     ScheduleRule,
     build_event,
+    deliver_queued,
     handler_for,
     load_object_rules,
     load_routes,
@@ -160,7 +162,7 @@ class DevServer(ThreadingHTTPServer):
         for rule in self.schedule_rules:
             self._deliver(rule, scheduled_event(rule.function))
 
-    def handler_for(self, route: Route | ObjectRule | ScheduleRule) -> Handler:
+    def handler_for(self, route: Route | ObjectRule | ScheduleRule | QueueRule) -> Handler:
         return handler_for(route)
 
     def swagger_route(self) -> Route | None:
@@ -204,6 +206,37 @@ class DevServer(ThreadingHTTPServer):
             handler(event, context)
         except Exception as exc:  # a worker's failure is the function's log, as on AWS
             print(f"caseshelf serve: {rule.function} failed on an event: {exc!r}", file=sys.stderr)
+
+    def deliver_queued(self) -> None:
+        """Deliver what the functions queued (an export job's parts), in the background, to the
+        function consuming each queue, as SQS would (again after a failure, then to the
+        dead-letter queue). Deliveries run side by side, as Lambda runs a queue's messages."""
+        queues = bootstrap.services().local_queues
+        if not any(len(q) for q in queues.values()):
+            return
+        worker = threading.Thread(target=self._drain, args=(queues,), name="sqs-deliveries")
+        worker.start()
+        with self._workers_lock:
+            self._workers = [w for w in self._workers if w.is_alive()] + [worker]
+
+    def _drain(self, queues: Mapping[str, Any]) -> None:
+        def call(rule: QueueRule, event: dict[str, Any]) -> None:
+            context = FakeLambdaContext(
+                function_name=rule.function,
+                memory_limit_in_mb=rule.memory_mb,
+                log_group_name=f"/aws/lambda/{rule.function}",
+                timeout_ms=WORKER_TIMEOUT_MS,
+            )
+            try:
+                self.handler_for(rule)(event, context)
+            except Exception as exc:  # the function's log on AWS; the queue delivers it again
+                print(
+                    f"caseshelf serve: {rule.function} failed on a message: {exc!r}",
+                    file=sys.stderr,
+                )
+                raise
+
+        deliver_queued(queues, call)
 
     def wait_for_workers(self, timeout: float | None = None) -> None:
         """Wait for the object-created deliveries under way (tests, shutdown)."""
@@ -654,6 +687,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             )
             return
         self._write_result(result)
+        self.server.deliver_queued()
 
     def _write_result(self, result: Mapping[str, Any]) -> None:
         answer = read_result(result)

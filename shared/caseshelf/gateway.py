@@ -13,6 +13,7 @@ would give, with no source tree at hand. Importing this module does no I/O.
 from __future__ import annotations
 
 import base64
+import hashlib
 import importlib
 import re
 import time
@@ -30,6 +31,7 @@ import yaml
 from caseshelf.functions import FUNCTIONS, Function
 
 STAGE = "local"
+WORKER_TIMEOUT_MS = 900_000  # the Timeout of the functions that work off events and queues
 LOCAL_BUCKET = "local"
 _PARAM = re.compile(r"\{([A-Za-z0-9_]+)(\+?)\}")
 
@@ -95,6 +97,18 @@ class ScheduleRule:
     memory_mb: int = 1024
 
 
+@dataclass(frozen=True)
+class QueueRule:
+    """A function the template gives an SQS event source (batch size 1): the queue (logical
+    id) whose messages it consumes."""
+
+    function: str
+    module: str
+    handler_name: str
+    queue: str
+    memory_mb: int = 1024
+
+
 def _key_pattern(spec: Any) -> re.Pattern[str] | None:
     if isinstance(spec, str):
         return re.compile(re.escape(spec))
@@ -134,6 +148,15 @@ def load_schedule_rules(functions: Iterable[Function] | None = None) -> list[Sch
         ScheduleRule(fn.name, fn.module, fn.handler, fn.memory_mb)
         for fn in _table(functions)
         if fn.scheduled
+    ]
+
+
+def load_queue_rules(functions: Iterable[Function] | None = None) -> list[QueueRule]:
+    """Every function an SQS queue delivers to."""
+    return [
+        QueueRule(fn.name, fn.module, fn.handler, queue, fn.memory_mb)
+        for fn in _table(functions)
+        for queue in fn.queues
     ]
 
 
@@ -187,9 +210,14 @@ def _events_entry(name: str, memory: int, events: list[dict[str, Any]]) -> Funct
     routes: list[tuple[str, str]] = []
     keys: list[str | dict[str, str]] = []
     scheduled = False
+    queues: list[str] = []
     for event in events:
         props = event.get("Properties") or {}
-        if event.get("Type") == "Api":
+        if event.get("Type") == "SQS":
+            arn = props.get("Queue")
+            if isinstance(arn, dict) and isinstance(arn.get("GetAtt"), str):
+                queues.append(arn["GetAtt"].split(".")[0])
+        elif event.get("Type") == "Api":
             routes.append((str(props.get("Method", "")).upper(), str(props.get("Path", ""))))
         elif event.get("Type") == "Schedule":
             scheduled = True
@@ -199,7 +227,7 @@ def _events_entry(name: str, memory: int, events: list[dict[str, Any]]) -> Funct
                 pattern.get("detail-type") or ["Object Created"]
             ):
                 keys.extend(((pattern.get("detail") or {}).get("object") or {}).get("key") or [])
-    return Function(name, "", memory, tuple(routes), tuple(keys), scheduled)
+    return Function(name, "", memory, tuple(routes), tuple(keys), scheduled, tuple(queues))
 
 
 def template_functions(template: Path) -> list[TemplateFunction]:
@@ -236,6 +264,64 @@ def scheduled_event(function: str) -> dict[str, Any]:
         "resources": [f"arn:aws:events:us-east-1:000000000000:rule/{function}-local"],
         "detail": {},
     }
+
+
+def queue_arn(queue: str) -> str:
+    """A local queue's ARN: its logical id as its name."""
+    return f"arn:aws:sqs:us-east-1:000000000000:{queue}"
+
+
+def sqs_event(queue: str, body: str, receive_count: int) -> dict[str, Any]:
+    """An SQS event of one message (batch size 1), as Lambda's event source mapping sends it."""
+    now = str(int(time.time() * 1000))
+    return {
+        "Records": [
+            {
+                "messageId": str(uuid.uuid4()),
+                "receiptHandle": uuid.uuid4().hex,
+                "body": body,
+                "attributes": {
+                    "ApproximateReceiveCount": str(receive_count),
+                    "SentTimestamp": now,
+                    "SenderId": "000000000000",
+                    "ApproximateFirstReceiveTimestamp": now,
+                },
+                "messageAttributes": {},
+                "md5OfBody": hashlib.md5(body.encode(), usedforsecurity=False).hexdigest(),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": queue_arn(queue),
+                "awsRegion": "us-east-1",
+            }
+        ]
+    }
+
+
+def deliver_queued(
+    queues: Mapping[str, Any],
+    call: Callable[[QueueRule, dict[str, Any]], Any],
+    *,
+    limit: int | None = None,
+) -> int:
+    """Deliver the messages of local queues (`caseshelf.adapters.queues.LocalQueue`), one
+    message per event, to the function consuming each (`call(rule, event)`), until none is
+    left (or `limit` deliveries): a delivery whose call raises is handed back to its queue,
+    which delivers it again or dead-letters it. The count of deliveries."""
+    rules = {r.queue: r for r in load_queue_rules()}
+    done = 0
+    for queue in queues.values():
+        while limit is None or done < limit:
+            delivery = queue.take()
+            if delivery is None:
+                break
+            done += 1
+            rule = rules.get(delivery.queue)
+            if rule is None:
+                continue  # no function consumes it (a dead-letter queue kept for inspection)
+            try:
+                call(rule, sqs_event(delivery.queue, delivery.body, delivery.receive_count))
+            except Exception:  # the function failed: SQS would deliver the message again
+                queue.failed(delivery)
+    return done
 
 
 def object_created_event(key: str, etag: str, size: int) -> dict[str, Any]:
@@ -369,7 +455,7 @@ def build_event(
 # -- calling a function and reading its answer ------------------------------------------------
 
 
-def handler_for(route: Route | ObjectRule | ScheduleRule) -> Handler:
+def handler_for(route: Route | ObjectRule | ScheduleRule | QueueRule) -> Handler:
     """The `lambda_handler` of a route's function, its module imported once per process, as
     the Lambda runtime imports it."""
     fn = getattr(importlib.import_module(route.module), route.handler_name, None)

@@ -22,6 +22,24 @@ class ObjectInfo:
     last_modified: float  # POSIX seconds
 
 
+class ObjectWriter(Protocol):
+    """An object written as a stream (an S3 multipart upload; a temporary file locally): it
+    appears, whole, only at `commit`; `abort` leaves nothing. Neither memory nor local disk
+    grows with the object."""
+
+    def write(self, data: bytes) -> int: ...
+
+    def copy(self, key: str, size: int) -> None:
+        """Append the `size` bytes of the object `key` of the same store: copied by the store
+        itself where it can (S3 `UploadPartCopy`), so they need not pass through this
+        process."""
+
+    def commit(self) -> int:
+        """Make the object visible; its size in bytes."""
+
+    def abort(self) -> None: ...
+
+
 class BlobStore(Protocol):
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Write `data` at `key` unless an object is there; True when this call wrote it."""
@@ -39,6 +57,9 @@ class BlobStore(Protocol):
         """`put` of the bytes `pieces` yields, consumed as they come and never joined (a
         multipart upload on S3): the object appears whole once they are all written, or not
         at all."""
+
+    def open_writer(self, key: str, *, content_type: str | None = None) -> ObjectWriter:
+        """Write an object as a stream of pieces (transient areas only, as `put`)."""
 
     def get(self, key: str) -> bytes:
         """The whole object; `NotFound` when absent."""
@@ -61,6 +82,13 @@ class BlobStore(Protocol):
 
     def presign_put(self, key: str, *, expires: int = 900) -> str | None:
         """A time-limited PUT URL, or None where the backend has none (the embedded store)."""
+
+
+class Queue(Protocol):
+    """A work queue (SQS on AWS; in process on the embedded store): each message is a small
+    JSON document handed to the function that consumes the queue."""
+
+    def send(self, messages: Sequence[dict[str, Any]]) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import pytest
 from caseshelf.domain.identity import Identity
 from caseshelf.services.registry import parse_dataset
 from tests.conftest import Backend
-from tests.helpers import call_function, sample_event
+from tests.helpers import export_and_follow, sample_event
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,8 @@ def event(*, tenant: str = "acme", body: Any = None) -> dict[str, Any]:
 
 
 def call(ev: dict[str, Any]) -> tuple[int, Any]:
-    return call_function("export", ev)
+    """The route, and when it answers a job (202), the job followed to its result (201)."""
+    return export_and_follow(ev)
 
 
 def register(backend: Any) -> None:

@@ -45,3 +45,23 @@ def test_every_route_resolves_to_a_callable_handler_in_the_package() -> None:
     for route in load_routes():
         assert route.module.startswith("caseshelf.functions.")
         assert callable(handler_for(route))
+
+
+def test_the_queue_table_and_the_templates_queues_say_the_same() -> None:
+    from caseshelf.functions import QUEUES
+    from caseshelf.gateway import load_template
+
+    resources = load_template(TEMPLATE)["Resources"]
+    declared = {
+        name: res.get("Properties") or {}
+        for name, res in resources.items()
+        if res.get("Type") == "AWS::SQS::Queue" and name.startswith("Export")
+    }
+    assert {q.name for q in QUEUES} == set(declared)
+    for q in QUEUES:
+        redrive = declared[q.name].get("RedrivePolicy")
+        if q.dead_letter is None:
+            assert redrive is None, f"{q.name} has a redrive policy the table lacks"
+            continue
+        assert redrive["deadLetterTargetArn"] == {"GetAtt": f"{q.dead_letter}.Arn"}
+        assert redrive["maxReceiveCount"] == q.max_receive_count

@@ -373,8 +373,55 @@ def test_the_export_function_writes_only_under_exports(transformed: dict[str, An
     grants = role_grants(transformed, "ExportFunction")
     assert {a for a, _ in grants} >= {"s3:GetObject", "s3:ListBucket", "dynamodb:Query"}
     written = writes(grants)
-    assert {a for a, _ in written} == {"s3:PutObject", "s3:PutObjectTagging", "s3:DeleteObject"}
-    assert {r for _, r in written} == {"${DataBucket.Arn}/t/*/exports/*"}
+    objects = {(a, r) for a, r in written if a.startswith("s3:")}
+    assert objects == {
+        ("s3:PutObject", "${DataBucket.Arn}/t/*/exports/*"),
+        ("s3:PutObjectTagging", "${DataBucket.Arn}/t/*/exports/*"),
+    }
+    others = {a: r for a, r in written if not a.startswith("s3:")}
+    assert set(others) == {"dynamodb:PutItem", "sqs:SendMessage"}
+    assert "ExportQueue" in others["sqs:SendMessage"]
+
+
+def test_the_export_worker_writes_only_under_exports_and_the_job_item(
+    transformed: dict[str, Any],
+) -> None:
+    grants = role_grants(transformed, "ExportWorkerFunction")
+    written = {(a, r) for a, r in writes(grants) if not a.startswith("sqs:")}
+    assert {r for a, r in written if a.startswith("s3:")} == {"${DataBucket.Arn}/t/*/exports/*"}
+    assert {a for a, _ in written} == {
+        "s3:PutObject",
+        "s3:PutObjectTagging",
+        "s3:DeleteObject",
+        "s3:AbortMultipartUpload",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+    }
+
+
+def test_the_export_queue_outlives_its_worker_and_dead_letters_after_its_retries(
+    transformed: dict[str, Any],
+) -> None:
+    from caseshelf.domain.export_parts import WORKER_MEMORY_MB, WORKER_TIMEOUT_SECONDS
+    from caseshelf.functions import QUEUES
+
+    res = transformed["Resources"]
+    worker = res["ExportWorkerFunction"]["Properties"]
+    assert worker["Timeout"] == WORKER_TIMEOUT_SECONDS
+    assert worker["MemorySize"] == WORKER_MEMORY_MB
+    for spec in QUEUES:
+        props = res[spec.name]["Properties"]
+        assert props["VisibilityTimeout"] > worker["Timeout"]
+        redrive = props.get("RedrivePolicy")
+        if spec.dead_letter is None:
+            assert redrive is None
+            continue
+        assert redrive["maxReceiveCount"] == spec.max_receive_count
+        assert redrive["deadLetterTargetArn"] == {"Fn::GetAtt": [spec.dead_letter, "Arn"]}
+    mappings = [
+        r["Properties"] for r in res.values() if r["Type"] == "AWS::Lambda::EventSourceMapping"
+    ]
+    assert mappings and all(m["BatchSize"] == 1 for m in mappings)
 
 
 def test_the_subset_function_writes_only_a_derived_version_and_deletes_nothing(

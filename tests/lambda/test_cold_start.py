@@ -40,6 +40,8 @@ FIRST_REQUESTS: dict[str, dict[str, Any]] = {
         "POST", "/datasets/harbor", body={"upload_id": "0" * 32, "dataset": "qa"}
     ),
     "ImporterFunction": api_event("GET", "/jobs/{id}", {"id": "0" * 32}),
+    # The export worker is fed by SQS: a delivery with no message is the least it is sent.
+    "ExportWorkerFunction": {"Records": []},
 }
 
 # Modules a first request of these functions never needs (each is large to import).
@@ -94,7 +96,8 @@ def test_cold_start(
 ) -> None:
     outcome = cold_starts[function]
     assert outcome.kind == "ok" and outcome.cold, (outcome.error, outcome.log[-3000:])
-    assert outcome.json()["statusCode"] < 500, outcome.json()
+    answer = outcome.json()
+    assert answer.get("statusCode", 200) < 500, answer
     assert outcome.init_ms is not None and outcome.duration_ms is not None
     modules = imported(outcome.log)
     assert "caseshelf.bootstrap" in modules, outcome.log[-3000:]  # the report is there

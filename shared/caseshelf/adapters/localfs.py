@@ -278,6 +278,10 @@ class LocalBlobStore:
             finally:
                 tmp.unlink(missing_ok=True)
 
+    def open_writer(self, key: str, *, content_type: str | None = None) -> FileWriter:
+        dest = self._path(key)
+        return FileWriter(self, self._tmp(dest), dest)
+
     def get(self, key: str) -> bytes:
         try:
             return self._path(key).read_bytes()
@@ -394,3 +398,44 @@ class LocalBlobStore:
             fh.close()
             raise
         return key, fh, size
+
+
+class FileWriter:
+    """An object written into a temporary file beside its place, renamed into place at
+    `commit` (the store's own atomic write); `abort` removes it."""
+
+    def __init__(self, store: LocalBlobStore, tmp: Path, dest: Path) -> None:
+        self.store = store
+        self.tmp = tmp
+        self.dest = dest
+        self.fh: BinaryIO | None = tmp.open("wb")
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        assert self.fh is not None, "written after commit or abort"
+        self.fh.write(data)
+        self.size += len(data)
+        return len(data)
+
+    def copy(self, key: str, size: int) -> None:
+        with self.store._path(key).open("rb") as src:
+            remaining = size
+            while remaining:
+                chunk = src.read(min(_CHUNK, remaining))
+                if not chunk:
+                    raise NotFound(f"{key} ended {remaining} bytes short", key=key)
+                self.write(chunk)
+                remaining -= len(chunk)
+
+    def commit(self) -> int:
+        assert self.fh is not None, "committed twice"
+        self.fh.close()
+        self.fh = None
+        self.tmp.replace(self.dest)
+        return self.size
+
+    def abort(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+            self.fh = None
+        self.tmp.unlink(missing_ok=True)

@@ -156,6 +156,9 @@ class S3BlobStore:
                 raise _translate(cause, key) from exc
             raise Upstream(f"upload of {key} failed: {exc}", key=key) from exc
 
+    def open_writer(self, key: str, *, content_type: str | None = None) -> MultipartWriter:
+        return MultipartWriter(self, key, content_type)
+
     def get(self, key: str) -> bytes:
         try:
             resp = self.client.get_object(Bucket=self.bucket, Key=key)
@@ -221,3 +224,128 @@ class S3BlobStore:
             "put_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires
         )
         return url
+
+
+# S3's smallest part but the last is 5 MiB; a part of 8 MiB keeps a 1 TB object within the
+# 10,000 parts a multipart upload may have (80 GB at 8 MiB: far beyond any export).
+PART_BYTES = 8 << 20
+MIN_PART_BYTES = 5 << 20
+MAX_COPY_BYTES = 5 << 30  # the largest part an UploadPartCopy may copy
+
+
+class MultipartWriter:
+    """An object streamed to S3: `PART_BYTES` are held at a time and sent as one part of a
+    multipart upload, started with the first full part (an object that never fills one is a
+    single PUT at `commit`). Nothing is visible until `commit` completes the upload; `abort`
+    (or an error) aborts it, and the bucket's `abort-multipart` lifecycle rule removes what a
+    killed process left."""
+
+    def __init__(self, store: S3BlobStore, key: str, content_type: str | None) -> None:
+        self.store = store
+        self.key = key
+        self.content_type = content_type
+        self.buffer = bytearray()
+        self.upload_id: str | None = None
+        self.parts: list[dict[str, Any]] = []
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.buffer += data
+        self.size += len(data)
+        while len(self.buffer) >= PART_BYTES:
+            self._send(bytes(self.buffer[:PART_BYTES]))
+            del self.buffer[:PART_BYTES]
+        return len(data)
+
+    def _upload_id(self) -> str:
+        if self.upload_id is None:
+            args = self.store._write_args(self.key, self.content_type)
+            self.upload_id = self.store.client.create_multipart_upload(**args)["UploadId"]
+        return self.upload_id
+
+    def _send(self, piece: bytes) -> None:
+        client, bucket = self.store.client, self.store.bucket
+        try:
+            upload_id, number = self._upload_id(), len(self.parts) + 1
+            resp = client.upload_part(
+                Bucket=bucket, Key=self.key, UploadId=upload_id, PartNumber=number, Body=piece
+            )
+        except ClientError as exc:
+            self.abort()
+            raise _translate(exc, self.key) from exc
+        self.parts.append({"ETag": resp["ETag"], "PartNumber": number})
+
+    def copy(self, key: str, size: int) -> None:
+        """Append the object `key` (`size` bytes): what is held and the first bytes of `key`
+        are sent as a part of at least `MIN_PART_BYTES`; the rest, when it is a part's worth,
+        is copied by S3 (`UploadPartCopy`, in ranges of at most `MAX_COPY_BYTES`) without
+        passing through this process; a rest smaller than a part is read and held."""
+        pos = 0
+        if self.buffer:
+            pos = min(size, max(0, MIN_PART_BYTES - len(self.buffer)))
+            if pos:
+                self.write(self.store.get_range(key, 0, pos))
+        if size - pos < MIN_PART_BYTES:
+            if size > pos:
+                self.write(self.store.get_range(key, pos, size - pos))
+            return
+        if self.buffer:
+            self._send(bytes(self.buffer))
+            self.buffer.clear()
+        while pos < size:
+            end = min(size, pos + MAX_COPY_BYTES)
+            if 0 < size - end < MIN_PART_BYTES:
+                end = size - MIN_PART_BYTES  # leave the last range a part's worth too
+            self._copy_range(key, pos, end)
+            pos = end
+
+    def _copy_range(self, key: str, start: int, end: int) -> None:
+        client, bucket = self.store.client, self.store.bucket
+        try:
+            upload_id, number = self._upload_id(), len(self.parts) + 1
+            resp = client.upload_part_copy(
+                Bucket=bucket,
+                Key=self.key,
+                UploadId=upload_id,
+                PartNumber=number,
+                CopySource={"Bucket": bucket, "Key": key},
+                CopySourceRange=f"bytes={start}-{end - 1}",
+            )
+        except ClientError as exc:
+            self.abort()
+            raise _translate(exc, key) from exc
+        self.parts.append({"ETag": resp["CopyPartResult"]["ETag"], "PartNumber": number})
+        self.size += end - start
+
+    def commit(self) -> int:
+        if self.upload_id is None:
+            self.store.put(self.key, bytes(self.buffer), content_type=self.content_type)
+            self.buffer.clear()
+            return self.size
+        if self.buffer:
+            self._send(bytes(self.buffer))
+            self.buffer.clear()
+        try:
+            self.store.client.complete_multipart_upload(
+                Bucket=self.store.bucket,
+                Key=self.key,
+                UploadId=self.upload_id,
+                MultipartUpload={"Parts": self.parts},
+            )
+        except ClientError as exc:
+            self.abort()
+            raise _translate(exc, self.key) from exc
+        self.upload_id = None
+        return self.size
+
+    def abort(self) -> None:
+        self.buffer.clear()
+        if self.upload_id is None:
+            return
+        upload_id, self.upload_id = self.upload_id, None
+        try:
+            self.store.client.abort_multipart_upload(
+                Bucket=self.store.bucket, Key=self.key, UploadId=upload_id
+            )
+        except ClientError:  # the lifecycle rule removes it after two days
+            return

@@ -123,11 +123,28 @@ class UploadOut(Wire):
     state: Literal["pending"] = "pending"
 
 
+class JobProgressOut(Wire):
+    """How far an export job is: its parts (each a range of cases, written by one worker
+    invocation) and what they wrote."""
+
+    parts_total: int = Field(ge=0)
+    parts_done: int = Field(ge=0)
+    cases_total: int = Field(ge=0)
+    cases_written: int = Field(ge=0)
+    files_written: int = Field(ge=0)
+    bytes_written: int = Field(ge=0)
+
+
 class JobOut(Wire):
     id: str
+    kind: Literal["import", "export"] = Field(
+        default="import",
+        description="`import`: an upload or drop being imported; `export`: an export's parts.",
+    )
     state: Literal["pending", "running", "succeeded", "failed"]
     via: str
-    filename: str
+    url: str = Field(default="", description="Where to follow it: `/jobs/{id}`.")
+    filename: str | None = Field(default=None, description="An import's uploaded file.")
     created_at: str
     updated_at: str
     request: dict[str, Any]
@@ -140,6 +157,9 @@ class JobOut(Wire):
         default=None,
         description="While running: until when the worker's lease holds (it renews it as it "
         "works); a job whose lease expired is resumed or failed by the next delivery or sweep.",
+    )
+    progress: JobProgressOut | None = Field(
+        default=None, description="An export job's parts and what they wrote."
     )
 
 
@@ -239,11 +259,24 @@ def upload_out(u: Upload) -> UploadOut:
 
 
 def job_out(job: dict[str, Any]) -> JobOut:
+    progress = None
+    if job.get("kind") == "export":
+        progress = JobProgressOut(
+            parts_total=job["parts_total"],
+            parts_done=len(job["parts_done"]),
+            cases_total=job["plan"]["case_count"],
+            cases_written=job["cases_written"],
+            files_written=job["files_written"],
+            bytes_written=job["bytes_written"],
+        )
     return JobOut(
         id=job["id"],
+        kind=job.get("kind", "import"),
         state=job["state"],
         via=job.get("via", "upload"),
-        filename=job["filename"],
+        url=f"/jobs/{job['id']}",
+        filename=job.get("filename"),
+        progress=progress,
         created_at=job["created_at"],
         updated_at=job["updated_at"],
         request=job["request"],

@@ -15,7 +15,8 @@ from typing import Any
 from caseshelf.functions import FUNCTIONS
 
 # Every function module whose routes make up the API.
-FUNCTION_MODULES: list[str] = [fn.module for fn in FUNCTIONS]
+# Functions with API routes (a queue worker has no resolver and no route).
+FUNCTION_MODULES: list[str] = [fn.module for fn in FUNCTIONS if fn.routes]
 
 TITLE = "caseshelf"
 DESCRIPTION = (

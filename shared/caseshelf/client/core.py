@@ -1000,6 +1000,7 @@ class Client:
         body: Mapping[str, Any] | BaseModel | None = None,
         *,
         to: str | Path | None = None,
+        wait: float = 3600.0,
         **fields: Any,
     ) -> ExportOut:
         """Export a version as per-case directories. `body` is the export request
@@ -1007,11 +1008,18 @@ class Client:
         to it as they are (`subset={...}`, `shared_files=[...]`, `format=...`, and whatever the
         API's export request takes), so the server validates every option.
 
+        The API runs an export as a job (202): this follows it to its end (`follow_job`,
+        reporting its progress to the command line's progress, if any) and answers its result,
+        or raises the error of the part that failed; `wait` bounds the wait in seconds.
+
         `to`: where the export goes. Default: the registry's own exports prefix. A local
         directory: unpacked there, verified against its manifest. `s3://bucket/prefix`: written
         there, which only the embedded store can do (an API writes only into its own bucket;
         copy from there with `pull`)."""
         from caseshelf.api.dto import ExportOut
+        from caseshelf.api.import_dto import JobOut
+        from caseshelf.client.transport import job_error
+        from caseshelf.services.pull import current_progress
 
         name, r = parse_ref(ref)
         request = dict(_body(body) or {})
@@ -1027,9 +1035,16 @@ class Client:
             )
         if target is not None:
             request["bundle"] = True  # a local directory is unpacked from the bundle
-        out = self._as(
-            ExportOut, self.call("POST", "datasets", name, "versions", r, "exports", body=request)
-        )
+        path = ("datasets", name, "versions", r, "exports")
+        answer = self.transport.send(Request("POST", path, {}, request))
+        if answer.status == 202:
+            job = self._as(JobOut, answer.json())
+            job = self.follow_job(job.id, wait=wait, progress=current_progress())
+            if job.state == "failed":
+                raise job_error(job.id, job.error)
+            out = self._as(ExportOut, job.result)
+        else:
+            out = self._as(ExportOut, answer.json())
         if target is None:
             return out
         from caseshelf.services.pull import install_bundle
@@ -1310,6 +1325,39 @@ class Client:
                 self.transport.put_url(url, cast(BinaryIO, _counting(fh, progress)), size)
             else:
                 put_url(url, fh, size=size, progress=progress)
+
+    def follow_job(
+        self, job_id: str, *, wait: float = 3600.0, progress: PullProgress | None = None
+    ) -> JobOut:
+        """The job once it has ended, its progress told to `progress` as it goes (an export's
+        totals, then the cases, files and bytes its parts wrote). In process, this thread
+        delivers the queued parts to the worker function, one at a time between looks at the
+        job; over HTTP the server's workers run them and this looks every
+        `JOB_POLL_SECONDS`."""
+        deadline = time.monotonic() + wait
+        told: tuple[int, int, int] | None = None
+        while True:
+            job = self.job(job_id)
+            p = job.progress
+            if progress is not None and p is not None:
+                now = (p.cases_written, p.files_written, p.bytes_written)
+                if told is None:
+                    progress.start(p.cases_total, 0, 0)
+                    told = (0, 0, 0)
+                if now != told:
+                    progress.advance(now[1] - told[1], now[2] - told[2], now[0] - told[0])
+                    told = now
+            if job.state in ("succeeded", "failed"):
+                return job
+            if isinstance(self.transport, InProcess) and self.transport.run_queued(limit=1):
+                continue
+            if time.monotonic() > deadline:
+                raise Upstream(
+                    f"job {job_id} is still {job.state} after {wait:.0f} s; "
+                    f"follow it with GET /jobs/{job_id}",
+                    job_id=job_id,
+                )
+            time.sleep(JOB_POLL_SECONDS)
 
     def wait_for_job(self, job_id: str, *, wait: float = 900.0) -> JobOut:
         """The job once it has ended (`succeeded` or `failed`); `Upstream` naming it when it

@@ -529,6 +529,32 @@ class InProcess:
             with self._lock, bootstrap.scoped(self.services), redirect_stdout(_DISCARD):
                 handler_for(rule)(event, context)
 
+    def run_queued(self, limit: int | None = None) -> int:
+        """Deliver what this store's functions queued (an export job's parts) to the function
+        consuming each queue, in this thread, as SQS would deliver them (again after a failure,
+        then to the dead-letter queue); at most `limit` deliveries. The count delivered."""
+        from caseshelf import bootstrap
+        from caseshelf.gateway import (
+            WORKER_TIMEOUT_MS,
+            FakeLambdaContext,
+            deliver_queued,
+            handler_for,
+        )
+
+        services = self.services
+
+        def call(rule: Any, event: dict[str, Any]) -> None:
+            context = FakeLambdaContext(
+                function_name=rule.function,
+                memory_limit_in_mb=rule.memory_mb,
+                log_group_name=f"/aws/lambda/{rule.function}",
+                timeout_ms=WORKER_TIMEOUT_MS,
+            )
+            with self._lock, bootstrap.scoped(services), redirect_stdout(_DISCARD):
+                handler_for(rule)(event, context)
+
+        return deliver_queued(services.local_queues, call, limit=limit)
+
     @staticmethod
     def _token(url: str, path: str) -> str:
         prefix = IN_PROCESS_URL + path

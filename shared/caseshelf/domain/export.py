@@ -248,15 +248,25 @@ class ManifestWriter:
         sink(b'},"cases":{')
 
     def case(self, plan: CasePlan) -> None:
-        entry = {
-            "dir": plan.dir,
-            "files": {f.path[len(plan.dir) + 1 :]: _file_entry(f) for f in plan.files},
-        }
-        self.sink((b"" if self.first else b",") + orjson.dumps({plan.case_id: entry})[1:-1])
-        self.first = False
+        self.entries(case_entry(plan))
+
+    def entries(self, raw: bytes) -> None:
+        """Case entries already encoded (`case_entry`, comma-separated): a part's."""
+        if raw:
+            self.sink((b"" if self.first else b",") + raw)
+            self.first = False
 
     def finish(self, file_count: int, nbytes: int) -> None:
         self.sink(b"}," + orjson.dumps({"file_count": file_count, "bytes": nbytes})[1:] + b"\n")
+
+
+def case_entry(plan: CasePlan) -> bytes:
+    """A case's entry in the manifest's `cases` map, encoded (`"id":{"dir":…,"files":{…}}`)."""
+    entry = {
+        "dir": plan.dir,
+        "files": {f.path[len(plan.dir) + 1 :]: _file_entry(f) for f in plan.files},
+    }
+    return orjson.dumps({plan.case_id: entry})[1:-1]
 
 
 def _file_entry(f: PlannedFile) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """The Lambda functions of the API, inside the package: one module per function
-(`caseshelf.functions.registry`, `.subset`, `.diff`, `.export`, `.importer`, `.tasks`), each with
-its resolver `app` and its `lambda_handler`, and the table of what invokes them.
+(`caseshelf.functions.registry`, `.subset`, `.diff`, `.export`, `.export_worker`, `.importer`,
+`.tasks`), each with its `lambda_handler`, and the tables of what invokes them: the functions
+(API routes, S3 object keys, schedules, SQS queues) and the queues (their dead-letter queue and
+how many deliveries a message gets before it goes there).
 
 `infra/template.yaml` deploys them: each function's `functions/<name>/app.py` is a one-line
 import of its module here, and the template stays the source of truth for deployment. The
@@ -21,7 +23,8 @@ class Function:
     """A function of the template: its logical id, the module holding its `lambda_handler`, its
     `MemorySize`, its API routes (method, resource path), the S3 object keys whose
     `Object Created` events it receives (EventBridge key patterns: `{"wildcard": …}`,
-    `{"prefix": …}` or an exact key) and whether a `Schedule` runs it."""
+    `{"prefix": …}` or an exact key), whether a `Schedule` runs it, and the queues (logical ids)
+    whose messages it consumes through an SQS event source (batch size 1)."""
 
     name: str
     module: str
@@ -29,7 +32,27 @@ class Function:
     routes: tuple[tuple[str, str], ...] = ()
     object_keys: tuple[str | dict[str, str], ...] = ()
     scheduled: bool = False
+    queues: tuple[str, ...] = ()
     handler: str = "lambda_handler"
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """An SQS queue of the template (logical id): its dead-letter queue and `maxReceiveCount`
+    (its `RedrivePolicy`), or none (a dead-letter queue itself)."""
+
+    name: str
+    dead_letter: str | None = None
+    max_receive_count: int = 0
+
+
+EXPORT_QUEUE = "ExportQueue"
+EXPORT_DEAD_LETTER_QUEUE = "ExportDeadLetterQueue"
+
+QUEUES: tuple[QueueSpec, ...] = (
+    QueueSpec(EXPORT_QUEUE, dead_letter=EXPORT_DEAD_LETTER_QUEUE, max_receive_count=3),
+    QueueSpec(EXPORT_DEAD_LETTER_QUEUE),
+)
 
 
 FUNCTIONS: tuple[Function, ...] = (
@@ -77,6 +100,12 @@ FUNCTIONS: tuple[Function, ...] = (
         routes=(("POST", "/datasets/{id}/versions/{ref}/exports"),),
     ),
     Function(
+        "ExportWorkerFunction",
+        "caseshelf.functions.export_worker",
+        memory_mb=2048,
+        queues=(EXPORT_QUEUE, EXPORT_DEAD_LETTER_QUEUE),
+    ),
+    Function(
         "ImporterFunction",
         "caseshelf.functions.importer",
         memory_mb=2048,
@@ -114,4 +143,11 @@ FUNCTIONS: tuple[Function, ...] = (
     ),
 )
 
-__all__ = ["FUNCTIONS", "Function"]
+__all__ = [
+    "EXPORT_DEAD_LETTER_QUEUE",
+    "EXPORT_QUEUE",
+    "FUNCTIONS",
+    "QUEUES",
+    "Function",
+    "QueueSpec",
+]

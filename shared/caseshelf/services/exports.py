@@ -274,6 +274,69 @@ def read_case_tree(config: EvalConfig, *, warn: Callable[[str], None]) -> TreeSo
     return TreeSource(cases, shared, bodies, cdigest, config.name)
 
 
+@dataclass
+class Prepared:
+    """A registered version's export, resolved (`ExportService.prepare`): its stream spec, its
+    target, and readers of its cases (by position range) and file bodies."""
+
+    service: ExportService
+    record: Any
+    root: Any
+    indices: Sequence[int]
+    locations: Mapping[str, Any]
+    stamp: dict[str, Any] | None
+    shared: list[SharedEntry]
+    extra_bodies: dict[str, bytes]
+    fmt: str
+    secret_ref: str | None
+    to: str | None = None
+    spec: StreamSpec = field(init=False)
+    target: Target = field(init=False)
+
+    def __post_init__(self) -> None:
+        rec = self.record
+        eid = export_id(rec.content_digest, self.stamp, self.shared, self.fmt)
+        self.target = self.service.target(self.to, rec.tenant, eid)
+        self.spec = StreamSpec(
+            export_id=eid,
+            fmt=self.fmt,
+            dataset={
+                "id": rec.name,
+                "version": rec.version,
+                "tenant": rec.tenant,
+                "description": rec.description,
+                "tags": list(rec.tags),
+            },
+            content_digest=rec.content_digest,
+            subset=self.stamp,
+            shared=self.shared,
+            case_count=len(self.indices),
+        )
+
+    def windows(self, start: int, stop: int) -> Iterator[CaseWindow]:
+        """The cases at positions [start, stop) of the selection, a window at a time, read in
+        bulk from the chunks of the manifest that cover it (`services.windowread`), the next
+        one while this one is written: only those two are held, and the packs read whole, for
+        the windows after them."""
+        size = window_size(self.fmt)
+        packs = WholePacks(self.service.store)
+        starts = self.root.chunk_starts()
+        registry = self.service.registry
+
+        def read(number: int) -> CaseWindow:
+            lo = start + number * size
+            window = self.indices[lo : min(stop, lo + size)]
+            cases = window_cases(registry, self.record, starts, window, packs)
+            cases.without_files = not self.locations  # the version holds no file body
+            return cases
+
+        return read_ahead(read, -(-(stop - start) // size))
+
+    def read_bodies(self, wanted: set[str]) -> Mapping[str, bytes]:
+        tenant = self.record.tenant
+        return read_blobs(self.service.store, tenant, {h: self.locations[h] for h in wanted})
+
+
 class ExportService:
     def __init__(
         self,
@@ -334,27 +397,58 @@ class ExportService:
         to: str | None = None,
         progress: Progress | None = None,
     ) -> ExportResult:
+        """Write the export in this process, a window of cases at a time (what the embedded
+        client does for a destination of its own; the API runs it as a job of parts,
+        `caseshelf.services.export_jobs`)."""
         request = request or ExportRequest()
+        prepared = self.prepare(identity, name, ref, request, to=to)
+        found = self.existing(
+            prepared.target, prepared.spec.export_id, prepared.secret_ref, request.bundle
+        )
+        if found is not None:
+            return found
+        return self._stream(
+            prepared.spec,
+            lambda: prepared.windows(0, len(prepared.indices)),
+            prepared.read_bodies,
+            prepared.extra_bodies,
+            prepared.target,
+            secret_ref=prepared.secret_ref,
+            bundle=request.bundle,
+            progress=progress,
+        )
+
+    def prepare(
+        self,
+        identity: Identity,
+        name: str,
+        ref: str,
+        request: ExportRequest,
+        *,
+        to: str | None = None,
+        chosen: tuple[Sequence[int], dict[str, Any] | None] | None = None,
+    ) -> Prepared:
+        """Everything an export of (name, ref, request) needs before its first case is read:
+        the version, the selection (`chosen`, its positions and stamp, when already known: a
+        job's parts read them from the job), the shared
+        files, the export id and its target. Nothing is written."""
         check_format(request.format)
         secret_ref = self._secret_ref(request)
-        if request.subset is not None:
-            if request.subset.register_as is not None:
-                raise BadRequest("register_as is not an export option", field="subset")
-            chosen = self.selection.select_subset(identity, name, ref, request.subset)
-            rec = chosen.record
-            chosen_indices: list[int] | None = chosen.subset.indices
-            stamp = (
-                chosen.subset.stamp.model_dump(exclude_none=True)
-                if chosen.subset.stamp is not None
-                else None
-            )
+        chosen_indices, stamp = chosen if chosen is not None else (None, None)
+        if request.subset is not None and request.subset.register_as is not None:
+            raise BadRequest("register_as is not an export option", field="subset")
+        if request.subset is not None and chosen is None:
+            selected = self.selection.select_subset(identity, name, ref, request.subset)
+            rec = selected.record
+            chosen_indices = selected.subset.indices
+            if selected.subset.stamp is not None:
+                stamp = selected.subset.stamp.model_dump(exclude_none=True)
         else:
             rec = self.registry.get_version(identity, name, ref)
-            chosen_indices, stamp = None, None
         # The root alone (count, shared files, where file bodies are): the cases are read a
-        # window at a time below, each window from the chunks that cover it.
+        # window at a time, each window from the chunks that cover it.
         root = self.registry.root(rec)
-        indices: Sequence[int] = chosen_indices if chosen_indices is not None else range(len(root))
+        positions = chosen_indices if chosen_indices is not None else range(len(root))
         locations = root.blob_locations()
         base = [
             SharedEntry(s["dest"], s["digest"], locations[hex_of(s["digest"])].length)
@@ -362,57 +456,18 @@ class ExportService:
         ]
         extra, extra_bodies = _request_shared(request.shared_files, locations)
         shared = merge_shared(base, extra)
-        eid = export_id(rec.content_digest, stamp, shared, request.format)
-        target = self.target(to, rec.tenant, eid)
-        found = self._existing(target, eid, secret_ref, request.bundle)
-        if found is not None:
-            return found
-        dataset = {
-            "id": rec.name,
-            "version": rec.version,
-            "tenant": rec.tenant,
-            "description": rec.description,
-            "tags": list(rec.tags),
-        }
-        spec = StreamSpec(
-            export_id=eid,
-            fmt=request.format,
-            dataset=dataset,
-            content_digest=rec.content_digest,
-            subset=stamp,
+        return Prepared(
+            service=self,
+            record=rec,
+            root=root,
+            indices=positions,
+            locations=locations,
+            stamp=stamp,
             shared=shared,
-            case_count=len(indices),
-        )
-        size = window_size(request.format)
-
-        starts = root.chunk_starts()
-
-        def windows() -> Iterator[CaseWindow]:
-            # A window of cases at a time, read in bulk from the chunks of the manifest that
-            # cover it (`services.windowread`), the next one while this one is written: only
-            # those two are held, and the packs read whole, for the windows after them.
-            packs = WholePacks(self.store)
-
-            def read(number: int) -> CaseWindow:
-                window = indices[number * size : (number + 1) * size]
-                cases = window_cases(self.registry, rec, starts, window, packs)
-                cases.without_files = not locations  # the version holds no file body
-                return cases
-
-            return read_ahead(read, -(-len(indices) // size))
-
-        def read_bodies(wanted: set[str]) -> Mapping[str, bytes]:
-            return read_blobs(self.store, rec.tenant, {h: locations[h] for h in wanted})
-
-        return self._stream(
-            spec,
-            windows,
-            read_bodies,
-            extra_bodies,
-            target,
+            extra_bodies=extra_bodies,
+            fmt=request.format,
             secret_ref=secret_ref,
-            bundle=request.bundle,
-            progress=progress,
+            to=to,
         )
 
     def _secret_ref(self, request: ExportRequest) -> str | None:
@@ -439,7 +494,7 @@ class ExportService:
         source = read_case_tree(config, warn=self.warn)
         eid = export_id(source.content_digest, None, source.shared, fmt)
         target = self.target(to, tenant, eid)
-        found = self._existing(target, eid, secret_ref, bundle)
+        found = self.existing(target, eid, secret_ref, bundle)
         if found is not None:
             return found
         spec = StreamSpec(
@@ -538,7 +593,7 @@ class ExportService:
         )
         return replace(result, warnings=done.warnings or [], warning_count=done.warning_count)
 
-    def _existing(
+    def existing(
         self, target: Target, eid: str, secret_ref: str | None, bundle: bool
     ) -> ExportResult | None:
         if target.directory is not None:
@@ -575,6 +630,21 @@ class ExportService:
             secret_ref=secret_ref,
             nbytes=sum(size for _, size in found.files.values()),
         )
+
+    def result_of(self, prepared: Prepared, done: Any, *, bundle: bool) -> ExportResult:
+        """The answer for an export its job has just finished (`export_fanout.Finished`)."""
+        result = self._result(
+            None,
+            prepared.target,
+            reused=False,
+            eid=prepared.spec.export_id,
+            counts=(prepared.spec.case_count, done.file_count),
+            fmt=prepared.spec.fmt,
+            secret_ref=prepared.secret_ref,
+            bundled=bundle,
+            nbytes=done.nbytes,
+        )
+        return replace(result, warnings=done.warnings, warning_count=done.warning_count)
 
     def _check_not_nested(self, target: Target) -> None:
         """No export inside another: a prefix whose parent prefixes hold a manifest is

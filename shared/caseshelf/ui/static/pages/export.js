@@ -3,13 +3,31 @@
 // such as a secret reference) are read from the API's own OpenAPI document, so the panel offers
 // what the export route takes.
 
-import { getConfig, paths, post } from "../api.js";
+import { get, getConfig, paths, post } from "../api.js";
 import { copyButton, field, fmtInt, h, replace } from "../dom.js";
 import { codeBlock } from "../highlight.js";
 import { errorBox } from "../app.js";
 import { selectionForm } from "./selection.js";
 
 const KNOWN = new Set(["subset", "shared_files", "format"]);
+const POLL_MS = 500;
+
+// The export's answer: at once (200, complete already), or, for a new export (202, a job of
+// parts), its job followed with GET /jobs/{id} until it ends, its progress shown meanwhile.
+async function exported(answer, status) {
+  if (answer.status !== 202) return answer.data;
+  let job = answer.data;
+  while (job.state !== "succeeded" && job.state !== "failed") {
+    const p = job.progress;
+    replace(status, h("p", { class: "muted", role: "status" }, p ? `Exporting… ${fmtInt(p.cases_written)} of ${fmtInt(p.cases_total)} cases (${fmtInt(p.parts_done)} of ${fmtInt(p.parts_total)} parts)` : "Exporting…"));
+    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    job = await get(job.url);
+  }
+  if (job.state === "failed") {
+    throw new Error((job.error && job.error.detail) || "the export failed");
+  }
+  return job.result;
+}
 
 function resolve(doc, schema) {
   let s = schema || {};
@@ -56,7 +74,7 @@ export async function exportRoute(ctx) {
     for (const x of extras) if (x.input.value.trim()) body[x.name] = x.input.value.trim();
     replace(result, h("p", { class: "muted", role: "status" }, "Exporting…"));
     try {
-      const res = (await post(`${paths.version(id, ref)}/exports`, body)).data;
+      const res = await exported(await post(`${paths.version(id, ref)}/exports`, body), result);
       const prefixEl = h("code", { "data-field": "prefix" }, res.prefix);
       const out = [
         h("div", { class: "ok", role: "status" }, `${res.reused ? "The same export existed already" : "Exported"}: ${fmtInt(res.case_count)} cases, ${fmtInt(res.file_count)} files.`),

@@ -1,0 +1,54 @@
+"""The export worker Lambda: one part of an export job per SQS message (batch size 1).
+
+A message from the export queue is a part to write (`ExportJobService.run_part`); a failure is
+raised, so SQS delivers the message again after its visibility timeout, up to the queue's
+`maxReceiveCount`, then moves it to the dead-letter queue. A message from the dead-letter queue
+(`CASESHELF_EXPORT_DEAD_LETTER_ARN`) fails its job, naming the part
+(`ExportJobService.dead_letter`). The template gives the worker a Timeout of 900 s, which the
+parts' plan keeps each part well inside (`caseshelf.domain.export_parts`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from caseshelf import bootstrap
+from caseshelf.api.app import count, instrumented, logger
+from caseshelf.functions import EXPORT_DEAD_LETTER_QUEUE
+from caseshelf.services.export_jobs import message_of
+
+
+def is_dead_letter(arn: str) -> bool:
+    """Whether a record comes from the export dead-letter queue: the deployment's ARN, or the
+    local queue's name (`caseshelf.gateway.queue_arn`)."""
+    configured = bootstrap.services().settings.export_dead_letter_arn
+    return bool(configured and arn == configured) or arn.endswith(":" + EXPORT_DEAD_LETTER_QUEUE)
+
+
+def handle_record(record: dict[str, Any]) -> dict[str, Any]:
+    jobs = bootstrap.services().export_jobs
+    try:
+        job_id, part = message_of(record.get("body") or "")
+    except ValueError:
+        logger.warning("export worker: not a part message", extra={"id": record.get("messageId")})
+        return {"status": "ignored"}
+    receives = int((record.get("attributes") or {}).get("ApproximateReceiveCount") or 1)
+    if is_dead_letter(str(record.get("eventSourceARN") or "")):
+        outcome = jobs.dead_letter(job_id, part, receives)
+        logger.warning("export part dead-lettered", extra={"job_id": job_id, "part": part})
+        count("ExportPartsDeadLettered")
+    else:
+        outcome = jobs.run_part(job_id, part)
+        logger.debug(
+            "export part handled",
+            extra={"job_id": job_id, "part": part, "status": outcome.status, "receives": receives},
+        )
+        count(f"ExportParts{outcome.status.capitalize()}")
+    return {"job_id": job_id, "part": part, "status": outcome.status}
+
+
+@instrumented
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return {"records": [handle_record(r) for r in event.get("Records") or []]}
