@@ -4,8 +4,9 @@
     ds = caseshelf.inspect.dataset("gsm8k@stable")   # an inspect_ai MemoryDataset
 
 The dataset's `name` is `ID@VERSION` (the label the ref resolved to) and its `location` the
-version pinned by its content digest: `<API URL>/datasets/ID/versions/sha256:<hex>` over HTTP,
-`caseshelf:ID@sha256:<hex>` on the embedded store. inspect_ai writes both into the log's
+version pinned by its content digest (`Client.version_location`):
+`<API URL>/datasets/ID/versions/sha256:<hex>` over HTTP, `caseshelf:ID@sha256:<hex>` on the
+embedded store. inspect_ai writes both into the log's
 `eval.dataset` (`EvalDataset`: name, location, samples, sample_ids), so a log says exactly which
 content it ran on; `logged_version(log)` reads them back. Each sample's `id` is its case id and
 its `metadata` holds `case_id` and `case_digest` (the sha256 of the case's canonical JSON, as
@@ -33,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 from caseshelf.client import Client, connect
 from caseshelf.client.refs import DIGEST_PATTERN, parse_ref
-from caseshelf.client.transport import Http
 from caseshelf.domain.canonical import canonical_json, digest_of
 from caseshelf.domain.errors import BadRequest
 from caseshelf.extras import require
@@ -50,7 +50,6 @@ DEFAULT_FIELDS: FieldSpec = _dataset.FieldSpec(
     target="expectations.ground_truth",
     choices="expectations.details.choices",
 )
-EMBEDDED_LOCATION = "caseshelf:{name}@{digest}"
 _DIGEST = re.compile(DIGEST_PATTERN.strip("^$"))
 
 
@@ -109,7 +108,7 @@ def pinned_dataset(
     return _dataset.MemoryDataset(
         samples=samples_of(cases, sample_fields),
         name=f"{name}@{version}",
-        location=location_of(client, name, content_digest),
+        location=client.version_location(name, content_digest),
     )
 
 
@@ -166,14 +165,6 @@ def record_of(case: Mapping[str, Any]) -> dict[str, Any]:
     return record
 
 
-def location_of(client: Client, name: str, content_digest: str) -> str:
-    """Where the version is, pinned by digest: its API URL over HTTP, else `caseshelf:ID@digest`."""
-    transport = client.transport
-    if isinstance(transport, Http):
-        return f"{transport.base_url}/datasets/{name}/versions/{content_digest}"
-    return EMBEDDED_LOCATION.format(name=name, digest=content_digest)
-
-
 def logged_version(log: Any) -> LoggedVersion:
     """The registry version an inspect_ai eval log ran on, from its `eval.dataset` (an
     `EvalLog`, as `inspect_ai.log.read_eval_log` gives it, or its `EvalDataset`)."""
@@ -194,7 +185,6 @@ __all__ = [
     "DEFAULT_FIELDS",
     "LoggedVersion",
     "dataset",
-    "location_of",
     "logged_version",
     "pinned_dataset",
     "record_of",

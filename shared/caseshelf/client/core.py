@@ -616,15 +616,40 @@ class Client:
         return cases_frame(self.cases(ref, include_deleted=include_deleted))
 
     def to_hf(self, ref: str, *, include_deleted: bool = False) -> Any:
-        """A version's cases as a Hugging Face `datasets.Dataset` (the columns of `to_pandas`).
-        Needs `caseshelf[hf]`."""
+        """A version's cases as a Hugging Face `datasets.Dataset` (the columns of `to_pandas`),
+        whose fingerprint and `info` follow the content: the fingerprint is
+        `hf_fingerprint(content_digest)` (so `datasets`' own cache keys, which start from it,
+        are the same for the same content wherever it was loaded from, and differ for any other
+        content), and `info` names `ID@VERSION`, the digest and where the version is. Needs
+        `caseshelf[hf]`."""
         datasets = require("datasets", "to_hf")
-        from caseshelf.client.frames import columns_of
+        from caseshelf.client.frames import columns_of, hf_fingerprint, hf_info
 
+        name, _ = parse_ref(ref)
+        version = self.get(ref, include_deleted=include_deleted)
+        digest = version.content_digest
         # One list per column, None where a case has no value: Arrow infers each column's type.
-        return datasets.Dataset.from_dict(
-            columns_of(self.cases(ref, include_deleted=include_deleted))
+        built = datasets.Dataset.from_dict(
+            columns_of(self.cases(f"{name}@{digest}", include_deleted=include_deleted))
         )
+        info = hf_info(
+            datasets.DatasetInfo,
+            name=name,
+            version=version.version,
+            content_digest=digest,
+            description=version.description,
+            location=self.version_location(name, digest),
+        )
+        info.features = built.features
+        return datasets.Dataset(built.data, info=info, fingerprint=hf_fingerprint(digest))
+
+    def version_location(self, name: str, content_digest: str) -> str:
+        """Where a version is, pinned by its content digest: its API route over HTTP
+        (`<API URL>/datasets/ID/versions/sha256:<hex>`), else `caseshelf:ID@sha256:<hex>` (the
+        embedded store, or any other transport)."""
+        if isinstance(self.transport, Http):
+            return f"{self.transport.base_url}/datasets/{name}/versions/{content_digest}"
+        return f"caseshelf:{name}@{content_digest}"
 
     def search_cases(
         self,
