@@ -23,6 +23,7 @@ EXTRA_OF: dict[str, str] = {
     "datasets": "hf",
     "zstandard": "zstd",
     "inspect_ai": "inspect",
+    "pathspec": "harbor",
 }
 
 
