@@ -9,6 +9,8 @@ that importing a submodule (the CLI, a Lambda handler) pays nothing for them.
 
 from __future__ import annotations
 
+import importlib
+
 # `typing.TYPE_CHECKING` without importing typing (the CLI's start-up path imports this).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,4 +56,6 @@ def __getattr__(name: str) -> Any:
         from caseshelf import client
 
         return getattr(client, name)
+    if name == "inspect":  # `caseshelf.inspect.dataset(...)` after `import caseshelf`
+        return importlib.import_module("caseshelf.inspect")
     raise AttributeError(f"module 'caseshelf' has no attribute {name!r}")

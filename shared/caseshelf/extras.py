@@ -22,6 +22,8 @@ EXTRA_OF: dict[str, str] = {
     "pandas": "pandas",
     "datasets": "hf",
     "zstandard": "zstd",
+    "inspect_ai": "inspect",
+    "pathspec": "harbor",
 }
 
 

@@ -37,6 +37,8 @@ def test_the_page_has_a_snippet_per_operation() -> None:
         ".cases(",
         ".to_pandas(",
         ".to_hf(",
+        "caseshelf.inspect.dataset(",
+        ".diff_markdown(",
         ".subset(",
         ".diff(",
         ".download(",

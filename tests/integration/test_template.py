@@ -149,7 +149,7 @@ def test_layer_requirements_are_project_dependencies() -> None:
     # The layer is the base install plus the extras a deployed function uses
     extras = project["project"]["optional-dependencies"]
     runtime = [*project["project"]["dependencies"]]
-    for extra in ("aws", "http", "parquet", "zstd"):
+    for extra in ("aws", "http", "parquet", "zstd", "harbor"):
         runtime += extras[extra]
     declared = {name(r) for r in runtime}
     lines = (ROOT / "shared" / "requirements.txt").read_text(encoding="utf-8").splitlines()

@@ -267,9 +267,13 @@ def test_manifest_with_an_escaping_path_is_refused(case_id, dirname, rel, reason
 
 def test_the_root_file_names_are_the_ones_case_directories_avoid():
     from caseshelf.domain.export import BUNDLE_NAME, MANIFEST_NAME
-    from caseshelf.domain.paths import EXPORT_ROOT_FILES
+    from caseshelf.domain.harbor_registry import MANIFEST_NAME as HARBOR_MANIFEST
+    from caseshelf.domain.paths import EXPORT_ROOT_FILES, accepted_dir_names, case_dir_name
 
-    assert {MANIFEST_NAME, BUNDLE_NAME} == EXPORT_ROOT_FILES
+    assert {MANIFEST_NAME, BUNDLE_NAME, HARBOR_MANIFEST} == EXPORT_ROOT_FILES
+    # a case called dataset.toml, plain in exports from before the harbor manifest, still reads
+    assert case_dir_name("dataset.toml") != "dataset.toml"
+    assert "dataset.toml" in accepted_dir_names("dataset.toml")
 
 
 def test_parquet_columns_hold_the_values_of_row_of():

@@ -2,17 +2,20 @@
 
     caseshelf subset ID@REF [--ids a,b] [--tags x,y] [--limit N] [--sample N --seed S]
                             [--register-as ID[@VERSION] [--bump minor]] [--cases] [--json]
-    caseshelf diff A@REF [B@]REF [--summary-only] [--include-deleted] [--json]
+    caseshelf diff A@REF [B@]REF [--summary-only] [--include-deleted]
+                                 [--format text|json|jsonl|markdown] [--ui-url URL]
 
 `subset` prints the selected case ids on stdout, one a line (the cases as JSON lines with
 `--cases`), and its stamp on stderr, so the ids pipe cleanly. `diff` prints a coloured, git-like
-view; `--json` prints the wire answer of either.
+view; `--json` prints the wire answer of either; `diff --format markdown` a pull-request comment
+(`Client.diff_markdown`).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from enum import StrEnum
 from typing import Annotated, Any
 
 import orjson
@@ -25,6 +28,14 @@ from caseshelf.domain.paging import MAX_PAGE
 
 # A display value longer than this is cut (the whole value is in `--json`).
 VALUE_WIDTH = 160
+UI_URL_ENV = "CASESHELF_UI_URL"
+
+
+class DiffFormat(StrEnum):
+    text = "text"
+    json = "json"
+    jsonl = "jsonl"
+    markdown = "markdown"
 
 
 # The selection options `export` takes too (its `subset`).
@@ -238,17 +249,54 @@ def register_commands(app: typer.Typer) -> None:
             int,
             typer.Option("--page-size", min=1, max=MAX_PAGE, help="Entries asked for a request."),
         ] = MAX_PAGE,
+        fmt: Annotated[
+            DiffFormat,
+            typer.Option(
+                "--format",
+                help="text (default), json (= --json), jsonl (= --jsonl), or markdown: a "
+                "GitHub pull-request comment, at most 65,536 characters.",
+            ),
+        ] = DiffFormat.text,
+        ui_url: Annotated[
+            str | None,
+            typer.Option(
+                "--ui-url",
+                envvar=UI_URL_ENV,
+                metavar="URL",
+                help=f"markdown: link the versions and cases to the web UI at URL "
+                f"(default ${UI_URL_ENV}).",
+            ),
+        ] = None,
+        max_cases: Annotated[
+            int,
+            typer.Option(
+                "--max-cases", min=0, help="markdown: changed, added and removed cases shown."
+            ),
+        ] = 20,
     ) -> None:
         """What changed between two versions: changed (field by field), added, removed.
 
         Read and printed a page of entries at a time (`--jsonl` for JSON Lines); `--json`
-        prints one document with every entry."""
+        prints one document with every entry; `--format markdown` a pull-request comment."""
         parse_ref(base, what="A@REF")
         if "@" in candidate:
             parse_ref(candidate, what="[B@]REF")
         else:
             parse_ref(f"{base.partition('@')[0]}@{candidate}", what="[B@]REF")
-        if json_mode():  # one document, as the API's one answer was: every entry joined
+        if fmt is DiffFormat.markdown:
+            text = client().diff_markdown(
+                base,
+                candidate,
+                ui_url=ui_url or None,
+                max_cases=max_cases,
+                summary=summary_only,
+                include_deleted=include_deleted,
+            )
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
+        jsonl = jsonl or fmt is DiffFormat.jsonl
+        if json_mode() or fmt is DiffFormat.json:  # one document, every entry joined
             out = client().diff(
                 base, candidate, summary=summary_only, include_deleted=include_deleted
             )

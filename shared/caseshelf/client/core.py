@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
@@ -616,15 +617,40 @@ class Client:
         return cases_frame(self.cases(ref, include_deleted=include_deleted))
 
     def to_hf(self, ref: str, *, include_deleted: bool = False) -> Any:
-        """A version's cases as a Hugging Face `datasets.Dataset` (the columns of `to_pandas`).
-        Needs `caseshelf[hf]`."""
+        """A version's cases as a Hugging Face `datasets.Dataset` (the columns of `to_pandas`),
+        whose fingerprint and `info` follow the content: the fingerprint is
+        `hf_fingerprint(content_digest)` (so `datasets`' own cache keys, which start from it,
+        are the same for the same content wherever it was loaded from, and differ for any other
+        content), and `info` names `ID@VERSION`, the digest and where the version is. Needs
+        `caseshelf[hf]`."""
         datasets = require("datasets", "to_hf")
-        from caseshelf.client.frames import columns_of
+        from caseshelf.client.frames import columns_of, hf_fingerprint, hf_info
 
+        name, _ = parse_ref(ref)
+        version = self.get(ref, include_deleted=include_deleted)
+        digest = version.content_digest
         # One list per column, None where a case has no value: Arrow infers each column's type.
-        return datasets.Dataset.from_dict(
-            columns_of(self.cases(ref, include_deleted=include_deleted))
+        built = datasets.Dataset.from_dict(
+            columns_of(self.cases(f"{name}@{digest}", include_deleted=include_deleted))
         )
+        info = hf_info(
+            datasets.DatasetInfo,
+            name=name,
+            version=version.version,
+            content_digest=digest,
+            description=version.description,
+            location=self.version_location(name, digest),
+        )
+        info.features = built.features
+        return datasets.Dataset(built.data, info=info, fingerprint=hf_fingerprint(digest))
+
+    def version_location(self, name: str, content_digest: str) -> str:
+        """Where a version is, pinned by its content digest: its API route over HTTP
+        (`<API URL>/datasets/ID/versions/sha256:<hex>`), else `caseshelf:ID@sha256:<hex>` (the
+        embedded store, or any other transport)."""
+        if isinstance(self.transport, Http):
+            return f"{self.transport.base_url}/datasets/{name}/versions/{content_digest}"
+        return f"caseshelf:{name}@{content_digest}"
 
     def search_cases(
         self,
@@ -993,6 +1019,53 @@ class Client:
                 yield "added", b
             for b in page.removed or ():
                 yield "removed", b
+
+    def diff_markdown(
+        self,
+        base: str,
+        candidate: str,
+        *,
+        ui_url: str | None = None,
+        max_cases: int | None = None,
+        limit: int | None = None,
+        summary: bool = False,
+        include_deleted: bool = False,
+    ) -> str:
+        """The diff as a GitHub-flavoured Markdown comment for a pull request
+        (`caseshelf.domain.diff_markdown`): the counts, the fields that changed and how often,
+        the first `max_cases` (default 20) changed, added and removed cases, before and after
+        with the differing words marked, links into the UI at `ui_url` when given; at most
+        `limit` characters (default GitHub's 65,536), rows left out whole and counted. The diff
+        is read a page at a time; `summary` reads no case (counts and the version's own
+        changes only)."""
+        from caseshelf.domain.diff_markdown import (
+            COMMENT_LIMIT,
+            DEFAULT_MAX_CASES,
+            render_diff_markdown,
+        )
+
+        pages = self.diff_pages(
+            base, candidate, summary=summary, include_deleted=include_deleted, limit=MAX_PAGE
+        )
+        first = next(pages)
+        head = first.model_dump(mode="json", include={"base", "candidate", "summary", "meta"})
+
+        def entries() -> Iterator[tuple[str, Mapping[str, Any]]]:
+            for page in chain((first,), pages):  # one page held at a time
+                d = page.model_dump(mode="json")
+                for kind in ("changed", "added", "removed"):
+                    for entry in d[kind] or ():
+                        yield kind, entry
+
+        hint = f"caseshelf diff {base} {candidate} --jsonl"
+        return render_diff_markdown(
+            head,
+            entries(),
+            ui_url=ui_url,
+            max_cases=DEFAULT_MAX_CASES if max_cases is None else max_cases,
+            limit=COMMENT_LIMIT if limit is None else limit,
+            every_entry_hint=hint,
+        )
 
     def export(
         self,

@@ -12,7 +12,9 @@ cannot say as JSON) is an error naming the row and the column, before anything i
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -155,3 +157,37 @@ def columns_of(cases: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
             if len(column) <= n:
                 column.append(None)
     return columns
+
+
+# What the columns of `to_hf` are made by; a change to `flatten` or `columns_of` that gives other
+# columns for the same content changes it, and so every fingerprint.
+HF_LAYOUT = "caseshelf.to_hf/1"
+_SEMVER = re.compile(r"\d+\.\d+\.\d+")
+
+
+def hf_fingerprint(content_digest: str) -> str:
+    """The `datasets` fingerprint of a version's `to_hf` dataset: the sha256 hex (64 characters,
+    the longest fingerprint `datasets` takes) of `HF_LAYOUT` and the content digest. The same
+    content gives the same fingerprint on every store and API; other content another one."""
+    return hashlib.sha256(f"{HF_LAYOUT}\n{content_digest}".encode()).hexdigest()
+
+
+def hf_info(
+    info_type: Any,
+    *,
+    name: str,
+    version: str,
+    content_digest: str,
+    description: str,
+    location: str,
+) -> Any:
+    """The `datasets.DatasetInfo` of a version: `dataset_name` its id, `description` its ref and
+    content digest on the first line (then its own description), `homepage` where it is, and
+    `version` its label when the label is `X.Y.Z` (the only form `datasets` takes there)."""
+    head = f"{name}@{version} {content_digest}"
+    return info_type(
+        description=f"{head}\n\n{description}" if description else head,
+        homepage=location,
+        dataset_name=name,
+        version=version if _SEMVER.fullmatch(version) else None,
+    )

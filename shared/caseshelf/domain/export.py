@@ -256,6 +256,17 @@ class ManifestWriter:
             self.sink((b"" if self.first else b",") + raw)
             self.first = False
 
+    def cases_from(self, encoded: BinaryIO) -> None:
+        """Case entries already encoded (`case_entry`, comma-separated), read from a file: a
+        harbor export's, whose head is written last (it lists `dataset.toml`)."""
+        chunk = encoded.read(1 << 20)
+        if chunk and not self.first:
+            self.sink(b",")
+        while chunk:
+            self.sink(chunk)
+            self.first = False
+            chunk = encoded.read(1 << 20)
+
     def finish(self, file_count: int, nbytes: int) -> None:
         self.sink(b"}," + orjson.dumps({"file_count": file_count, "bytes": nbytes})[1:] + b"\n")
 
@@ -484,11 +495,13 @@ def plan_export(
     shared_files: Sequence[SharedEntry],
     subset: Mapping[str, Any] | None = None,
     fmt: str = FORMAT,
+    bodies: Mapping[str, bytes] | None = None,
 ) -> ExportPlan:
     """The whole export in format `fmt`. Case directories are distinct by construction (the id
     encoding is reversible); a repeated id is an error rather than a silent overwrite. A case the
     format cannot carry is a `BadRequest` naming the case and the field, raised before anything
-    is written."""
+    is written. `bodies` (stored file bodies by hex digest) needs to hold only the `.gitignore`
+    and `.harborignore` files of a `harbor` export's tasks, which Harbor's digest reads."""
     check_format(fmt)
     plan = ExportPlan(
         export_id=export_id(content_digest, subset, shared_files, fmt),
@@ -500,16 +513,37 @@ def plan_export(
         cases=[],
     )
     if fmt in ("case-dirs", "harbor"):
-        from caseshelf.domain.export_formats import plan_harbor_case
+        from caseshelf.domain.export_formats import (
+            export_org,
+            harbor_manifest,
+            harbor_manifest_file,
+            harbor_task,
+            plan_harbor_case,
+        )
 
-        planner = plan_case if fmt == "case-dirs" else plan_harbor_case
+        org = export_org(dataset)
         seen: set[str] = set()
+        tasks: list[bytes] = []
         for case in cases:
-            one = planner(case, shared_files, plan.warnings)
+            if fmt == "case-dirs":
+                one = plan_case(case, shared_files, plan.warnings)
+            else:
+                one = plan_harbor_case(case, shared_files, plan.warnings, org)
+                tasks.append(harbor_task(case, one, org, bodies or {}))
             if one.dir in seen:
                 raise BadRequest(f"case {one.case_id!r} appears twice", case_id=one.case_id)
             seen.add(one.dir)
             plan.cases.append(one)
+        if fmt == "harbor":
+            body = harbor_manifest(
+                dataset,
+                tasks,
+                content_digest=content_digest,
+                export_id=plan.export_id,
+                case_count=len(plan.cases),
+                subset=subset,
+            )
+            plan.data_files = [harbor_manifest_file(body)]
         return plan
     from caseshelf.domain.export_formats import plan_rows
 

@@ -9,9 +9,10 @@
   (`id`, `input`, `target`, `choices`, `metadata`, `files`, `sandbox`, `setup`); a sample's
   `files` map the path in the sandbox to the file in the export (relative to `samples.jsonl`),
   and a case with an image gets `files/<case dir>/compose.yaml` as its docker sandbox.
-- `harbor`: one Harbor task package per case directory: `task.toml` (`[metadata]`,
+- `harbor`: one Harbor task package per case directory: `task.toml` (`[task]`, `[metadata]`,
   `[verifier]`, `[agent]`, `[environment]`), `instruction.md`, `environment/`, `tests/`,
-  `solution/` (see `plan_harbor_case`).
+  `solution/` (see `plan_harbor_case`); and Harbor's registry manifest `dataset.toml` at the
+  root, every task pinned by Harbor's own digest of it (`caseshelf.domain.harbor_registry`).
 
 A case a format cannot carry (no instruction text for `harbor` or `inspect`) is a `BadRequest`
 naming the case and the field.
@@ -44,6 +45,18 @@ from caseshelf.domain.export import (
     environment_of,
     file_mode,
     render_yaml,
+)
+from caseshelf.domain.harbor_registry import (
+    MANIFEST_NAME as HARBOR_MANIFEST,
+)
+from caseshelf.domain.harbor_registry import (
+    harbor_org,
+    manifest_head,
+    manifest_tail,
+    manifest_task,
+    rule_files,
+    task_digest,
+    task_name,
 )
 from caseshelf.domain.paths import (
     case_dir_name,
@@ -551,7 +564,7 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"no TOML form for {type(value).__name__}")
 
 
-def _task_toml(case: Mapping[str, Any], verifier_env: Mapping[str, str]) -> bytes:
+def _task_toml(case: Mapping[str, Any], verifier_env: Mapping[str, str], name: str) -> bytes:
     timeout = float(case.get("timeout_sec") or DEFAULT_TIMEOUT_SEC)
     resources = case.get("resources") or {}
     metadata: dict[str, Any] = {"caseshelf_id": case["id"]}
@@ -574,7 +587,7 @@ def _task_toml(case: Mapping[str, Any], verifier_env: Mapping[str, str]) -> byte
     elif network.get("mode") == "allowlist":
         environment["network_mode"] = "allowlist"
         environment["allowed_hosts"] = list(network.get("allowed_hosts") or [])
-    lines = ['version = "1.0"', "", "[metadata]"]
+    lines = ['version = "1.0"', "", "[task]", f"name = {_toml_value(name)}", "", "[metadata]"]
     lines += [f"{k} = {_toml_value(v)}" for k, v in metadata.items()]
     lines += ["", "[verifier]", f"timeout_sec = {timeout!r}"]
     if verifier_env:
@@ -653,16 +666,18 @@ def plan_harbor_case(
     case: Mapping[str, Any],
     shared_files: Sequence[SharedEntry],
     warnings: list[ExportWarning],
+    org: str = "caseshelf",
 ) -> CasePlan:
     """One Harbor task package. A Harbor import keeps its files as they are (its `task.toml`
     and `instruction.md` included); a Terminal-Bench import has its `Dockerfile`, compose file,
     `solution.sh` and `run-tests.sh` moved to `environment/`, `solution/solve.sh` and
-    `tests/test.sh`; any other case gets a generated `task.toml`, `instruction.md` from its
-    text prompt, an `environment/Dockerfile` (its image, else `DEFAULT_IMAGE`, with the files of
-    `env.source.files` copied to /app, their `tests/` going to `tests/`) and a verifier: its
-    grader's command when it has one (HumanEval's pytest run), else a comparison of
-    `/app/answer.txt` with its text ground truth (and a solution writing it). Shared files go
-    under `environment/` at their dest (what the image is built from)."""
+    `tests/test.sh`; any other case gets a generated `task.toml` (its `[task] name` is the
+    task's Harbor name under `org`: `caseshelf.domain.harbor_registry.task_name`),
+    `instruction.md` from its text prompt, an `environment/Dockerfile` (its image, else
+    `DEFAULT_IMAGE`, with the files of `env.source.files` copied to /app, their `tests/` going
+    to `tests/`) and a verifier: its grader's command when it has one (HumanEval's pytest run),
+    else a comparison of `/app/answer.txt` with its text ground truth (and a solution writing
+    it). Shared files go under `environment/` at their dest (what the image is built from)."""
     case_id = case["id"]
     dirname = case_dir_name(case_id)
     own: Mapping[str, Mapping[str, Any]] = case.get("files") or {}
@@ -703,7 +718,7 @@ def plan_harbor_case(
             add(target, body)
             app_files = app_files or not path.startswith("tests/")
         verifier_env = {"TEST_DIR": "/tests"} if kind == "terminal-bench" else {}
-        add("task.toml", _task_toml(case, verifier_env))
+        add("task.toml", _task_toml(case, verifier_env, task_name(case, org)))
         if "instruction.md" not in tree.files:
             text = _text_input(case)
             if text is None:
@@ -744,3 +759,51 @@ def plan_harbor_case(
         planned.append(PlannedFile(f"{dirname}/{dest}", sf.digest, sf.size, role=ROLE_SHARED))
     planned.sort(key=lambda f: f.path)
     return CasePlan(case_id, dirname, tuple(planned))
+
+
+def harbor_task(
+    case: Mapping[str, Any], plan: CasePlan, org: str, bodies: Mapping[str, bytes]
+) -> bytes:
+    """The `[[tasks]]` entry of a case's Harbor package in `dataset.toml`: its name and Harbor's
+    digest of its files. `bodies` (by hex digest) holds the stored bodies of the package's
+    `.gitignore` and `.harborignore` files, when it has any."""
+    cut = len(plan.dir) + 1
+    files = {f.path[cut:]: f for f in plan.files}
+    rules = {}
+    for rel in rule_files(files):
+        f = files[rel]
+        body = f.body if f.body is not None else bodies.get(f.digest[7:])
+        if body is None:
+            raise KeyError(f"case {plan.case_id!r}: the body of {rel} is needed for its digest")
+        rules[rel] = body
+    digest = task_digest(((rel, f.digest) for rel, f in files.items()), rules)
+    return manifest_task(task_name(case, org), digest)
+
+
+def harbor_manifest(
+    dataset: Mapping[str, Any],
+    tasks: Iterable[bytes],
+    *,
+    content_digest: str,
+    export_id: str,
+    case_count: int,
+    subset: Mapping[str, Any] | None,
+) -> bytes:
+    """`dataset.toml` whole (the streamed export writes the same pieces as it goes)."""
+    tail = manifest_tail(
+        dataset,
+        content_digest=content_digest,
+        export_id=export_id,
+        case_count=case_count,
+        subset=subset,
+    )
+    return manifest_head(dataset) + b"".join(tasks) + tail
+
+
+def harbor_manifest_file(body: bytes) -> PlannedFile:
+    return PlannedFile(HARBOR_MANIFEST, digest_of(body), len(body), body, role="harbor")
+
+
+def export_org(dataset: Mapping[str, Any]) -> str:
+    """The org of a harbor export's task names: `harbor_org` of the dataset id."""
+    return harbor_org(str(dataset.get("id") or "caseshelf"))

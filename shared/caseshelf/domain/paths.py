@@ -210,8 +210,11 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 
 # Files at the root of an export, next to the case directories: an id spelled like one of them is
 # encoded, so its directory never takes the place of the file (a directory `manifest.json` cannot
-# sit beside the file `manifest.json` on a disk).
-EXPORT_ROOT_FILES = frozenset({"manifest.json", "bundle.tar.gz"})
+# sit beside the file `manifest.json` on a disk). `dataset.toml` is a harbor export's registry
+# manifest; exports written before it was one named a case `dataset.toml` plainly, which
+# `accepted_dir_names` still reads.
+_LEGACY_ROOT_FILES = frozenset({"manifest.json", "bundle.tar.gz"})
+EXPORT_ROOT_FILES = _LEGACY_ROOT_FILES | {"dataset.toml"}
 
 
 # The longest directory name written (bytes; file systems allow 255), and the length of the
@@ -222,14 +225,10 @@ _SHORT_MARK = "~~"
 _CASE_MARK = "~"
 
 
-def _legacy_dir_name(case_id: str) -> str:
+def _legacy_dir_name(case_id: str, root_files: frozenset[str] = _LEGACY_ROOT_FILES) -> str:
     """The encoding before case marks and shortening: identity for plain ids, else `~` plus
     percent-encoding (`case_dir_name` keeps it as the readable part of every name)."""
-    if (
-        _SAFE_ID.fullmatch(case_id)
-        and not case_id.startswith(".")
-        and case_id not in EXPORT_ROOT_FILES
-    ):
+    if _SAFE_ID.fullmatch(case_id) and not case_id.startswith(".") and case_id not in root_files:
         return case_id
     out = ["~"]
     for byte in case_id.encode("utf-8"):
@@ -246,7 +245,7 @@ def _portable_base(case_id: str) -> str:
     Windows cannot hold as a name (a device name such as `con` or `lpt1.txt`, or one ending in
     '.') is always encoded (`~con`, `~lpt1%2Etxt`, `~a%2E`), so it differs from every plain
     id there too (`a.` and `a` are one name on Windows)."""
-    base = _legacy_dir_name(case_id)
+    base = _legacy_dir_name(case_id, EXPORT_ROOT_FILES)
     if base.startswith("~") or not (is_device_name(base) or base.endswith(".")):
         return base
     return "~" + "".join(

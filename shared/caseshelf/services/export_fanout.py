@@ -335,7 +335,7 @@ def _case_windows(
     advance: Callable[[int, int, int], None] | None,
 ) -> None:
     spec = prepared.spec
-    planner = _planner(spec.fmt)
+    planner = _planner(spec)
     shared: dict[str, bytes] = dict(prepared.extra_bodies)
     shared_digests = {s.digest[7:] for s in spec.shared}
     for window in prepared.windows(*rng):

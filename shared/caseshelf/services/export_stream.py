@@ -32,6 +32,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -49,16 +50,22 @@ from caseshelf.domain.export import (
     PlannedFile,
     SharedEntry,
     _file_entry,
+    case_entry,
     manifest_head,
     plan_case,
 )
 from caseshelf.domain.export_formats import (
+    HARBOR_MANIFEST,
     ROW_FILES,
+    export_org,
+    harbor_task,
     parquet_schema,
     plan_harbor_case,
     plan_row_window,
     shared_row_files,
 )
+from caseshelf.domain.harbor_registry import manifest_head as harbor_head
+from caseshelf.domain.harbor_registry import manifest_tail as harbor_tail
 from caseshelf.extras import require
 from caseshelf.ports import BlobStore
 from caseshelf.services.pull import Progress
@@ -335,8 +342,10 @@ Windows = Callable[[], Iterator[Sequence[Mapping[str, Any]]]]
 BodyReader = Callable[[set[str]], Mapping[str, bytes]]
 
 
-def _planner(fmt: str) -> Callable[..., CasePlan]:
-    return plan_case if fmt == FORMAT else plan_harbor_case
+def _planner(spec: StreamSpec) -> Callable[..., CasePlan]:
+    if spec.fmt == FORMAT:
+        return plan_case
+    return partial(plan_harbor_case, org=export_org(spec.dataset))
 
 
 def check_cases(spec: StreamSpec, windows: Windows, existing: set[str] | None) -> None:
@@ -347,7 +356,9 @@ def check_cases(spec: StreamSpec, windows: Windows, existing: set[str] | None) -
     remaining = set(existing or ()) - {MANIFEST_NAME}
     ignored: list[ExportWarning] = []
     if spec.fmt in CASE_FORMATS:
-        planner = _planner(spec.fmt)
+        planner = _planner(spec)
+        if spec.fmt == "harbor":
+            remaining.discard(HARBOR_MANIFEST)
         for window in windows():
             for case in window:
                 for f in planner(case, spec.shared, ignored).files:
@@ -431,6 +442,30 @@ def _head(spec: StreamSpec, data_files: Sequence[PlannedFile] = ()) -> dict[str,
     )
 
 
+def _planned_cases(
+    spec: StreamSpec,
+    windows: Windows,
+    read_bodies: BodyReader,
+    shared_bodies: Mapping[str, bytes],
+    kept: _Warnings,
+) -> Iterator[tuple[Mapping[str, Any], CasePlan, Mapping[str, bytes]]]:
+    """Each case with its package's plan and the stored bodies its files need, a window of
+    cases planned and their bodies read at a time."""
+    planner = _planner(spec)
+    shared = dict(shared_bodies)
+    shared_digests = {s.digest[7:] for s in spec.shared}
+    for window in windows():
+        found: list[ExportWarning] = []
+        plans = [planner(case, spec.shared, found) for case in window]
+        kept.add(found)
+        bodies = dict(read_bodies(_wanted((f for p in plans for f in p.files), shared)))
+        for h in shared_digests & bodies.keys():
+            shared[h] = bodies[h]  # every case has them: read once
+        bodies.update(shared)
+        for case, plan in zip(window, plans, strict=True):
+            yield case, plan, bodies
+
+
 def _write_case_dirs(
     spec: StreamSpec,
     windows: Windows,
@@ -440,30 +475,99 @@ def _write_case_dirs(
     progress: Progress,
     warn: Callable[[str], None],
 ) -> StreamOutcome:
-    planner = _planner(spec.fmt)
+    if spec.fmt == "harbor":
+        return _write_harbor(spec, windows, read_bodies, shared_bodies, sink, progress, warn)
     kept = _Warnings(warn)
-    shared = dict(shared_bodies)
-    shared_digests = {s.digest[7:] for s in spec.shared}
     files = nbytes = 0
     with open(sink.local(MANIFEST_NAME), "wb") as out:
         writer = ManifestWriter(out.write, _head(spec))
-        for window in windows():
-            found: list[ExportWarning] = []
-            plans = [planner(case, spec.shared, found) for case in window]
-            kept.add(found)
-            bodies = dict(read_bodies(_wanted((f for p in plans for f in p.files), shared)))
-            for h in shared_digests & bodies.keys():
-                shared[h] = bodies[h]  # every case has them: read once
-            bodies.update(shared)
-            for plan in plans:
-                size = sink.write(plan.files, bodies)
-                files += len(plan.files)
-                nbytes += size
-                writer.case(plan)
-                progress.advance(len(plan.files), size, 1)
+        for _, plan, bodies in _planned_cases(spec, windows, read_bodies, shared_bodies, kept):
+            size = sink.write(plan.files, bodies)
+            files += len(plan.files)
+            nbytes += size
+            writer.case(plan)
+            progress.advance(len(plan.files), size, 1)
         writer.finish(files, nbytes)
     sink.add_local(MANIFEST_NAME, "application/json")
     return StreamOutcome(files, nbytes, kept.kept, kept.count)
+
+
+def _write_harbor(
+    spec: StreamSpec,
+    windows: Windows,
+    read_bodies: BodyReader,
+    shared_bodies: Mapping[str, bytes],
+    sink: Sink,
+    progress: Progress,
+    warn: Callable[[str], None],
+) -> StreamOutcome:
+    """The task packages as `_write_case_dirs` writes case directories, and `dataset.toml`: a
+    `[[tasks]]` entry as each package is written. The manifest's head lists `dataset.toml`,
+    whose digest is known at the end: the case entries wait in a scratch file until then."""
+    kept = _Warnings(warn)
+    files = nbytes = 0
+    entries_path = sink.local(MANIFEST_NAME).with_name(".manifest-cases")
+    with _HarborManifest(spec, sink) as registry, open(entries_path, "wb") as entries:
+        planned = _planned_cases(spec, windows, read_bodies, shared_bodies, kept)
+        for n, (case, plan, bodies) in enumerate(planned):
+            size = sink.write(plan.files, bodies)
+            files += len(plan.files)
+            nbytes += size
+            entries.write((b"," if n else b"") + case_entry(plan))
+            registry.add(harbor_task(case, plan, registry.org, bodies))
+            progress.advance(len(plan.files), size, 1)
+        toml = registry.finish()
+    files, nbytes = files + 1, nbytes + toml.size
+    progress.advance(1, toml.size)
+    with open(sink.local(MANIFEST_NAME), "wb") as out, open(entries_path, "rb") as read:
+        writer = ManifestWriter(out.write, _head(spec, [toml]))
+        writer.cases_from(read)
+        writer.finish(files, nbytes)
+    entries_path.unlink()
+    sink.add_local(MANIFEST_NAME, "application/json")
+    return StreamOutcome(files, nbytes, kept.kept, kept.count)
+
+
+class _HarborManifest:
+    """`dataset.toml`, written as the packages are: its head, a `[[tasks]]` entry a package,
+    its tail; hashed as it goes."""
+
+    def __init__(self, spec: StreamSpec, sink: Sink) -> None:
+        self.spec, self.sink = spec, sink
+        self.org = export_org(spec.dataset)
+        self.path = sink.local(HARBOR_MANIFEST)
+        self._fh = open(self.path, "wb")  # noqa: SIM115 - closed by finish() or __exit__
+        self._hash = hashlib.sha256()
+        self.size = 0
+        self.add(harbor_head(spec.dataset))
+
+    def __enter__(self) -> _HarborManifest:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._fh.close()
+
+    def add(self, data: bytes) -> None:
+        self._fh.write(data)
+        self._hash.update(data)
+        self.size += len(data)
+
+    def finish(self) -> PlannedFile:
+        spec = self.spec
+        self.add(
+            harbor_tail(
+                spec.dataset,
+                content_digest=spec.content_digest,
+                export_id=spec.export_id,
+                case_count=spec.case_count,
+                subset=spec.subset,
+            )
+        )
+        self._fh.close()
+        self.sink.add_local(HARBOR_MANIFEST, "application/toml")
+        return PlannedFile(
+            HARBOR_MANIFEST, "sha256:" + self._hash.hexdigest(), self.size, role="harbor"
+        )
 
 
 class _RowFile:
