@@ -29,7 +29,7 @@ function textBlock(text) {
 // A value as people read it: a string as its text (line breaks kept), a number, true, false or
 // null as written, a short list of plain values on one line, anything else as named fields.
 export function valueView(value, depth = 0) {
-  if (typeof value === "string") return textBlock(value);
+  if (typeof value === "string") return depth && value.length <= 80 && !value.includes("\n") ? h("span", { class: "mono" }, value) : textBlock(value);
   if (value === null || typeof value !== "object") return h("code", null, JSON.stringify(value));
   if (depth > 6) return jsonBlock(value);
   if (Array.isArray(value)) {
