@@ -80,10 +80,11 @@ def test_a_search_pages_every_match_in_dataset_order(cs: Client) -> None:
 
 
 def test_a_text_search_stops_at_its_budget_and_says_where(local: Client) -> None:
-    # Given a scan budget of 7 cases a page
+    # Given a version too large for a search index, and a scan budget of 7 cases a page
     register(local)
     browse = local.transport.services.browse  # type: ignore[attr-defined]
     browse.text_scan_cases = 7
+    browse.max_indexed_bytes = 0
     # When searching for text only the last case holds
     page = local.search_cases("browse@1.0.0", "x" * 40, by="text")
     # Then a page stops after 7 cases with no match and a cursor to go on
@@ -94,6 +95,49 @@ def test_a_text_search_stops_at_its_budget_and_says_where(local: Client) -> None
         found += [c["id"] for c in more.items]
         cursor, pages = more.next_cursor, pages + 1
     assert found == ["q039"] and pages == 6
+
+
+def test_the_search_index_answers_what_the_scan_does_over_the_whole_version(
+    local: Client,
+) -> None:
+    # Given cases whose text folds case beyond ASCII, holds line breaks, and one file path
+    texts = ["Straße", "STRASSE", "Kelvin \u212a", "two\nlines", "a\ttab", "plain"]
+    body = [
+        {"id": f"t{i}", "inputs": {"user": t}, "metadata": {"n": i}} for i, t in enumerate(texts)
+    ]
+    body += [{"id": f"pad{i:04d}", "inputs": {"user": "filler"}} for i in range(3000)]
+    body.append(
+        {"id": "last", "inputs": {"user": "rare word"}, "files": {"docs/x.md": {"text": "a"}}}
+    )
+    local.register("idx", cases=body, version="1.0.0")
+    browse = local.transport.services.browse  # type: ignore[attr-defined]
+    browse.text_scan_cases = 500  # the scan: many pages
+
+    def scanned(q: str, by: str) -> list[str]:
+        browse.max_indexed_bytes = 0
+        try:
+            return [c["id"] for c in local.search("idx@1.0.0", q, by=by)]
+        finally:
+            browse.max_indexed_bytes = 1 << 30
+
+    for q, by in [
+        ("ss", "text"),
+        ("strasse", "any"),
+        ("k", "text"),
+        ("two lines", "text"),
+        ("lines", "text"),
+        ("RARE", "any"),
+        ("x.md", "text"),
+        ("t3", "any"),
+        ("a\ttab", "text"),  # a control character: never the index
+    ]:
+        # When the same search runs from the index, then it finds what the scan finds
+        indexed = [c["id"] for c in local.search("idx@1.0.0", q, by=by)]
+        assert indexed == scanned(q, by), q
+    # And a rare text is found in one page: the index covers every case at once
+    page = local.search_cases("idx@1.0.0", "rare", by="text")
+    assert [c["id"] for c in page.items] == ["last"] and page.next_cursor is None
+    assert page.scanned_from == 0 and page.scanned_to == len(body)
 
 
 def test_one_file_is_answered_by_its_digest(cs: Client) -> None:

@@ -547,3 +547,41 @@ def test_a_case_too_large_for_a_page_comes_whole_through_the_client(cs: Client) 
     # Then the stub a page holds is replaced by the case itself
     assert got == cases
     assert cs.case("h@1", 1) == huge
+
+
+def test_diff_fields_and_a_path_filter_through_the_client(cs: Client) -> None:
+    # Given v2 with every other case's answer changed (c3 had one; c1 and c5 get one)
+    cs.register("fields", cases=CASES, version="1.0.0")
+    v2 = [
+        {**c, "expectations": {"ground_truth": "changed"}} if i % 2 else c
+        for i, c in enumerate(CASES)
+    ]
+    cs.register("fields", cases=v2, version="2.0.0")
+    # When the summary is asked with its field counts, and the diff filtered by that field
+    summary = cs.diff("fields@1.0.0", "2.0.0", summary=True, fields=True)
+    only = cs.diff("fields@1.0.0", "2.0.0", path="/expectations")
+    # Then each field is counted over every changed case, and the filter takes what is under it
+    assert summary.fields is not None
+    assert [(f.path, f.cases) for f in summary.fields.paths] == [
+        ("/expectations", 2),
+        ("/expectations/ground_truth", 1),
+    ]
+    assert [c.id for c in only.changed or ()] == ["c1", "c3", "c5"]
+    assert only.path_matches == 3 and only.path == "/expectations"
+
+
+def test_a_rows_export_hands_back_its_one_file_and_a_tree_its_bundle(remote: Client) -> None:
+    # Given a version without files, exported as jsonl and as case directories with a bundle
+    remote.register("handed", cases=CASES, version="1.0.0")
+    rows = remote.export("handed@1.0.0", format="jsonl")
+    tree = remote.export("handed@1.0.0", format="case-dirs", bundle=True)
+    # Then the jsonl export is one file, linked alone and streamed from the server
+    assert rows.file_url is not None and rows.bundle_url is None
+    got = httpx.get(rows.file_url)
+    assert got.status_code == 200
+    assert [orjson.loads(line)["id"] for line in got.content.splitlines()] == [
+        c["id"] for c in CASES
+    ]
+    # And the tree is a bundle (no single file)
+    assert tree.file_url is None and tree.bundle_url is not None
+    assert httpx.get(tree.bundle_url).content[:2] == b"\x1f\x8b"  # gzip

@@ -230,3 +230,51 @@ def test_diff_bad_limit_or_cursor_is_400(services, query):
     status, problem = call_function("diff", event("diff_get.json", queryStringParameters=q))
     assert status == 400
     assert next(iter(query)) in json.dumps(problem)
+
+
+def test_diff_counts_field_paths_over_the_whole_diff_and_filters_by_one(services):
+    # Given 1.1.0 with 5 changed cases: 3 change the answer (one the question too), 2 the
+    # metadata; and one added case
+    register(services, "1.0.0", [case(i, expectations={"ground_truth": str(i)}) for i in range(8)])
+    v2 = [case(i, expectations={"ground_truth": str(i)}) for i in range(8)]
+    for i in (1, 4, 6):
+        v2[i]["expectations"] = {"ground_truth": f"{i}!"}
+    v2[4]["inputs"] = {"user": "question four"}
+    for i in (2, 7):
+        v2[i]["metadata"] = {"source": "x"}
+    register(services, "1.1.0", [*v2, case(20)])
+    q = {"base": "1.0.0", "candidate": "1.1.0", "summary": "true", "fields": "true"}
+    # When the summary is asked with its fields (no page: every changed case is counted)
+    status, body = call_function("diff", event("diff_get.json", queryStringParameters=q))
+    assert status == 200, body
+    # Then each field path is named with how many cases changed there
+    assert body["fields"] == {
+        "paths": [
+            {"path": "/expectations/ground_truth", "cases": 3},
+            {"path": "/metadata", "cases": 2},
+            {"path": "/inputs/user", "cases": 1},
+        ],
+        "other_paths": 0,
+        "counted": 5,
+    }
+    # And a filter by path pages only the cases changed there, with only those changes
+    seen: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        q = {"base": "1.0.0", "candidate": "1.1.0", "limit": "2", "path": "/expectations"}
+        if cursor:
+            q["cursor"] = cursor
+        status, body = call_function("diff", event("diff_get.json", queryStringParameters=q))
+        assert status == 200, body
+        assert body["summary"]["changed"] == 5 and body["path_matches"] == 3
+        assert body["added"] == [] and body["removed"] == []
+        seen += body["changed"]
+        cursor = body["next_cursor"]
+        if not cursor:
+            break
+    assert [c["id"] for c in seen] == ["c01", "c04", "c06"]
+    assert {ch["path"] for c in seen for ch in c["changes"]} == {"/expectations/ground_truth"}
+    # A path that is not a pointer is refused, naming the parameter
+    q = {"base": "1.0.0", "candidate": "1.1.0", "path": "metadata"}
+    status, problem = call_function("diff", event("diff_get.json", queryStringParameters=q))
+    assert status == 400 and "path" in json.dumps(problem)

@@ -22,6 +22,7 @@ from pydantic_core import CoreSchema
 
 from caseshelf.domain.answers import ANSWER_BUDGET_BYTES, PAGE_FRAME_BYTES, escaped_size, fitting
 from caseshelf.domain.diff import ABSENT, Change, to_pointer
+from caseshelf.domain.diff_fields import FieldCounts
 from caseshelf.domain.paging import encode_diff_position
 from caseshelf.domain.subset import SubsetStamp
 from caseshelf.domain.tags import TagMove
@@ -373,10 +374,28 @@ class DiffMetaOut(Wire):
     )
 
 
+class FieldCountOut(Wire):
+    path: str = Field(
+        description="A field path: the JSON pointer of a change with every list position as `*`."
+    )
+    cases: int = Field(description="Changed cases with a change at this path.")
+
+
+class DiffFieldsOut(Wire):
+    """Which fields the diff's changed cases changed, over the whole diff (not one page)."""
+
+    paths: list[FieldCountOut] = Field(description="Most cases first (then by path).")
+    other_paths: int = Field(description="Field paths left out of `paths` (the least changed).")
+    counted: int = Field(
+        description="Changed cases counted: every one, unless the diff has more than 50,000."
+    )
+
+
 class DiffOut(Wire):
     """`added`, `removed` and `changed` are null in summary mode. Otherwise they hold one page
     of the diff's entries (changed, then added, then removed); `summary` counts the whole
-    diff on every page."""
+    diff on every page. With `path`, the entries are the changed cases with a change at that
+    field path or under it, each with only those changes."""
 
     base: VersionRefOut
     candidate: VersionRefOut
@@ -390,6 +409,13 @@ class DiffOut(Wire):
         pattern=CURSOR_PATTERN,
         description="Pass as `cursor` for the next page of entries; null on the last one. It "
         "pins both versions by content digest.",
+    )
+    fields: DiffFieldsOut | None = Field(
+        default=None, description="With `fields=true` or `path`: the field paths changed."
+    )
+    path: str | None = Field(default=None, description="The field path filter, as asked.")
+    path_matches: int | None = Field(
+        default=None, description="With `path`: the changed cases with a change there."
     )
 
 
@@ -468,6 +494,20 @@ def diff_out(res: DiffResult) -> DiffOut:
             case_order_changed=res.plan.order_changed,
         ),
         next_cursor=res.next_cursor,
+        fields=fields_out(res.fields),
+        path=res.path,
+        path_matches=res.path_matches,
+    )
+
+
+def fields_out(counts: FieldCounts | None) -> DiffFieldsOut | None:
+    if counts is None:
+        return None
+    shown, left = counts.top()
+    return DiffFieldsOut(
+        paths=[FieldCountOut(path=p, cases=n) for p, n in shown],
+        other_paths=left,
+        counted=counts.counted,
     )
 
 
@@ -540,6 +580,11 @@ class ExportOut(Wire):
     bundle_url: str | None = Field(
         default=None, description="A presigned GET of `bundle.tar.gz` (every file in one object)."
     )
+    file_url: str | None = Field(
+        default=None,
+        description="A presigned GET of the export's one file: a `jsonl` or `parquet` export "
+        "of cases without companion or shared files (`cases.jsonl`, `cases.parquet`).",
+    )
     test_data_ref: TestDataRefOut | None = Field(
         default=None,
         description="Ready for an EvalHub benchmark; null when the export is not in a bucket or "
@@ -567,6 +612,7 @@ def export_out(res: ExportResult) -> ExportOut:
         file_count=res.file_count,
         manifest_key=res.manifest_key,
         bundle_url=res.bundle_url,
+        file_url=res.file_url,
         test_data_ref=TestDataRefOut(s3=S3TestDataRefOut(**ref["s3"])) if ref else None,
         test_data_ref_problem=res.test_data_ref_problem,
         format=res.format,

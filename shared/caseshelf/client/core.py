@@ -940,13 +940,23 @@ class Client:
         *,
         summary: bool = False,
         include_deleted: bool = False,
+        fields: bool = False,
+        path: str | None = None,
     ) -> DiffOut:
         """What changed from `base` to `candidate` (`ID@REF` each; a bare REF as the candidate
         means the base's dataset): added, removed, changed field by field, every entry in one
         answer (the pages of `diff_pages` joined: for diffs that fit in memory; iterate
-        `diff_pages` or `diff_entries` for large ones)."""
+        `diff_pages` or `diff_entries` for large ones). `fields`: also which field paths
+        changed and in how many cases; `path`: only the changes at that field path or under
+        it (e.g. `/expectations/ground_truth`)."""
         pages = self.diff_pages(
-            base, candidate, summary=summary, include_deleted=include_deleted, limit=MAX_PAGE
+            base,
+            candidate,
+            summary=summary,
+            include_deleted=include_deleted,
+            limit=MAX_PAGE,
+            fields=fields,
+            path=path,
         )
         first = next(pages)
         if summary:
@@ -972,6 +982,8 @@ class Client:
         summary: bool = False,
         include_deleted: bool = False,
         limit: int | None = None,
+        fields: bool = False,
+        path: str | None = None,
     ) -> Iterator[DiffOut]:
         """The diff's answers page by page, each asked for when the previous one is consumed
         (one page held at a time): `summary` and `meta` of the whole diff on every page, and
@@ -992,6 +1004,8 @@ class Client:
             "summary": summary,
             "include_deleted": include_deleted,
             "limit": limit,
+            "fields": fields or None,
+            "path": path,
         }
         cursor: str | None = None
         while True:

@@ -64,6 +64,36 @@ def text_matches(case: Mapping[str, Any], needle: str) -> bool:
     return False
 
 
+# Separates a case's strings in its line of a search index; never in a search (no control
+# character is searched for the index).
+INDEX_SEPARATOR = "\x1f"
+
+
+def indexable(needle: str) -> bool:
+    """Whether the search index answers `needle` (a case-folded search): it holds no control
+    character, which the index uses between strings and cases."""
+    return not any(ord(c) < 32 or c == "\x7f" for c in needle)
+
+
+def index_line(case: Mapping[str, Any]) -> bytes:
+    """A case's line of the search index: the strings `text_matches` searches, case-folded,
+    joined by `INDEX_SEPARATOR`, with every control character written as that separator (so
+    `needle in line` for an `indexable` needle is `text_matches`), as UTF-8."""
+    parts: list[str] = []
+    for key, value in case.items():
+        if key in _NOT_TEXT:
+            continue
+        if key == "files" and isinstance(value, Mapping):
+            parts.extend(value)
+            continue
+        parts.extend(_strings(value))
+    text = INDEX_SEPARATOR.join(parts).casefold()
+    return text.translate(_CONTROLS).encode("utf-8")
+
+
+_CONTROLS = {c: INDEX_SEPARATOR for c in [*range(32), 0x7F]}
+
+
 def case_matches(case: Mapping[str, Any], needle: str, by: SearchBy = "any") -> bool:
     """Whether a case (its canonical JSON object) matches a search by id, tag, text or any."""
     if by in ("any", "id") and id_matches(str(case.get("id", "")), needle):

@@ -24,6 +24,8 @@ app = make_resolver(
 )
 
 TAGS = ["diff"]
+# A field path: `/` or a JSON pointer, without control characters.
+FIELD_PATH_PATTERN = r"^/[^\x00-\x1f]*$"
 
 Ref = Annotated[
     str,
@@ -46,7 +48,11 @@ Ref = Annotated[
     "removed ones (base order), `limit` entries a page across the three lists; `summary` and "
     "`meta` cover the whole diff on every page, and only the page's cases are read. "
     "`next_cursor` pins both versions by content digest: with `cursor`, the versions are the "
-    "ones it names.",
+    "ones it names. `fields=true` adds which field paths the changed cases changed and how "
+    "many cases each (`fields`, over the whole diff: both forms of every changed case are read "
+    "once and the counts kept). `path` keeps only the changed cases with a change at that field "
+    "path or under it, each with only those changes (`path_matches` counts them); give the same "
+    "`path` with each `cursor`.",
     tags=TAGS,
     responses=problems(400, 403, 404),
 )
@@ -64,6 +70,18 @@ def diff(
     limit: Annotated[
         int, Query(ge=1, le=1000, description="Entries a page, across the three lists.")
     ] = 100,
+    fields: Annotated[
+        bool, Query(description="Also count the field paths the changed cases changed.")
+    ] = False,
+    path: Annotated[
+        str | None,
+        Query(
+            pattern=FIELD_PATH_PATTERN,
+            max_length=512,
+            description="Only changes at this field path or under it, e.g. "
+            "`/expectations/ground_truth` or `/inputs/user/*` (`*`: any list position).",
+        ),
+    ] = None,
 ) -> dto.DiffOut:
     res = bootstrap.services().diff.diff_versions(
         current_identity(app),
@@ -75,6 +93,8 @@ def diff(
         include_deleted=include_deleted,
         cursor=cursor,
         limit=limit,
+        fields=fields,
+        path=path,
     )
     count("DiffsComputed")
     return dto.bounded_diff_out(res)

@@ -157,7 +157,9 @@ def get_version(
     "case's `text` holds it, or `any` of these; case-insensitive), in dataset order: each page "
     "searches on from its cursor until it holds `limit` matches or its scan budget is spent, "
     "so a page may hold fewer (even none) and still have a `next_cursor`; `scanned_to` says "
-    "how far it got.",
+    "how far it got. A text search (`text` or `any`) of a version up to 256 MiB reads the "
+    "version's search index (made once, with its `stats` or by its first text search, and kept) "
+    "and covers the whole rest of the version in one page.",
     tags=TAGS,
     responses={
         200: {

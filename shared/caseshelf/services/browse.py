@@ -35,6 +35,7 @@ from caseshelf.domain.browse import (
     VersionStats,
     case_matches,
     id_matches,
+    indexable,
     needle_of,
     sniff_text,
     tag_matches,
@@ -45,6 +46,14 @@ from caseshelf.domain.identity import Identity
 from caseshelf.domain.paging import check_limit, decode_position, encode_position
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.services.registry import RegistryService
+from caseshelf.services.search_index import (
+    MAX_INDEXED_BYTES,
+    IndexBuilder,
+    LastIndex,
+    SearchIndex,
+    index_key,
+    read_index,
+)
 
 # A text search reads at most this much of a version per page.
 TEXT_SCAN_CASES = 5_000
@@ -96,10 +105,14 @@ class BrowseService:
         text_scan_bytes: int = TEXT_SCAN_BYTES,
         id_scan_cases: int = ID_SCAN_CASES,
         answer_bytes: int = ANSWER_BUDGET_BYTES,
+        max_indexed_bytes: int = MAX_INDEXED_BYTES,
     ) -> None:
         """`answer_bytes`: the escaped bytes a page of matches may take
-        (`caseshelf.domain.answers`)."""
+        (`caseshelf.domain.answers`). `max_indexed_bytes`: the largest version (in record
+        bytes) given a search index (`caseshelf.services.search_index`)."""
         self.registry = registry
+        self.max_indexed_bytes = max_indexed_bytes
+        self._last_index = LastIndex()
         self.answer_bytes = answer_bytes
         self.max_file_bytes = max_file_bytes
         self.text_scan_cases = text_scan_cases
@@ -130,7 +143,12 @@ class BrowseService:
         rec = self.registry.get_version(identity, name, ref, include_deleted=include_deleted)
         total = len(self.registry.manifest(rec))
         start = decode_position(cursor)
-        if by in ("id", "tag"):
+        index = None
+        if by in ("any", "text") and indexable(needle):
+            index = self._index(identity.tenant, rec, total)
+        if index is not None:
+            hits, stop = self._scan_index(rec, index, needle, by, start, limit)
+        elif by in ("id", "tag"):
             found, stop = self._scan_manifest(rec, needle, by, start, limit)
             hits = list(self.registry.case_records(rec, found))
         else:
@@ -178,6 +196,51 @@ class BrowseService:
                 found.append(i)
             i += 1
         return found, i
+
+    def _scan_index(
+        self,
+        rec: VersionRecord,
+        index: SearchIndex,
+        needle: str,
+        by: SearchBy,
+        start: int,
+        limit: int,
+    ) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+        """A page of matches from the version's search index: the whole rest of the version
+        is searched (by `any`, the ids and tags to the id budget), then only the matches are
+        read (and checked again against the case itself)."""
+        total = len(index)
+        stop = total if by == "text" else min(total, start + self.id_scan_cases)
+        found = index.find(needle, start, stop, limit)
+        if len(found) == limit:
+            stop = found[-1] + 1
+        if by == "any":
+            named, _ = self._scan_manifest(rec, needle, "id", start, stop - start)
+            tagged, _ = self._scan_manifest(rec, needle, "tag", start, stop - start)
+            found = sorted({*found, *(i for i in named + tagged if i < stop)})
+            if len(found) >= limit:
+                found, stop = found[:limit], found[limit - 1] + 1
+        cases = self.registry.case_records(rec, found)
+        return [(i, c) for i, c in cases if case_matches(c, needle, by)], stop
+
+    def _index(self, tenant: str, rec: VersionRecord, total: int) -> SearchIndex | None:
+        """The version's search index: the last one used, the kept one, or made now by one
+        pass over its records; None for a version too large for one."""
+        key = index_key(tenant, rec.content_digest)
+        index = self._last_index.get(key)
+        if index is None:
+            index = read_index(self.registry.store, key, rec.content_digest, total)
+        if index is None:
+            if rec.bytes > self.max_indexed_bytes:
+                return None
+            builder = IndexBuilder()
+            for start in range(0, total, READ_BATCH):
+                indices = list(range(start, min(total, start + READ_BATCH)))
+                builder.add_all(case for _, case in self.registry.case_records(rec, indices))
+            index = builder.build(rec.content_digest)
+            self.registry.store.put(key, index.to_bytes(), content_type="application/octet-stream")
+        self._last_index.put(key, index)
+        return index
 
     def _scan_records(
         self, rec: VersionRecord, needle: str, by: SearchBy, start: int, limit: int
@@ -251,11 +314,23 @@ class BrowseService:
                 return rec, kept
         except (NotFound, ValueError, KeyError, TypeError):
             pass  # not kept yet, or kept in another format: computed again below
-        stats = self.compute_stats(rec)
+        # The same pass makes the version's search index, when it has none yet.
+        ikey = index_key(identity.tenant, rec.content_digest)
+        total = len(self.registry.manifest(rec))
+        wants_index = (
+            rec.bytes <= self.max_indexed_bytes
+            and read_index(store, ikey, rec.content_digest, total) is None
+        )
+        index = IndexBuilder() if wants_index else None
+        stats = self.compute_stats(rec, index)
         store.put(key, stats.to_json(), content_type="application/json")
+        if index is not None:
+            built = index.build(rec.content_digest)
+            store.put(ikey, built.to_bytes(), content_type="application/octet-stream")
         return rec, stats
 
-    def compute_stats(self, rec: VersionRecord) -> VersionStats:
+    def compute_stats(self, rec: VersionRecord, index: IndexBuilder | None = None) -> VersionStats:
+        """The version's numbers, by one pass over its records (which also feeds `index`)."""
         manifest = self.registry.manifest(rec)
         total = len(manifest)
         builder = StatsBuilder()
@@ -263,6 +338,8 @@ class BrowseService:
             indices = list(range(start, min(total, start + READ_BATCH)))
             for _, case in self.registry.case_records(rec, indices):
                 builder.add(case)
+                if index is not None:
+                    index.add(case)
         locations = manifest.blob_locations()
         shared = [
             SharedFileInfo(

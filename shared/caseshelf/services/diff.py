@@ -22,7 +22,7 @@ from typing import Any, cast
 import orjson
 
 from caseshelf.domain import layout
-from caseshelf.domain.canonical import sha256_hex
+from caseshelf.domain.canonical import hex_of, sha256_hex
 from caseshelf.domain.chunks import Root
 from caseshelf.domain.diff import (
     Change,
@@ -35,6 +35,8 @@ from caseshelf.domain.diff import (
     plan_chunked_diff,
     user_text,
 )
+from caseshelf.domain.diff_fields import FieldCounts, changes_under
+from caseshelf.domain.errors import NotFound
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.manifest import Location
 from caseshelf.domain.paging import check_limit, decode_diff_position, encode_diff_position
@@ -47,6 +49,19 @@ from caseshelf.services.storage import (
     read_delta,
     read_records,
 )
+
+# A diff's field paths are counted over at most this many changed cases (both forms of each
+# are read); a diff with more names how many it counted (`FieldCounts.counted`).
+FIELD_COUNT_MAX_CASES = 50_000
+# Changed cases read at once while counting.
+FIELD_READ_BATCH = 2_000
+
+
+def fields_key(tenant: str, base_digest: str, candidate_digest: str) -> str:
+    """Where the field counts of a diff are kept: under the caller's tenant, beside the
+    version's numbers in the transient `exports/` area (recomputed when missing)."""
+    pair = f"{hex_of(base_digest)}-{hex_of(candidate_digest)}"
+    return f"{layout.root(tenant)}exports/diff-fields/{pair}.json"
 
 
 @dataclass(frozen=True)
@@ -87,6 +102,12 @@ class DiffResult:
     # candidate) of its changed cases, in the order of `changed`.
     start: int = 0
     changed_at: list[tuple[int, int]] = field(default_factory=list)
+    # With `fields` or `path`: the field paths of every changed case (`FieldCounts`).
+    fields: FieldCounts | None = None
+    # With `path`: the filter, and how many changed cases have a change there (the pages then
+    # hold only those, with only their changes at the path or under it).
+    path: str | None = None
+    path_matches: int | None = None
 
     @property
     def summary(self) -> dict[str, int]:
@@ -161,6 +182,8 @@ class DiffService:
         include_deleted: bool = False,
         cursor: str | None = None,
         limit: int | None = None,
+        fields: bool = False,
+        path: str | None = None,
     ) -> DiffResult:
         """Diff `name@base_ref` against `candidate_name@candidate_ref` (`candidate_name`
         defaults to `name`). Tombstoned versions take part only with `include_deleted`.
@@ -170,7 +193,12 @@ class DiffService:
         `limit` of them (default 100, at most 1000) with the summary of the whole diff; only
         the page's cases are read and compared. A cursor pins both versions by content digest:
         with one, the versions are the ones it names, not what the refs name now. Without
-        `limit` and `cursor`, every entry is in one answer (for small diffs and the library)."""
+        `limit` and `cursor`, every entry is in one answer (for small diffs and the library).
+
+        `fields`: also the field paths of every changed case, counted (`FieldCounts`; read once
+        per pair of versions and kept). `path`: only the changed cases with a change at that
+        field path or under it, each with only those changes (no added or removed case); the
+        positions of the pages (and their cursors) are then among those cases."""
         reg = self.registry
         start = 0
         if cursor:
@@ -180,40 +208,90 @@ class DiffService:
             identity, candidate_name or name, candidate_ref, include_deleted=include_deleted
         )
         paged = bool(cursor) or limit is not None
-        key = (base.tenant, base.manifest_key, candidate.tenant, candidate.manifest_key)
-        kept = self._last_plan.get(key) if self._last_plan is not None else None
-        if kept is not None:
-            plan, base_part, cand_part = kept
-        else:
-            plan, base_part, cand_part = self._plan(base, candidate)
-            if paged and self._last_plan is not None:
-                self._last_plan.put(key, (plan, base_part, cand_part))
+        planned = self._planned(base, candidate, keep=paged)
+        plan, base_part, cand_part = planned
+        counts = None
+        if fields or path is not None:
+            counts = self._field_counts(identity.tenant, base, candidate, planned)
         if summary_only:
-            return DiffResult(base, candidate, plan, None, None, None, ReadStats())
-
-        changed_pos, added_pos, removed_pos = plan.changed, plan.added, plan.removed
+            empty = DiffResult(base, candidate, plan, None, None, None, ReadStats(), fields=counts)
+            if path is not None and counts is not None:
+                return replace(empty, path=path, path_matches=len(counts.matching(path)))
+            return empty
+        shown = plan
+        if path is not None and counts is not None:
+            chosen = [plan.changed[n] for n in counts.matching(path)]
+            shown = DiffPlan([], [], chosen, plan.unchanged, plan.order_changed, plan.meta)
+        changed_pos, added_pos, removed_pos = shown.changed, shown.added, shown.removed
         next_cursor = None
         if paged:
             stop = start + check_limit(limit)
-            changed_pos, added_pos, removed_pos, more = _page_of(plan, start, stop)
+            changed_pos, added_pos, removed_pos, more = _page_of(shown, start, stop)
             if more:
                 next_cursor = encode_diff_position(
                     base.content_digest, candidate.content_digest, stop
                 )
-
         counter = _CountingReads(reg.store)
-        store = cast(BlobStore, counter)
-        base_at = partial(_index_in, base_part.positions)
-        cand_at = partial(_index_in, cand_part.positions)
-        base_m, cand_m = base_part, cand_part
+        added, removed, changed = self._entries(
+            cast(BlobStore, counter),
+            (base, candidate),
+            (base_part, cand_part),
+            (changed_pos, added_pos, removed_pos),
+        )
+        if path is not None:
+            changed = [CaseChanges(c.id, changes_under(c.changes, path)) for c in changed]
+        return DiffResult(
+            base,
+            candidate,
+            plan,
+            added,
+            removed,
+            changed,
+            ReadStats(objects_read=counter.objects, bytes_read=counter.bytes),
+            next_cursor,
+            start,
+            list(changed_pos),
+            fields=counts,
+            path=path,
+            path_matches=len(shown.changed) if path is not None else None,
+        )
+
+    def _planned(
+        self, base: VersionRecord, candidate: VersionRecord, *, keep: bool
+    ) -> tuple[DiffPlan, ChunkPart, ChunkPart]:
+        """The plan of the diff of two versions, the kept one when it is theirs (`keep`: keep
+        a new one for the next page)."""
+        key = (base.tenant, base.manifest_key, candidate.tenant, candidate.manifest_key)
+        kept = self._last_plan.get(key) if self._last_plan is not None else None
+        if kept is not None:
+            return kept
+        planned = self._plan(base, candidate)
+        if keep and self._last_plan is not None:
+            self._last_plan.put(key, planned)
+        return planned
+
+    def _entries(
+        self,
+        store: BlobStore,
+        versions: tuple[VersionRecord, VersionRecord],
+        parts: tuple[ChunkPart, ChunkPart],
+        positions: tuple[list[tuple[int, int]], list[int], list[int]],
+    ) -> tuple[list[CaseBrief], list[CaseBrief], list[CaseChanges]]:
+        """The added, removed and changed cases at `positions` (changed, added, removed), read
+        and compared."""
+        base, candidate = versions
+        base_m, cand_m = parts
+        changed_pos, added_pos, removed_pos = positions
+        base_at = partial(_index_in, base_m.positions)
+        cand_at = partial(_index_in, cand_m.positions)
         base_want = [base_at(i) for i in removed_pos] + [base_at(i) for i, _ in changed_pos]
         cand_want = [cand_at(j) for j in added_pos] + [cand_at(j) for _, j in changed_pos]
         # Either version may keep copies of the other's records (the later one registered
         # against the earlier): the changed cases' earlier forms, back to back.
+        reg = self.registry
         copies = {**reg.superseded(base), **reg.superseded(candidate)} if self.read_copies else {}
         base_bodies = self._read(store, base, base_m, base_want, copies)
         cand_bodies = self._read(store, candidate, cand_m, cand_want, copies)
-
         added = [
             CaseBrief(cand_m.ids[cand_at(j)], user_text(cand_bodies[cand_at(j)])) for j in added_pos
         ]
@@ -228,18 +306,37 @@ class DiffService:
             )
             for i, j in changed_pos
         ]
-        return DiffResult(
-            base,
-            candidate,
-            plan,
-            added,
-            removed,
-            changed,
-            ReadStats(objects_read=counter.objects, bytes_read=counter.bytes),
-            next_cursor,
-            start,
-            list(changed_pos),
-        )
+        return added, removed, changed
+
+    def _field_counts(
+        self,
+        tenant: str,
+        base: VersionRecord,
+        candidate: VersionRecord,
+        planned: _Planned,
+    ) -> FieldCounts:
+        """The field paths of the diff's changed cases (the first `FIELD_COUNT_MAX_CASES`),
+        kept in the caller's tenant by the two content digests after the first time."""
+        plan, base_part, cand_part = planned
+        store = self.registry.store
+        key = fields_key(tenant, base.content_digest, candidate.content_digest)
+        wanted = plan.changed[:FIELD_COUNT_MAX_CASES]
+        try:
+            kept = FieldCounts.from_json(store.get(key))
+            if kept.counted == len(wanted):
+                return kept
+        except (NotFound, ValueError, KeyError, TypeError):
+            pass  # not kept yet, or kept in another format: counted again below
+        per_case: list[list[Change]] = []
+        for at in range(0, len(wanted), FIELD_READ_BATCH):
+            batch = wanted[at : at + FIELD_READ_BATCH]
+            _, _, changed = self._entries(
+                store, (base, candidate), (base_part, cand_part), (batch, [], [])
+            )
+            per_case += [c.changes for c in changed]
+        counts = FieldCounts.of(per_case)
+        store.put(key, counts.to_json(), content_type="application/json")
+        return counts
 
     def _plan(
         self, base: VersionRecord, candidate: VersionRecord

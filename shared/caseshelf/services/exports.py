@@ -51,7 +51,7 @@ from caseshelf.domain.export import (
     merge_shared,
     parse_manifest,
 )
-from caseshelf.domain.export_formats import CaseWindow
+from caseshelf.domain.export_formats import ROW_FILES, CaseWindow
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.models import SharedFileInput, Strict
 from caseshelf.domain.paths import relative_path_problem
@@ -133,6 +133,10 @@ class ExportRequest(Strict):
     )
 
 
+# The formats whose export of cases without files is a single file (its name).
+SINGLE_FILE_FORMATS = {f: ROW_FILES[f] for f in ("jsonl", "parquet")}
+
+
 @dataclass(frozen=True)
 class ExportResult:
     export_id: str
@@ -145,6 +149,7 @@ class ExportResult:
     key_prefix: str | None = None
     bundle_key: str | None = None
     bundle_url: str | None = None
+    file_url: str | None = None
     warnings: list[str] = field(default_factory=list)
     warning_count: int = 0
     format: str = FORMAT
@@ -697,6 +702,13 @@ class ExportService:
         if bundled is None:
             bundled = target.store.exists(key)
         url = target.store.presign_get(key, expires=self.presign_expiry) if bundled else None
+        # A jsonl or parquet export of cases without files is one file: a link to it alone.
+        single = SINGLE_FILE_FORMATS.get(fmt) if counts[1] == 1 else None
+        file_url = (
+            target.store.presign_get(target.prefix + single, expires=self.presign_expiry)
+            if single
+            else None
+        )
         shown = f"s3://{target.bucket}/{target.prefix}" if target.bucket else target.prefix
         return ExportResult(
             export_id=eid,
@@ -709,6 +721,7 @@ class ExportService:
             key_prefix=target.prefix,
             bundle_key=key if bundled else None,
             bundle_url=url,
+            file_url=file_url,
             warnings=warnings[:MAX_REPORTED_WARNINGS],
             warning_count=len(warnings),
             format=fmt,

@@ -46,6 +46,45 @@ export function errorBox(err) {
   );
 }
 
+// Something the address names that does not exist (a dataset, a version, a case): its own
+// page saying what is missing, with the path above it and a link back.
+export class NotFoundPage extends Error {
+  constructor(message, back) {
+    super(message);
+    this.back = back || null;
+  }
+}
+
+// Where a page's address is, as links to each level above it: [{href, label}].
+function levels(params, path) {
+  const [id, ref, caseId] = params;
+  const out = [{ href: "/datasets", label: "Datasets" }];
+  if (!path.startsWith("/datasets/") || !id) return out;
+  out.push({ href: `/datasets/${encodeURIComponent(id)}`, label: id });
+  if (ref && path.includes("/versions/")) out.push({ href: `/datasets/${encodeURIComponent(id)}/versions/${encodeURIComponent(ref)}`, label: ref });
+  if (caseId) out.push({ href: null, label: caseId });
+  return out;
+}
+
+function notFoundPage(ctx, err, path) {
+  const problem = err instanceof ApiError ? err.problem : {};
+  const message = err instanceof NotFoundPage ? err.message : problem.detail || err.message;
+  const trail = levels(ctx.params, path);
+  // Back to the nearest level above that exists: the page's own guess, else one level up.
+  const up = trail.length > 1 ? trail[trail.length - 2] : trail[0];
+  const back = (err instanceof NotFoundPage && err.back) || { href: up.href || "/datasets", label: `Back to ${up.label}` };
+  ctx.title("Not found");
+  replace(
+    ctx.main,
+    h("div", { class: "crumbs" }, trail.map((t, i) => [i ? " / " : null, t.href ? h("a", { href: t.href }, t.label) : h("span", { class: "id" }, t.label)])),
+    h("h1", { tabindex: "-1" }, "Not found"),
+    h("div", { class: "error", role: "alert", "data-not-found": "" }, h("p", null, message)),
+    problem.hint ? h("p", null, problem.hint) : null,
+    h("p", null, h("a", { href: back.href, class: "button" }, back.label)),
+  );
+  ctx.ready();
+}
+
 export function navigate(url, { replace: replaceState = false } = {}) {
   navigated = true;
   if (replaceState) history.replaceState(null, "", url);
@@ -104,6 +143,10 @@ export async function render() {
     await route(ctx);
   } catch (err) {
     if (mine !== generation) return;
+    if (err instanceof NotFoundPage || (err instanceof ApiError && err.status === 404)) {
+      notFoundPage(ctx, err, path);
+      return;
+    }
     replace(el, h("h1", { tabindex: "-1" }, "Something went wrong"), errorBox(err));
     ctx.ready();
   }

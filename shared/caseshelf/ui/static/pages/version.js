@@ -1,11 +1,12 @@
-// A version: its metadata, its cases a page at a time (searchable by id, tag and text), and
-// pictures of it (cases per tag, input lengths, file sizes).
+// A version: its metadata, its downloads and exports, pictures of it (cases per tag, input
+// lengths, file sizes) and its cases a page at a time (searchable by id, tag and text).
 //
 // The page asks for the version and one page of cases first and is usable then; the pictures
 // come after, from the version's numbers over every case (`GET …/stats`). A search is the
-// cases route's `q`: each answer is one bounded scan of the version from its cursor, so the
-// page asks again (a few times per click) until it has a page of matches, and says how far
-// the search got.
+// cases route's `q`: the API searches the whole rest of the version from its cursor (from the
+// version's search index) and answers a page of matches; where it stops short (a version too
+// large for an index: a bounded scan), the page asks again until it has a page of matches or
+// has searched every case, saying how far it got.
 
 import { get, paths } from "../api.js";
 import { barChart, dataTable, histogram } from "../charts.js";
@@ -13,9 +14,10 @@ import { field, fmtBytes, fmtInt, fmtTime, h, replace, shortDigest, uid } from "
 import { errorBox } from "../app.js";
 import { provenance } from "./dataset.js";
 import { fileViewer } from "./case.js";
+import { downloadMenu } from "./export.js";
 
 const PAGE = 50;
-const SCANS_PER_CLICK = 4; // answers asked for per "Search" or "Search further"
+const SCANS_PER_CLICK = 40; // answers asked for per "Search" or "Search further" at most
 
 export function userText(inputs) {
   const u = inputs && inputs.user;
@@ -74,7 +76,7 @@ export async function versionRoute(ctx) {
       tbody,
       cases.map((c) =>
         h("tr", { "data-case": c.id },
-          h("td", null, h("a", { href: paths.kase(id, v.version, c.id) + (includeDeleted ? "?include_deleted=true" : "") }, c.id)),
+          h("td", { class: "id" }, h("a", { href: paths.kase(id, v.version, c.id) + (includeDeleted ? "?include_deleted=true" : "") }, c.id)),
           h("td", null, short(userText(c.inputs))),
           h("td", null, short(answerText(c.expectations), 60)),
           h("td", null, (c.tags || []).map((t) => h("span", { class: "badge" }, t)))),
@@ -122,7 +124,10 @@ export async function versionRoute(ctx) {
     starts[index] = cursor;
     caseRows(found);
     const where = kind === "any" ? "" : kind === "tag" ? " (tag)" : kind === "id" ? " (id)" : " (text)";
-    status.textContent = next
+    const from = index * PAGE + 1;
+    status.textContent = next && found.length >= PAGE
+      ? `Cases ${fmtInt(from)}–${fmtInt(from + found.length - 1)} matching “${text}”${where}; more on the next page`
+      : next
       ? `${fmtInt(found.length)} cases matching “${text}”${where} in the first ${fmtInt(scannedTo)} of ${fmtInt(v.case_count)} cases`
       : `${fmtInt(found.length)} cases matching “${text}”${where}${index || cursor ? " on this page" : ""}; every case searched`;
     replace(pager,
@@ -174,12 +179,13 @@ export async function versionRoute(ctx) {
     h("h1", { tabindex: "-1" }, `${id}@${v.version}`),
     v.description ? h("p", null, v.description) : null,
     h("div", { class: "toolbar" },
-      h("a", { class: "button secondary", href: paths.subset(id, v.version) }, "Build a subset…"),
-      h("a", { class: "button secondary", href: paths.exportPanel(id, v.version) }, "Export for EvalHub…"),
       h("a", { class: "button secondary", href: paths.dataset(id) }, "All versions"),
       previous,
+      h("a", { class: "button secondary", href: paths.subset(id, v.version) }, "Build a subset…"),
+      downloadMenu(id, v, includeDeleted),
       h("span", { class: "muted mono", title: v.content_digest }, shortDigest(v.content_digest))),
     versionMeta(v),
+    h("section", { "aria-labelledby": "pictures-h" }, h("h2", { id: "pictures-h" }, "Pictures"), charts),
     h("section", { "aria-labelledby": "cases-h" },
       h("h2", { id: "cases-h" }, "Cases"),
       searchForm,
@@ -189,7 +195,6 @@ export async function versionRoute(ctx) {
         h("thead", null, h("tr", null, h("th", { scope: "col" }, "id"), h("th", { scope: "col" }, "user"), h("th", { scope: "col" }, "ground truth"), h("th", { scope: "col" }, "tags"))),
         tbody)),
       pager),
-    h("section", { "aria-labelledby": "pictures-h" }, h("h2", { id: "pictures-h" }, "Pictures"), charts),
     shared,
   );
   await browse(null, 0);
