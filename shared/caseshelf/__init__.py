@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ApiError",
+    "BackendUnavailable",
     "BadRequest",
     "CaseshelfError",
     "Client",
@@ -36,6 +37,7 @@ _CLIENT_NAMES = frozenset(__all__) - {"__version__"}
 if TYPE_CHECKING:
     from caseshelf.client import (
         ApiError,
+        BackendUnavailable,
         BadRequest,
         CaseshelfError,
         Client,
