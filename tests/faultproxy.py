@@ -11,9 +11,10 @@ server's answer:
 - `cut`: an object GET is forwarded, and its body cut off part-way (the headers promise the
   whole length, the connection closes early).
 
-The choice for a request depends on the seed, the request's method, path and DynamoDB operation,
-and how many times that same request came before (so a retry gets a choice of its own), never on
-which thread sent it first: the same run meets the same faults.
+The choice for a request depends on the seed, the request's method, its path less the bucket
+(tests make buckets of random names), its DynamoDB operation, and how many times that same
+request came before (so a retry gets a choice of its own), never on which thread sent it first
+or on the bucket's name: the same run meets the same faults.
 
 `GET /__faults` answers the tallies as JSON (for a proxy run as its own process, which the
 benchmark does: `python -m tests.faultproxy --upstream URL --rate 0.05 --port N`).
@@ -27,7 +28,7 @@ import json
 import random
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -63,14 +64,19 @@ class FaultProxy:
         seed: int = 0,
         faults: tuple[str, ...] = FAULTS,
         port: int = 0,
+        only: Callable[[str, str, str], bool] | None = None,
     ) -> None:
+        """`only(method, path, operation)`, when given, picks the requests that may fail (the
+        others are always forwarded): a fault aimed at one step of an operation."""
         parts = urlsplit(upstream)
         assert parts.hostname and parts.port
         self.upstream = (parts.hostname, parts.port)
         self.rate = rate
         self.seed = seed
         self.faults = faults
+        self.only = only
         self.counts: Counter[str] = Counter()
+        self.ranges: list[str] = []  # the Range header of each object GET, in arrival order
         self._seen: Counter[tuple[str, str, str]] = Counter()
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
@@ -92,17 +98,23 @@ class FaultProxy:
 
     def choose(self, method: str, path: str, target: str, cuttable: bool) -> tuple[str, float]:
         """(the fault for this request, or "" to forward it; where a cut falls, 0..1)."""
+        if self.only is not None and not self.only(method, path, target):
+            return "", 0.0
         with self._lock:
-            key = (method, path, target)
+            key = (method, "/" + path.lstrip("/").partition("/")[2], target)
             self._seen[key] += 1
             nth = self._seen[key]
-        draw = random.Random(f"{self.seed}|{method}|{path}|{target}|{nth}")
+        draw = random.Random(f"{self.seed}|{key}|{nth}")
         if draw.random() >= self.rate:
             return "", 0.0
         kinds = [k for k in self.faults if k != "cut" or cuttable]
         if not kinds:
             return "", 0.0
         return draw.choice(kinds), draw.uniform(0.05, 0.95)
+
+    def note_range(self, header: str) -> None:
+        with self._lock:
+            self.ranges.append(header)
 
     def note(self, what: str) -> None:
         with self._lock:
@@ -115,9 +127,14 @@ class FaultProxy:
 
 @contextmanager
 def fault_proxy(
-    upstream: str, *, rate: float, seed: int = 0, faults: tuple[str, ...] = FAULTS
+    upstream: str,
+    *,
+    rate: float,
+    seed: int = 0,
+    faults: tuple[str, ...] = FAULTS,
+    only: Callable[[str, str, str], bool] | None = None,
 ) -> Iterator[FaultProxy]:
-    proxy = FaultProxy(upstream, rate=rate, seed=seed, faults=faults).start()
+    proxy = FaultProxy(upstream, rate=rate, seed=seed, faults=faults, only=only).start()
     try:
         yield proxy
     finally:
@@ -162,6 +179,8 @@ class _Handler(BaseHTTPRequestHandler):
         target = self.headers.get("X-Amz-Target") or ""
         path = self.path
         cuttable = self.command == "GET" and not target and "?" not in path and path.count("/") > 1
+        if cuttable:
+            self.proxy.note_range(self.headers.get("Range") or "")
         fault, where = self.proxy.choose(self.command, path, target, cuttable)
         if fault in ("500", "503"):
             self.proxy.note(fault)

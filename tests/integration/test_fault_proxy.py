@@ -11,7 +11,9 @@ back past the proxy, from the moto server itself.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -159,12 +161,33 @@ class Run:
         return self.step(run, clean)
 
 
+def test_a_body_cut_mid_stream_is_read_on_from_where_it_stopped(direct: Backend) -> None:
+    # Given an object of a few MB, read through a proxy that cuts half the bodies it sends
+    data = random.Random(0).randbytes(3 << 20)
+    key = "t/acme/packs/" + hashlib.sha256(data).hexdigest()
+    direct.s3.put_object(Bucket=direct.settings.bucket, Key=key, Body=data)
+    with fault_proxy(direct.endpoint_url or "", rate=0.5, seed=2, faults=("cut",)) as proxy:
+        store = behind(direct, proxy).store
+        # When it is read whole, and in part
+        whole = store.get(key)
+        part = store.get_range(key, 1000, 2 << 20)
+    # Then both are exactly the object's bytes, though bodies were cut on the way
+    assert whole == data and part == data[1000 : 1000 + (2 << 20)]
+    assert proxy.counts["cut"] > 0, proxy.counts
+    # And each cut was followed by one read of the rest only, from where it stopped
+    first = ["", f"bytes=1000-{1000 + (2 << 20) - 1}"]
+    resumed = [r for r in proxy.ranges if r not in first]
+    assert len(proxy.ranges) == 2 + proxy.counts["cut"], proxy.ranges
+    assert all(r.startswith("bytes=") and int(r[6:].split("-")[0]) > 0 for r in resumed)
+    assert any(r.endswith("-") for r in resumed), proxy.ranges  # the whole GET's rest
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_at_five_percent_faults_every_operation_succeeds(
     direct: Backend, tmp_path: Path, seed: int
 ) -> None:
     with fault_proxy(direct.endpoint_url or "", rate=0.05, seed=seed) as proxy:
-        run = Run(behind(direct, proxy), direct, tmp_path, cases=300)
+        run = Run(behind(direct, proxy), direct, tmp_path, cases=200)
         assert run.register()
         assert run.import_rows()
         assert run.export_version()
@@ -177,13 +200,61 @@ def test_at_five_percent_faults_every_operation_succeeds(
 def test_at_twenty_percent_faults_every_operation_succeeds_or_fails_cleanly_with_a_503(
     direct: Backend, tmp_path: Path
 ) -> None:
+    # Given a fifth of all requests failing
     with fault_proxy(direct.endpoint_url or "", rate=0.20, seed=7) as proxy:
         run = Run(behind(direct, proxy), direct, tmp_path, cases=60)
+        # When each operation runs, it is checked whole, or checked absent after its 503
         registered = run.register()
         run.import_rows()
         if registered and run.export_version():
             run.pull()
     assert proxy.injected > 20, proxy.counts
+
+
+def _commit(method: str, path: str, operation: str) -> bool:
+    return operation.endswith(".TransactWriteItems")
+
+
+def _manifest_put(method: str, path: str, operation: str) -> bool:
+    return method == "PUT" and path.endswith("/" + MANIFEST_NAME)
+
+
+def _one_file_get(method: str, path: str, operation: str) -> bool:
+    return method == "GET" and path.endswith("/c0003/notes.md")
+
+
+@pytest.mark.parametrize(
+    ("step", "aim"),
+    [("register", _commit), ("export", _manifest_put), ("pull", _one_file_get)],
+    ids=["register", "export", "pull"],
+)
+def test_a_step_whose_storage_stays_down_fails_with_a_503_and_leaves_nothing_half_visible(
+    direct: Backend, tmp_path: Path, step: str, aim: Callable[[str, str, str], bool]
+) -> None:
+    # Given a version and its export, made without faults
+    clean = Run(direct.services, direct, tmp_path, cases=12)
+    assert clean.register() and clean.export_version()
+    # And storage that throttles one step of an operation every time, one attempt a request
+    with fault_proxy(direct.endpoint_url or "", rate=1.0, faults=("503",), only=aim) as proxy:
+        run = Run(behind(direct, proxy, aws_max_attempts=1), direct, tmp_path, cases=12)
+        run.export = clean.export
+        # When the operation runs, it fails with a 503; `step` checked nothing is half-visible
+        if step == "register":
+            ok = run.step(
+                lambda: run.svc.registry.register(ME, parse_dataset(dataset_doc("other", 12))),
+                lambda: run._absent("other"),
+            )
+        elif step == "export":
+            ok = run.step(
+                lambda: run.svc.exports.export_version(
+                    ME, "faulty", "1.0.0", to=f"s3://{direct.settings.bucket}/t/acme/exports/x/"
+                ),
+                run._no_partial_export,
+            )
+        else:
+            ok = run.pull()
+    assert not ok and len(run.failures) == 1 and proxy.injected > 0
+    assert "try again" in run.failures[0].detail
 
 
 def test_storage_that_stays_down_is_a_503_with_retry_after_naming_the_row_and_the_fault(

@@ -16,8 +16,9 @@ from caseshelf.ports import BlobStore
 
 READ_BYTES = 8 << 20  # one ranged read; also the reader's buffer
 # Attempts of one object's read or write in a pull or an export (each one a request that the
-# client already retries on its own, `caseshelf.adapters.aws`).
+# client already retries, with its own backoff, `caseshelf.adapters.aws`), and the pause between.
 OBJECT_ATTEMPTS = 3
+OBJECT_PAUSE_SECONDS = 1.0
 
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)
@@ -29,15 +30,15 @@ def per_object(
     attempts: int = OBJECT_ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
 ) -> _T:
-    """`call()`, made again after the pause the error asks for (`Retry-After`) when it fails
-    with `BackendUnavailable`, up to `attempts` times in all; the last failure is raised as it
-    is (it names the object and the fault)."""
+    """`call()`, made again after a pause when it fails with `BackendUnavailable`, up to
+    `attempts` times in all; the last failure is raised as it is (it names the object and the
+    fault)."""
     for _ in range(attempts - 1):
         try:
             return call()
         except BackendUnavailable as exc:
             log.warning("storage unavailable, trying again: %s", exc.detail)
-            sleep(exc.retry_after)
+            sleep(OBJECT_PAUSE_SECONDS)
     return call()
 
 
