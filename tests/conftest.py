@@ -47,6 +47,7 @@ SLOW_FIRST = (
     "tests/integration/test_sam_cli.py",  # on a clean clone, the layer's first build: minutes
     "tests/e2e/test_ui_browser.py",
     "tests/contract/test_chunks_contract.py",
+    "tests/integration/test_fault_proxy.py",
     "tests/contract/test_registry_contract.py",
     "tests/integration/test_export_formats.py",
     "tests/unit/test_domain_canonical.py",
