@@ -48,6 +48,7 @@ SLOW_FIRST = (
     "tests/e2e/test_ui_browser.py",
     "tests/lambda/test_functions.py",  # the functions' cold starts in the Lambda emulation
     "tests/contract/test_chunks_contract.py",
+    "tests/integration/test_fault_proxy.py",
     "tests/contract/test_registry_contract.py",
     "tests/integration/test_export_formats.py",
     "tests/unit/test_domain_canonical.py",

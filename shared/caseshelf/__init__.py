@@ -20,6 +20,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "ApiError",
+    "BackendUnavailable",
     "BadRequest",
     "CaseshelfError",
     "Client",
@@ -38,6 +39,7 @@ _CLIENT_NAMES = frozenset(__all__) - {"__version__"}
 if TYPE_CHECKING:
     from caseshelf.client import (
         ApiError,
+        BackendUnavailable,
         BadRequest,
         CaseshelfError,
         Client,

@@ -55,6 +55,8 @@ class Settings(BaseModel):
     table: str | None = None
     endpoint_url: str | None = None
     region: str = "us-east-1"
+    # Attempts per S3 or DynamoDB request (None: `caseshelf.adapters.aws.MAX_ATTEMPTS`).
+    aws_max_attempts: int | None = Field(default=None, ge=1, le=20)
     tenant: str = "local"
     principal: str = "local"
     roles: tuple[str, ...] = ()
@@ -125,6 +127,7 @@ _ENV = {
     "table": "CASESHELF_TABLE",
     "endpoint_url": "AWS_ENDPOINT_URL",
     "region": "AWS_DEFAULT_REGION",
+    "aws_max_attempts": "CASESHELF_AWS_MAX_ATTEMPTS",
     "tenant": "CASESHELF_TENANT",
     "principal": "CASESHELF_PRINCIPAL",
     "roles": "CASESHELF_ROLES",
@@ -344,8 +347,8 @@ def build_adapters(settings: Settings) -> tuple[BlobStore, Index]:
     if settings.backend == "aws":
         require("boto3", "the AWS backend (CASESHELF_BACKEND=aws)")
         import boto3
-        from botocore.config import Config
 
+        from caseshelf.adapters.aws import client_config
         from caseshelf.adapters.dynamodb import DynamoIndex
         from caseshelf.adapters.s3 import S3BlobStore
         from caseshelf.services.storage import REMOTE_READ_WORKERS
@@ -353,16 +356,16 @@ def build_adapters(settings: Settings) -> tuple[BlobStore, Index]:
         session = boto3.session.Session(region_name=settings.region)
         # SigV4 for presigned URLs: objects are SSE-KMS encrypted, which SigV2 cannot read.
         # One pooled connection per concurrent ranged read.
-        s3_config = Config(
+        s3_config = client_config(
+            max_attempts=settings.aws_max_attempts,
             signature_version="s3v4",
-            retries={"mode": "standard"},
             max_pool_connections=REMOTE_READ_WORKERS,
         )
         s3 = session.client("s3", endpoint_url=settings.endpoint_url, config=s3_config)
         ddb = session.client(
             "dynamodb",
             endpoint_url=settings.endpoint_url,
-            config=Config(retries={"mode": "standard"}),
+            config=client_config(max_attempts=settings.aws_max_attempts),
         )
         assert settings.bucket and settings.table
         return S3BlobStore(s3, settings.bucket), DynamoIndex(ddb, settings.table)
@@ -394,12 +397,14 @@ def s3_store(settings: Settings, bucket: str) -> BlobStore:
     """A store on any bucket (export targets, pulls), with the settings' region and endpoint."""
     require("boto3", f"s3://{bucket}")
     import boto3
-    from botocore.config import Config
 
+    from caseshelf.adapters.aws import client_config
     from caseshelf.adapters.s3 import S3BlobStore
 
     session = boto3.session.Session(region_name=settings.region)
-    config = Config(signature_version="s3v4", retries={"mode": "standard"}, max_pool_connections=32)
+    config = client_config(
+        max_attempts=settings.aws_max_attempts, signature_version="s3v4", max_pool_connections=32
+    )
     client = session.client("s3", endpoint_url=settings.endpoint_url, config=config)
     return S3BlobStore(client, bucket)
 
@@ -521,13 +526,14 @@ def fenced_reader_for(settings: Settings) -> Callable[[Any], Any]:
         if not built:
             require("boto3", "an s3:// source")
             import boto3
-            from botocore.config import Config
 
-            config = Config(
+            from caseshelf.adapters.aws import client_config
+
+            config = client_config(
+                max_attempts=settings.aws_max_attempts,
                 signature_version="s3v4",
                 connect_timeout=timeouts.connect,
                 read_timeout=timeouts.read,
-                retries={"mode": "standard"},
             )
             session = boto3.session.Session(region_name=settings.region)
             built.append(session.client("s3", endpoint_url=settings.endpoint_url, config=config))

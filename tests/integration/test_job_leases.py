@@ -225,3 +225,49 @@ def sweep_event() -> dict[str, Any]:
     from caseshelf.devserver import scheduled_event
 
     return scheduled_event("ImporterFunction")
+
+
+def sweep_period_seconds() -> float:
+    """How often the sweep runs, at most: the template's `SweepJobs` schedule (on AWS) and the
+    local server's own period."""
+    import re
+
+    from caseshelf.devserver import SWEEP_SECONDS
+    from tests.moto_infra import load_template
+
+    events = load_template()["Resources"]["ImporterFunction"]["Properties"]["Events"]
+    rate = events["SweepJobs"]["Properties"]["Schedule"]
+    m = re.fullmatch(r"rate\((\d+) (minute|minutes|second|seconds)\)", rate)
+    assert m, rate
+    aws = int(m.group(1)) * (60 if m.group(2).startswith("minute") else 1)
+    return max(aws, SWEEP_SECONDS)
+
+
+@pytest.mark.parametrize("phase", [0.0, 0.5, 0.99], ids=["tick-at-death", "mid", "tick-before"])
+def test_a_job_whose_worker_died_is_resumed_within_120_s(
+    services: bootstrap.Services, clock: Clock, phase: float
+) -> None:
+    from caseshelf.services.jobs import RESUME_WITHIN_SECONDS
+
+    period = sweep_period_seconds()
+    assert services.jobs.lease_seconds + period <= RESUME_WITHIN_SECONDS
+    job = upload(services)
+    dying_imports(services.jobs, deaths=1)
+    # Given a worker killed right after it took (or renewed) its lease: the latest expiry
+    with pytest.raises(Killed):
+        deliver(job["key"])
+    died = clock.now
+    # When the sweep runs on its schedule, whatever the schedule's phase against the death
+    at = phase * period
+    resumed_after = None
+    while at <= RESUME_WITHIN_SECONDS:
+        clock.now = died + timedelta(seconds=at)
+        call_function("importer", sweep_event())
+        if job_state(services, job["id"])["state"] != "running":
+            resumed_after = at
+            break
+        at += period
+    # Then it was taken up again (and finished) within the bound
+    assert resumed_after is not None, job_state(services, job["id"])
+    done = job_state(services, job["id"])
+    assert done["state"] == "succeeded" and done["attempts"] == 2

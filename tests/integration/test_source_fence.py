@@ -13,7 +13,7 @@ HOSTS = ("huggingface.co", "*.hf.co", "data.example.org")
 
 
 def fence(**kw: object) -> SourceFence:
-    approve = lambda host, url: None  # noqa: E731 - every name public, for the rule checks
+    approve = lambda host, url: "93.184.216.34"  # noqa: E731 - every name public, for the rules
     defaults: dict[str, object] = {
         "own_prefix": "s3://reg/t/acme/",
         "buckets": ("shared-sources",),
@@ -85,6 +85,43 @@ def test_host_patterns() -> None:
 def test_private_loopback_and_link_local_addresses_are_refused(host: str) -> None:
     with pytest.raises(Forbidden, match="not a public address"):
         public_addresses(host.strip("[]"), "https://example/x")
+
+
+@pytest.mark.parametrize(
+    ("host", "inner"),
+    [
+        ("64:ff9b::7f00:1", "127.0.0.1"),  # NAT64 (well-known prefix)
+        ("64:ff9b::a00:1", "10.0.0.1"),
+        ("64:ff9b::a9fe:a9fe", "169.254.169.254"),
+        ("64:ff9b:1::7f00:1", "127.0.0.1"),  # NAT64 (local-use prefix)
+        ("2002:7f00:1::", "127.0.0.1"),  # 6to4
+        ("2002:c0a8:101::1", "192.168.1.1"),
+        ("::127.0.0.1", "127.0.0.1"),  # IPv4-compatible
+        ("::10.1.2.3", "10.1.2.3"),
+        ("::ffff:169.254.169.254", "169.254.169.254"),  # IPv4-mapped
+    ],
+)
+def test_ipv6_forms_that_carry_a_private_ipv4_address_are_refused(host: str, inner: str) -> None:
+    with pytest.raises(Forbidden, match=f"not a public address \\(.*{inner}\\)"):
+        public_addresses(host, "https://example/x")
+
+
+@pytest.mark.parametrize(
+    "host", ["93.184.216.34", "64:ff9b::5db8:d822", "2002:5db8:d822::1", "2606:4700::1111"]
+)
+def test_public_addresses_answer_the_address_to_connect_to(host: str) -> None:
+    assert public_addresses(host, "https://example/x") == host
+
+
+def test_the_fence_answers_the_address_it_checked() -> None:
+    seen: list[str] = []
+
+    def resolve(host: str, url: str) -> str:
+        seen.append(host)
+        return "93.184.216.34"
+
+    assert fence(resolve=resolve).check_host("https://huggingface.co/x") == "93.184.216.34"
+    assert seen == ["huggingface.co"]
 
 
 def test_the_real_resolver_refuses_an_allowed_name_that_resolves_to_loopback() -> None:

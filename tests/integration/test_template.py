@@ -309,7 +309,7 @@ def test_failed_import_events_are_retried_then_dead_lettered_and_swept(
     assert policy[0]["Principal"] == {"Service": "events.amazonaws.com"}
     # The sweep runs on a schedule and reaches the same function
     [sweep] = [r for r in rules if "ScheduleExpression" in r]
-    assert sweep["ScheduleExpression"] == "rate(10 minutes)"
+    assert sweep["ScheduleExpression"] == "rate(1 minute)"
     assert sweep["Targets"][0]["Arn"] == {"Fn::GetAtt": [importer, "Arn"]}
     # And an alarm watches the queue
     alarm = res["ImportDeadLetterAlarm"]["Properties"]

@@ -19,8 +19,22 @@ from typing import Any
 import orjson
 from botocore.exceptions import ClientError
 
+from caseshelf.adapters.aws import (
+    RETRY_AFTER_SECONDS,
+    TRANSPORT_ERRORS,
+    error_code,
+    is_transient,
+    unavailable,
+)
 from caseshelf.domain import keys
-from caseshelf.domain.errors import BadRequest, Conflict, NotFound, TooLarge, Upstream
+from caseshelf.domain.errors import (
+    BackendUnavailable,
+    BadRequest,
+    Conflict,
+    NotFound,
+    TooLarge,
+    Upstream,
+)
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.ports import DatasetEntry, Page
 
@@ -29,32 +43,27 @@ TTL_ATTRIBUTE = "expires_at"
 # DynamoDB's item limit is 400 KB; keep room for the key attributes.
 MAX_DOC_BYTES = 390 * 1024
 _RETRIES = 8
-_UNAVAILABLE = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "InternalServerError",
-        "ServiceUnavailable",
-        "ResourceNotFoundException",
-        "AccessDeniedException",
-    }
-)
+# Answers that no retry mends: the deployment's table or permissions are wrong.
+_MISCONFIGURED = frozenset({"ResourceNotFoundException", "AccessDeniedException"})
 _ENTITY_FIELDS = ("tenant", "kind", "name", "created_at", "updated_at")
+# What a call may raise that `_translate` turns into a domain error.
+_FAILURES: tuple[type[Exception], ...] = (ClientError, *TRANSPORT_ERRORS)
 
 
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
+def _code(exc: Exception) -> str:
+    return error_code(exc) if isinstance(exc, ClientError) else ""
 
 
 def _reasons(exc: ClientError) -> list[str]:
     return [str(r.get("Code", "None")) for r in exc.response.get("CancellationReasons", ())]
 
 
-def _translate(exc: ClientError, what: str) -> Exception:
+def _translate(exc: Exception, what: str) -> Exception:
+    if is_transient(exc):
+        return unavailable(exc, f"index row {what}", row=what)
     code = _code(exc)
-    if code in _UNAVAILABLE:
-        return Upstream(f"index unavailable ({code}) for {what}")
+    if code in _MISCONFIGURED:
+        return Upstream(f"index refused {what} ({code})", row=what, fault=code)
     return exc
 
 
@@ -121,7 +130,7 @@ class DynamoIndex:
             resp = self.client.get_item(
                 TableName=self.table, Key={"pk": _s(pk), "sk": _s(sk)}, ConsistentRead=True
             )
-        except ClientError as exc:
+        except _FAILURES as exc:
             raise _translate(exc, f"{pk}/{sk}") from exc
         item: dict[str, Any] | None = resp.get("Item")
         return item
@@ -135,7 +144,7 @@ class DynamoIndex:
                 args["ExclusiveStartKey"] = start
             try:
                 resp = self.client.query(**args)
-            except ClientError as exc:
+            except _FAILURES as exc:
                 raise _translate(exc, str(kwargs.get("ExpressionAttributeValues"))) from exc
             yield from resp.get("Items", ())
             start = resp.get("LastEvaluatedKey")
@@ -175,7 +184,7 @@ class DynamoIndex:
                         ExpressionAttributeValues={":old": _s(old)},
                     )
                 return doc
-            except ClientError as exc:
+            except _FAILURES as exc:
                 if _code(exc) != "ConditionalCheckFailedException":
                     raise _translate(exc, f"{pk}/{sk}") from exc
             time.sleep(0.01 * (attempt + 1))  # someone else changed it: read again
@@ -227,11 +236,11 @@ class DynamoIndex:
             try:
                 self.client.transact_write_items(TransactItems=items)
                 return
-            except ClientError as exc:
+            except _FAILURES as exc:
                 code = _code(exc)
                 if code == "ConditionalCheckFailedException":
                     raise conflict from None
-                if code != "TransactionCanceledException":
+                if not isinstance(exc, ClientError) or code != "TransactionCanceledException":
                     raise _translate(exc, f"{pk}/{sk}") from exc
                 reasons = _reasons(exc)
                 if "ConditionalCheckFailed" in reasons:
@@ -240,7 +249,13 @@ class DynamoIndex:
                     raise _translate(exc, f"{pk}/{sk}") from exc
             # Another transaction held one of the rows: nothing was written, so try again.
             time.sleep(0.02 * (attempt + 1))
-        raise Upstream(f"could not commit {rec.name}@{rec.version}: the index stayed busy")
+        raise BackendUnavailable(
+            f"could not commit {rec.name}@{rec.version}: the index stayed busy; nothing was "
+            f"registered, try again in {RETRY_AFTER_SECONDS} s",
+            retry_after=RETRY_AFTER_SECONDS,
+            row=f"{pk}/{sk}",
+            fault="TransactionConflict",
+        )
 
     def get_version(self, tenant: str, kind: str, name: str, version: str) -> VersionRecord | None:
         raw = self._get_raw(keys.version_pk(tenant, kind, name), keys.version_sk(version))
@@ -294,7 +309,7 @@ class DynamoIndex:
             args["Limit"] = limit + 1 - len(rows)
             try:
                 resp = self.client.query(**args)
-            except ClientError as exc:
+            except _FAILURES as exc:
                 raise _translate(exc, f"datasets of {tenant}") from exc
             rows.extend(resp.get("Items", ()))
             if not resp.get("LastEvaluatedKey"):
@@ -320,7 +335,7 @@ class DynamoIndex:
         while True:
             try:
                 resp = self.client.scan(**args)
-            except ClientError as exc:
+            except _FAILURES as exc:
                 raise _translate(exc, "tenants") from exc
             for raw in resp.get("Items", ()):
                 rest = raw["pk"]["S"][2:]
@@ -338,7 +353,7 @@ class DynamoIndex:
             args["ConditionExpression"] = "attribute_not_exists(pk)"
         try:
             self.client.put_item(**args)
-        except ClientError as exc:
+        except _FAILURES as exc:
             if _code(exc) == "ConditionalCheckFailedException":
                 raise Conflict(f"item {pk}/{sk} already exists") from None
             raise _translate(exc, f"{pk}/{sk}") from exc

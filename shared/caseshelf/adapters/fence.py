@@ -6,7 +6,12 @@ functions and `caseshelf serve` alike) a source is one of:
 - an upload (`POST /uploads`) or inline text: nothing for the server to fetch;
 - `hf://owner/name`: read from the Hugging Face endpoint the deployment configures;
 - `https://` on a host the deployment allows (`CASESHELF_SOURCE_HOSTS`: exact names or
-  `*.suffix`), resolving to public addresses only, on every redirect hop too;
+  `*.suffix`), resolving to public addresses only, on every redirect hop too. The name is
+  resolved once per request, and the connection goes to the address that was checked (the
+  name kept for SNI, the certificate and `Host`), so a DNS answer that changes between the
+  check and the connection (DNS rebinding) reaches nothing. An IPv6 address that carries an
+  IPv4 one (IPv4-mapped, IPv4-compatible, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`) is judged by
+  the IPv4 address too;
 - `s3://` inside the caller's own tenant area of the registry's bucket (`t/<tenant>/`), or
   anywhere in a bucket the deployment lists (`CASESHELF_SOURCE_BUCKETS`).
 
@@ -50,23 +55,54 @@ def host_allowed(host: str, patterns: Iterable[str]) -> bool:
     return False
 
 
-def public_addresses(host: str, url: str) -> None:
-    """Refuse a host that is, or resolves to, anything but public unicast addresses."""
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def embedded_ipv4(
+    addr: ipaddress.IPv4Address | ipaddress.IPv6Address,
+) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries, where its form says it does: IPv4-mapped
+    (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`), NAT64 (`64:ff9b::a.b.c.d`, and the
+    local-use `64:ff9b:1::/48`, its last 32 bits) or 6to4 (`2002:aabb:ccdd::`)."""
+    if not isinstance(addr, ipaddress.IPv6Address):
+        return None
+    if addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    if addr.sixtofour is not None:
+        return addr.sixtofour
+    if addr in _NAT64 or addr in _NAT64_LOCAL or (addr in _IPV4_COMPATIBLE and int(addr) > 1):
+        return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+    return None
+
+
+def public_addresses(host: str, url: str) -> str:
+    """Resolve `host` once and answer the address to connect to; refuse a host that is, or
+    resolves to, anything but public unicast addresses (an IPv6 address carrying an IPv4 one is
+    judged by both)."""
     try:
         infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
     except OSError:
         raise BadRequest(
             f"source {display_url(url)}: cannot resolve {host!r}", field=FIELD
         ) from None
+    found: list[str] = []
     for info in infos:
-        addr = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-        mapped = getattr(addr, "ipv4_mapped", None)
-        addr = mapped or addr
-        if not addr.is_global or addr.is_multicast:
-            raise Forbidden(
-                f"source {display_url(url)}: {host} is not a public address ({addr})",
-                field=FIELD,
-            )
+        raw = str(info[4][0]).split("%", 1)[0]
+        addr = ipaddress.ip_address(raw)
+        inner = embedded_ipv4(addr)
+        for judged in (addr, inner) if inner is not None else (addr,):
+            if not judged.is_global or judged.is_multicast:
+                shown = f"{addr}, which carries {inner}" if inner is not None else str(addr)
+                raise Forbidden(
+                    f"source {display_url(url)}: {host} is not a public address ({shown})",
+                    field=FIELD,
+                )
+        found.append(raw)
+    if not found:
+        raise BadRequest(f"source {display_url(url)}: cannot resolve {host!r}", field=FIELD)
+    return found[0]
 
 
 def _safe_key(key: str) -> bool:
@@ -93,7 +129,7 @@ class SourceFence(UrlPolicy):
     own_prefix: str | None = None
     buckets: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()
-    resolve: Callable[[str, str], None] = field(default=public_addresses, compare=False)
+    resolve: Callable[[str, str], str] = field(default=public_addresses, compare=False)
 
     def check(self, url: str) -> str:
         try:
@@ -119,9 +155,9 @@ class SourceFence(UrlPolicy):
             field=FIELD,
         )
 
-    def check_host(self, url: str) -> None:
+    def check_host(self, url: str) -> str:
         """Refuse an https URL whose host is not allowed or not public (every redirect hop
-        is checked with this too)."""
+        is checked with this too); answer the address it resolved to, the one to connect to."""
         parts = urlsplit(url)
         host = parts.hostname or ""
         if parts.scheme.lower() != "https":
@@ -135,7 +171,7 @@ class SourceFence(UrlPolicy):
                 f"from (CASESHELF_SOURCE_HOSTS: {allowed})",
                 field=FIELD,
             )
-        self.resolve(host, url)
+        return self.resolve(host, url)
 
     def _check_s3(self, url: str, bucket: str, key: str) -> str:
         if not bucket:
@@ -250,10 +286,17 @@ class _Guarded(io.RawIOBase):
 
 
 def _upstream(url: str, exc: BaseException) -> CaseshelfError:
+    """A remote read's failure as a domain error: a source that fails is a 502; an `s3://` one
+    whose store stayed unavailable through its retries (throttled, a 503) is the registry's own
+    storage failing, a 503 (`caseshelf.adapters.aws`)."""
+    from caseshelf.adapters.aws import is_transient, unavailable  # botocore: only when used
+
     inner: BaseException | None = exc
     while inner is not None:
         if isinstance(inner, CaseshelfError):
             return inner
+        if urlsplit(url).scheme.lower() == "s3" and is_transient(inner):
+            return unavailable(inner, f"source {display_url(url)}", key=url, field=FIELD)
         inner = inner.__cause__ or inner.__context__
     return Upstream(
         f"source {display_url(url)}: cannot be read ({type(exc).__name__})", field=FIELD
@@ -261,14 +304,34 @@ def _upstream(url: str, exc: BaseException) -> CaseshelfError:
 
 
 def fenced_session(fence: SourceFence) -> Any:
-    """A requests session whose every request, redirects included, passes the fence."""
+    """A requests session whose every request, redirects included, passes the fence, and
+    connects to the address the fence checked (never resolving the name again)."""
     import requests
     from requests.adapters import HTTPAdapter
 
     class FencedAdapter(HTTPAdapter):
         def send(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-            fence.check_host(str(request.url))
+            url = str(request.url)
+            request.fenced_address = fence.check_host(url)
+            # The name goes in `Host` (set anew on every hop: a redirect copies the headers)
+            request.headers["Host"] = urlsplit(url).netloc
             return super().send(request, *args, **kwargs)
+
+        def build_connection_pool_key_attributes(
+            self, request: Any, verify: Any, cert: Any = None
+        ) -> tuple[dict[str, Any], dict[str, Any]]:
+            host_params, pool_kwargs = super().build_connection_pool_key_attributes(
+                request, verify, cert
+            )
+            address = getattr(request, "fenced_address", None)
+            if address is None:  # never connect to a name the fence has not resolved
+                raise Forbidden(f"source {display_url(str(request.url))}: not checked")
+            name = host_params["host"]
+            host_params["host"] = address
+            if host_params["scheme"] == "https":
+                pool_kwargs["server_hostname"] = name  # SNI
+                pool_kwargs["assert_hostname"] = name  # the certificate names the host
+            return host_params, pool_kwargs
 
     session = requests.Session()
     session.max_redirects = MAX_REDIRECTS

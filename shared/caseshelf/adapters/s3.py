@@ -21,6 +21,7 @@ from urllib.parse import urlencode
 from boto3.exceptions import S3UploadFailedError
 from botocore.exceptions import ClientError
 
+from caseshelf.adapters.aws import TRANSPORT_ERRORS, error_code, is_transient, unavailable
 from caseshelf.domain.errors import NotFound, TooLarge, Upstream
 from caseshelf.ports import ObjectInfo
 
@@ -30,21 +31,12 @@ _AREA = re.compile(r"^t/[^/]+/(uploads|exports)/")
 
 _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
 _ALREADY_THERE = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
-_UNAVAILABLE = frozenset(
-    {
-        "SlowDown",
-        "ServiceUnavailable",
-        "InternalError",
-        "RequestTimeout",
-        "RequestTimeTooSkewed",
-        "NoSuchBucket",
-        "AccessDenied",
-        "500",
-        "503",
-    }
-)
+# Answers that no retry mends: the deployment's bucket or permissions are wrong.
+_MISCONFIGURED = frozenset({"RequestTimeTooSkewed", "NoSuchBucket", "AccessDenied"})
 # Above this size, ask HEAD first: a refused conditional PUT still uploads every byte.
 _HEAD_FIRST_BYTES = 1024 * 1024
+# How many times one GET whose body was cut mid-stream is taken up again where it stopped.
+BODY_RESUMES = 8
 
 
 class PiecesReader(io.RawIOBase):
@@ -76,18 +68,23 @@ def area_of(key: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
+_code = error_code
+# What a call may raise that `_translate` turns into a domain error.
+_FAILURES: tuple[type[Exception], ...] = (ClientError, *TRANSPORT_ERRORS)
 
 
-def _translate(exc: ClientError, key: str) -> Exception:
+def _translate(exc: Exception, key: str) -> Exception:
+    if is_transient(exc):
+        return unavailable(exc, f"object {key}", key=key)
+    if not isinstance(exc, ClientError):
+        return exc
     code = _code(exc)
     if code in _MISSING:
         return NotFound(f"no object {key}", key=key)
     if code == "EntityTooLarge":
         return TooLarge(f"object {key} is larger than the store accepts", key=key)
-    if code in _UNAVAILABLE:
-        return Upstream(f"object store unavailable ({code}) for {key}", key=key)
+    if code in _MISCONFIGURED:
+        return Upstream(f"object store refused {key} ({code})", key=key, fault=code)
     return exc
 
 
@@ -110,8 +107,8 @@ class S3BlobStore:
             return False
         try:
             self.client.put_object(Body=data, IfNoneMatch="*", **self._write_args(key, None))
-        except ClientError as exc:
-            if _code(exc) in _ALREADY_THERE:
+        except _FAILURES as exc:
+            if isinstance(exc, ClientError) and _code(exc) in _ALREADY_THERE:
                 return False
             raise _translate(exc, key) from exc
         return True
@@ -119,7 +116,7 @@ class S3BlobStore:
     def put(self, key: str, data: bytes, *, content_type: str | None = None) -> None:
         try:
             self.client.put_object(Body=data, **self._write_args(key, content_type))
-        except ClientError as exc:
+        except _FAILURES as exc:
             raise _translate(exc, key) from exc
 
     def put_stream(
@@ -148,11 +145,11 @@ class S3BlobStore:
         extra = {k: v for k, v in args.items() if k not in ("Bucket", "Key")}
         try:
             self.client.upload_file(str(path), self.bucket, key, ExtraArgs=extra or None)
-        except ClientError as exc:
+        except _FAILURES as exc:
             raise _translate(exc, key) from exc
         except S3UploadFailedError as exc:
             cause = exc.__context__
-            if isinstance(cause, ClientError):
+            if isinstance(cause, _FAILURES):
                 raise _translate(cause, key) from exc
             raise Upstream(f"upload of {key} failed: {exc}", key=key) from exc
 
@@ -161,9 +158,8 @@ class S3BlobStore:
 
     def get(self, key: str) -> bytes:
         try:
-            resp = self.client.get_object(Bucket=self.bucket, Key=key)
-            return bytes(resp["Body"].read())
-        except ClientError as exc:
+            return self._read(key, 0, None)
+        except _FAILURES as exc:
             raise _translate(exc, key) from exc
 
     def get_range(self, key: str, offset: int, length: int) -> bytes:
@@ -174,14 +170,49 @@ class S3BlobStore:
                 raise NotFound(f"no object {key}", key=key)
             return b""
         try:
-            resp = self.client.get_object(
-                Bucket=self.bucket, Key=key, Range=f"bytes={offset}-{offset + length - 1}"
-            )
-            return bytes(resp["Body"].read())
-        except ClientError as exc:
-            if _code(exc) == "InvalidRange":  # offset at or past the end, as a file read gives
-                return b""
+            return self._read(key, offset, offset + length - 1)
+        except _FAILURES as exc:
+            if isinstance(exc, ClientError) and _code(exc) == "InvalidRange":
+                return b""  # offset at or past the end, as a file read gives
             raise _translate(exc, key) from exc
+
+    def _read(self, key: str, start: int, end: int | None) -> bytes:
+        """Bytes `start` to `end` (inclusive; None: to the end) of `key`. botocore retries a
+        request, but not the reading of a body it has handed over: a body cut mid-stream is
+        read on from where it stopped (`Range: bytes=N-`), from the same object (`If-Match`
+        its ETag), up to `BODY_RESUMES` times. A short body is never answered as the object:
+        botocore checks each body against its `Content-Length`, and the callers check what
+        they read against its digest (`caseshelf.services.storage`, `pull`)."""
+        parts: list[bytes] = []
+        got, cuts = 0, 0
+        etag: str | None = None
+        while True:
+            args: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
+            if start + got or end is not None:
+                args["Range"] = f"bytes={start + got}-{'' if end is None else end}"
+            if etag:
+                args["IfMatch"] = etag
+            try:
+                resp = self.client.get_object(**args)
+            except ClientError as exc:
+                if not (etag and _code(exc) in _ALREADY_THERE) or cuts >= BODY_RESUMES:
+                    raise
+                # replaced since the first part was read (an export written again): start over
+                parts, got, etag, cuts = [], 0, None, cuts + 1
+                continue
+            etag = etag or resp.get("ETag")
+            body = resp["Body"]
+            try:
+                while chunk := body.read(max(int(resp.get("ContentLength") or 0), 1 << 16)):
+                    parts.append(chunk)
+                    got += len(chunk)
+                return parts[0] if len(parts) == 1 else b"".join(parts)
+            except TRANSPORT_ERRORS:
+                cuts += 1
+                if cuts > BODY_RESUMES:
+                    raise
+            finally:
+                body.close()
 
     def exists(self, key: str) -> bool:
         return self.head(key) is not None
@@ -189,8 +220,8 @@ class S3BlobStore:
     def head(self, key: str) -> ObjectInfo | None:
         try:
             resp = self.client.head_object(Bucket=self.bucket, Key=key)
-        except ClientError as exc:
-            if _code(exc) in _MISSING:
+        except _FAILURES as exc:
+            if isinstance(exc, ClientError) and _code(exc) in _MISSING:
                 return None
             raise _translate(exc, key) from exc
         return ObjectInfo(key, int(resp["ContentLength"]), resp["LastModified"].timestamp())
@@ -201,13 +232,13 @@ class S3BlobStore:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
                 for obj in page.get("Contents", ()):
                     yield ObjectInfo(obj["Key"], int(obj["Size"]), obj["LastModified"].timestamp())
-        except ClientError as exc:
+        except _FAILURES as exc:
             raise _translate(exc, prefix) from exc
 
     def delete(self, key: str) -> None:
         try:
             self.client.delete_object(Bucket=self.bucket, Key=key)
-        except ClientError as exc:
+        except _FAILURES as exc:
             err = _translate(exc, key)
             if not isinstance(err, NotFound):
                 raise err from exc

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from caseshelf.domain.envelope import validation_problem
 from caseshelf.domain.errors import (
+    BackendUnavailable,
     BadRequest,
     CaseshelfError,
     Conflict,
@@ -46,6 +47,7 @@ STATUS: dict[type[CaseshelfError], tuple[int, str]] = {
     NotFound: (404, "not-found"),
     Conflict: (409, "conflict"),
     TooLarge: (413, "too-large"),
+    BackendUnavailable: (503, "backend-unavailable"),
     Corrupt: (502, "corrupt-object"),
     Upstream: (502, "upstream"),
     MissingExtra: (501, "missing-extra"),
@@ -70,6 +72,7 @@ _TITLES = {
     500: "Internal Server Error",
     502: "Bad Gateway",
     507: "Insufficient Storage",
+    503: "Service Unavailable",
 }
 
 # Models whose validation errors get a domain-specific message (the dataset body names the
@@ -145,6 +148,14 @@ def problem_of(exc: BaseException, *, request_id: str | None = None) -> dict[str
         )
     assert isinstance(exc, CaseshelfError)
     return problem(status, exc.detail, problem_type=kind, fields=exc.fields)
+
+
+def headers_of(exc: BaseException) -> dict[str, str]:
+    """The headers an error's answer carries besides its body: `Retry-After` when the error
+    says when to try again (storage that stayed unavailable through its retries)."""
+    if isinstance(exc, BackendUnavailable):
+        return {"Retry-After": str(exc.retry_after)}
+    return {}
 
 
 def dumps(body: Mapping[str, Any]) -> str:
@@ -301,7 +312,7 @@ def register_error_handlers(
     def _domain(exc: CaseshelfError) -> Response:
         body = problem_of(exc)
         note(body["status"])
-        return response(body)
+        return response(body, headers_of(exc))
 
     @app.exception_handler(RequestValidationError)
     def _validation(exc: RequestValidationError) -> Response:
@@ -350,6 +361,7 @@ def register_error_handlers(
 __all__ = [
     "PROBLEM_JSON",
     "STATUS",
+    "headers_of",
     "malformed_json",
     "problem",
     "problem_of",

@@ -20,6 +20,7 @@ from caseshelf.client.core import Client, Downloaded
 from caseshelf.client.refs import parse_ref, parse_version
 from caseshelf.client.transport import ApiError, Http, InProcess, Request, Transport
 from caseshelf.domain.errors import (
+    BackendUnavailable,
     BadRequest,
     CaseshelfError,
     Conflict,
@@ -90,6 +91,7 @@ def connect(
 
 __all__ = [
     "ApiError",
+    "BackendUnavailable",
     "BadRequest",
     "CaseshelfError",
     "Client",

@@ -53,6 +53,19 @@ class Upstream(CaseshelfError):
     title = "Bad Gateway"
 
 
+class BackendUnavailable(Upstream):
+    """The registry's own storage (S3, DynamoDB) failed transiently (throttled, unavailable, a
+    dropped connection) and kept failing after the client's retries: nothing the caller did, and
+    worth trying again after `retry_after` seconds. The detail names the object or row and the
+    fault."""
+
+    title = "Service Unavailable"
+
+    def __init__(self, detail: str, *, retry_after: int = 5, **fields: Any) -> None:
+        super().__init__(detail, retry_after=retry_after, **fields)
+        self.retry_after = retry_after
+
+
 class Corrupt(Upstream):
     """A stored object whose bytes do not hash to the digest the manifest records for them (or
     that is missing where a committed version needs it): never served."""

@@ -30,7 +30,7 @@ import tarfile
 import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -68,6 +68,7 @@ from caseshelf.domain.harbor_registry import manifest_head as harbor_head
 from caseshelf.domain.harbor_registry import manifest_tail as harbor_tail
 from caseshelf.extras import require
 from caseshelf.ports import BlobStore
+from caseshelf.services.objectio import per_object
 from caseshelf.services.pull import Progress
 from caseshelf.services.staging import Staging
 
@@ -240,7 +241,7 @@ class StoreSink:
         self.prefix = prefix
         self.scratch = Path(tempfile.mkdtemp(prefix="caseshelf-export-"))
         self.pool = ThreadPoolExecutor(max_workers=concurrency)
-        self.pending: deque[Future[None]] = deque()
+        self.pending: set[Future[None]] = set()
         self.max_pending = 4 * concurrency
         self.bundle_key = bundle_key
         self.bundle = BundleWriter(self.scratch / ".bundle.tar.gz") if bundle_key else None
@@ -252,8 +253,13 @@ class StoreSink:
         return path
 
     def _settle(self, keep: int) -> None:
+        # Wait for whichever put ends first, not the oldest: one put waiting out a retry
+        # would otherwise hold back every other thread's next file.
         while len(self.pending) > keep:
-            self.pending.popleft().result()  # the first failure stops the export
+            done, _ = wait(self.pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                self.pending.discard(fut)
+                fut.result()  # the first failure stops the export
 
     def write(self, files: Sequence[PlannedFile], bodies: Mapping[str, bytes]) -> int:
         total = 0
@@ -263,7 +269,8 @@ class StoreSink:
                 self.bundle.add(f.path, data, f.mode)
             if self.bundle_only:
                 continue
-            self.pending.append(self.pool.submit(self.store.put, self.prefix + f.path, data))
+            put = partial(self.store.put, self.prefix + f.path, data)
+            self.pending.add(self.pool.submit(per_object, put))
             self._settle(self.max_pending)
             total += len(data)
         return total
@@ -275,7 +282,9 @@ class StoreSink:
                 self.bundle.add_file(rel, path)
             self._settle(0)
             if not self.bundle_only:
-                self.store.put_file(self.prefix + rel, path, content_type=content_type)
+                per_object(
+                    partial(self.store.put_file, self.prefix + rel, path, content_type=content_type)
+                )
 
     def commit(self) -> None:
         self._settle(0)
@@ -284,10 +293,22 @@ class StoreSink:
             self.bundle.add_file(MANIFEST_NAME, manifest)
             self.bundle.close()
             self.bundle_written = True
-            self.store.put_file(self.bundle_key, self.bundle.path, content_type="application/gzip")
+            per_object(
+                partial(
+                    self.store.put_file,
+                    self.bundle_key,
+                    self.bundle.path,
+                    content_type="application/gzip",
+                )
+            )
         if not self.bundle_only:
-            self.store.put_file(
-                self.prefix + MANIFEST_NAME, manifest, content_type="application/json"
+            per_object(
+                partial(
+                    self.store.put_file,
+                    self.prefix + MANIFEST_NAME,
+                    manifest,
+                    content_type="application/json",
+                )
             )
         self._close()
 

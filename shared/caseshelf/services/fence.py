@@ -18,6 +18,14 @@ that finds its lease expired before its commit gives up instead of committing, s
 collected something it meant to reuse; the objects it wrote are left to a later gc.
 
 A lease or sweep left behind by a crash expires on its own (`LEASE_SECONDS`, `SWEEP_SECONDS`).
+
+Lost answers. A write can reach the index while its answer is lost (a dropped connection, a 500
+after the commit): the caller sees a failure, or the client's retry finds the row changed. Every
+change here carries its own id (the lease's, the sweep's) and is idempotent, so the fence makes
+it again (`LOST_ANSWER_ATTEMPTS`) and recognises it when it is already there: gc finds its own
+sweep mark and goes on, instead of taking it for another gc's. A sweep mark gc cannot confirm
+is cleared before gc gives up, and one it cannot clear either expires `SWEEP_SECONDS` after it
+was set, like a crashed gc's.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from caseshelf.domain.errors import CaseshelfError, Conflict, NotFound
+from caseshelf.domain.errors import BackendUnavailable, CaseshelfError, Conflict, NotFound
 from caseshelf.ports import Index
 
 FENCE_SK = "FENCE"
@@ -47,6 +55,8 @@ WAIT_SECONDS = 20.0
 # A margin for the clocks of the machines involved.
 SKEW_SECONDS = 30.0
 _CAS_ATTEMPTS = 200
+# Tries of one change of the row while the index is unavailable (its answer may have been lost).
+LOST_ANSWER_ATTEMPTS = 3
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +119,19 @@ class WriteFence:
         return doc
 
     def _cas(self, tenant: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> Any:
+        """`_change`, made again when the index stays unavailable: every change is idempotent
+        (a lease or sweep of its own id), so a change whose answer was lost is found made."""
+        for _ in range(LOST_ANSWER_ATTEMPTS - 1):
+            try:
+                return self._change(tenant, change)
+            except BackendUnavailable as exc:
+                log.warning("write fence of tenant %s: %s; trying again", tenant, exc.detail)
+                self.sleep(random.uniform(0.05, 0.5))
+        return self._change(tenant, change)
+
+    def _change(
+        self, tenant: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]
+    ) -> Any:
         """Apply `change(doc)` (the new writers/sweep, or None for no change) by compare-and-set
         on `rev`, re-reading on contention. Returns the document written (or read)."""
         for attempt in range(_CAS_ATTEMPTS):
@@ -199,12 +222,14 @@ class WriteFence:
     def begin_sweep(self, tenant: str, now: float) -> Sweep | str:
         """Mark a sweep of `tenant` at `now`, or answer why not (registrations in flight, or
         another sweep)."""
-        sweep_id = secrets.token_hex(8)
-        until = now + self.sweep_seconds
+        sweep = Sweep(tenant, secrets.token_hex(8), now + self.sweep_seconds)
         why: list[str] = []
 
         def mark(doc: dict[str, Any]) -> Any:
             why.clear()
+            current = doc.get("sweep")
+            if isinstance(current, dict) and current.get("id") == sweep.id:
+                return None  # this sweep's own mark: a write whose answer was lost went through
             writers = self._live_writers(doc, now)
             if writers:
                 why.append(f"{len(writers)} registration(s) in flight")
@@ -212,10 +237,18 @@ class WriteFence:
             if self._sweep_of(doc, now) is not None:
                 why.append("another gc is sweeping it")
                 return None
-            return {"writers": {}, "sweep": {"id": sweep_id, "until": until}}
+            return {"writers": {}, "sweep": {"id": sweep.id, "until": sweep.until}}
 
-        self._cas(tenant, mark)
-        return why[0] if why else Sweep(tenant, sweep_id, until)
+        try:
+            self._cas(tenant, mark)
+        except CaseshelfError:
+            # Whether the mark was written is unknown: clear it if it was, so that no
+            # registration waits for a sweep that will delete nothing (if this fails too, the
+            # mark expires at `sweep.until`).
+            with contextlib.suppress(CaseshelfError):
+                self.end_sweep(sweep)
+            raise
+        return why[0] if why else sweep
 
     def sweep_alive(self, sweep: Sweep, now: float) -> bool:
         """Whether `sweep` may still delete at `now` (with a margin for clocks)."""

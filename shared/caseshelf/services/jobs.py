@@ -79,7 +79,12 @@ JOB_SK = "JOB"
 UPLOADS_SK = "UPLOADS"  # under the tenant's row: this tenant has started uploads (the sweep)
 JOB_TTL = timedelta(days=30)
 SIDECAR = "import.json"
-LEASE_SECONDS = 120  # a worker that has not renewed its lease for this long is taken for dead
+# A job whose worker dies is resumed (or failed) within this long: its lease runs out, and the
+# next sweep finds it. The sweep runs every minute (the template's `SweepJobs` schedule on AWS,
+# the local server's `SWEEP_SECONDS`), so the lease is what remains of the bound.
+RESUME_WITHIN_SECONDS = 120
+SWEEP_EVERY_SECONDS = 60
+LEASE_SECONDS = 45  # a worker that has not renewed its lease for this long is taken for dead
 MAX_ATTEMPTS = 3  # attempts of one job (the first and two resumptions) before it fails
 _FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _UPLOAD_KEY = re.compile(r"^t/([^/]+)/uploads/([0-9a-f]{32})/([^/]+)$")

@@ -1,14 +1,45 @@
-"""A stored object read as a file: ranged reads of a bounded size, so a reader of a large upload
-holds one buffer of it, not the object (`open_object`)."""
+"""Stored objects one at a time: read as a file, with ranged reads of a bounded size, so a reader
+of a large upload holds one buffer of it, not the object (`open_object`); and one object's read
+or write tried again when the store stayed unavailable through its client's retries
+(`per_object`), so that a pull or an export of thousands of objects is not lost to one of them."""
 
 from __future__ import annotations
 
 import io
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
-from caseshelf.domain.errors import NotFound
+from caseshelf.domain.errors import BackendUnavailable, NotFound
 from caseshelf.ports import BlobStore
 
 READ_BYTES = 8 << 20  # one ranged read; also the reader's buffer
+# Attempts of one object's read or write in a pull or an export (each one a request that the
+# client already retries, with its own backoff, `caseshelf.adapters.aws`), and the pause between.
+OBJECT_ATTEMPTS = 3
+OBJECT_PAUSE_SECONDS = 1.0
+
+_T = TypeVar("_T")
+log = logging.getLogger(__name__)
+
+
+def per_object(
+    call: Callable[[], _T],
+    *,
+    attempts: int = OBJECT_ATTEMPTS,
+    sleep: Callable[[float], None] = time.sleep,
+) -> _T:
+    """`call()`, made again after a pause when it fails with `BackendUnavailable`, up to
+    `attempts` times in all; the last failure is raised as it is (it names the object and the
+    fault)."""
+    for _ in range(attempts - 1):
+        try:
+            return call()
+        except BackendUnavailable as exc:
+            log.warning("storage unavailable, trying again: %s", exc.detail)
+            sleep(OBJECT_PAUSE_SECONDS)
+    return call()
 
 
 class _ObjectRaw(io.RawIOBase):

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -36,7 +37,8 @@ from caseshelf.domain.export import (
     parse_manifest,
 )
 from caseshelf.domain.paths import relative_path_problem
-from caseshelf.ports import BlobStore
+from caseshelf.ports import BlobStore, ObjectInfo
+from caseshelf.services.objectio import per_object
 from caseshelf.services.staging import Staging
 
 DEFAULT_CONCURRENCY = 16
@@ -163,7 +165,7 @@ def pull(
     if prefix and not prefix.endswith("/"):
         prefix += "/"
     try:
-        manifest_bytes = store.get(prefix + MANIFEST_NAME)
+        manifest_bytes = per_object(partial(store.get, prefix + MANIFEST_NAME))
     except NotFound:
         raise NotFound(
             f"no {MANIFEST_NAME} under {prefix!r}: not an export, or an incomplete one",
@@ -182,7 +184,8 @@ def pull(
         return got
     wanted: list[tuple[str, str]] = []
     listed: set[str] = set()
-    for info in store.list(prefix):
+    listing: list[ObjectInfo] = per_object(lambda: list(store.list(prefix)))
+    for info in listing:
         if info.key.endswith("/") and info.size == 0:
             continue  # a "folder" marker some S3 tools create: nothing is written for it
         rel = safe_relative_key(info.key, prefix, dest)
@@ -208,7 +211,9 @@ def pull(
         made: set[str] = set()
 
         def fetch(key: str, rel: str) -> int:
-            data = store.get(key)
+            # Each file on its own: tried again when the store stays unavailable through the
+            # client's retries (a body cut mid-stream is read on where it stopped, by the store)
+            data = per_object(partial(store.get, key))
             _check(rel, data, manifest, key)
             _write(tmp, rel, data, manifest.modes.get(rel), made)
             return len(data)
@@ -232,10 +237,10 @@ def _pull_bundle(
     """One GET of the bundle (after the manifest, which says the export is complete): at the
     sibling key, else inside the prefix where older exports put it."""
     try:
-        data = store.get(prefix[:-1] + BUNDLE_SUFFIX)
+        data = per_object(partial(store.get, prefix[:-1] + BUNDLE_SUFFIX))
     except NotFound:
         try:
-            data = store.get(prefix + BUNDLE_NAME)
+            data = per_object(partial(store.get, prefix + BUNDLE_NAME))
         except NotFound:
             raise NotFound(
                 f"the export at {prefix!r} has no bundle (it is written only when asked: export "
