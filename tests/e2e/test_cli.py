@@ -282,6 +282,7 @@ def test_usage_errors_exit_2(cli: Cli) -> None:
         "gc over http": ["gc", "--api", "http://127.0.0.1:9"],
         "not a URL": ["ls", "--api", "localhost:8000"],
     }
+    assert cases
     for what, args in cases.items():
         run = cli(*args)
         assert run.code == 2, f"{what}: exit {run.code}: {run.err}"

@@ -177,6 +177,7 @@ def test_concurrent_requests_of_different_tenants_keep_their_own_identity(
     with ThreadPoolExecutor(len(tenants)) as pool:
         results = list(pool.map(one, tenants))
     # Then every request acted for its own tenant, and only saw its own dataset
+    assert len(results) == len(tenants) == 16
     for tenant, (reg, listing, ids) in zip(tenants, results, strict=True):
         assert (reg, listing) == (201, 200)
         assert ids == [f"ds-{tenant}"]

@@ -257,9 +257,12 @@ def test_real_harbor_family_nested_with_its_registry(shared_data):
 
 
 def test_real_mas_lab_family(shared_data):
-    for path in sorted((shared_data / "mas-lab" / "envelope").glob("*.yaml")):
+    paths = sorted((shared_data / "mas-lab" / "envelope").glob("*.yaml"))
+    assert paths, "no mas-lab envelope files to load"
+    for path in paths:
         raw, _ = load_dataset(path)
-        parse_dataset({**raw, "version": raw.get("version", "1.0.0")})
+        doc = parse_dataset({**raw, "version": raw.get("version", "1.0.0")})
+        assert doc.cases, path
 
 
 def test_real_agent_eval_harness_family(shared_data):

@@ -30,6 +30,7 @@ def test_the_table_and_the_template_declare_the_same_functions_routes_and_events
 
 def test_each_functions_entry_point_is_a_one_line_import_of_its_package_module() -> None:
     by_name = {fn.name: fn for fn in FUNCTIONS}
+    assert template_functions(TEMPLATE)
     for tf in template_functions(TEMPLATE):
         module, _, attr = tf.handler.rpartition(".")
         source = (tf.code_dir / f"{module}.py").read_text(encoding="utf-8")
@@ -42,6 +43,7 @@ def test_each_functions_entry_point_is_a_one_line_import_of_its_package_module()
 
 
 def test_every_route_resolves_to_a_callable_handler_in_the_package() -> None:
+    assert load_routes()
     for route in load_routes():
         assert route.module.startswith("caseshelf.functions.")
         assert callable(handler_for(route))

@@ -125,6 +125,7 @@ def test_path_parameters_have_one_name_per_level() -> None:
 
 def test_function_code_and_layer_exist() -> None:
     base = TEMPLATE.parent
+    assert functions()
     for name, fn in functions().items():
         code = (base / fn["Properties"]["CodeUri"]).resolve()
         module, handler = fn["Properties"]["Handler"].split(".")
@@ -209,6 +210,7 @@ def test_table_is_on_demand_recoverable_and_encrypted() -> None:
 
 
 def test_policies_are_narrow() -> None:
+    assert functions()
     for name, fn in functions().items():
         for policy in fn["Properties"].get("Policies") or []:
             named = set(policy) if isinstance(policy, dict) else {policy}
@@ -323,6 +325,7 @@ def test_every_function_logs_with_retention() -> None:
     for name in functions():
         expected = str({"Fn::Sub": f"/aws/lambda/${{{name}}}"})
         assert expected in named, f"{name} has no log group"
+    assert groups
     for group in groups:
         assert group["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
 

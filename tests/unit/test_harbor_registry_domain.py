@@ -57,6 +57,7 @@ def test_the_default_ignores_match_as_git_reads_them() -> None:
         "tests/pycache/x",
         "environment/app/__pycache__x/y",
     ]
+    assert paths
     for path in paths:
         assert _default_ignored(path) == bool(spec.match_file(path)), path
 

@@ -75,7 +75,9 @@ def test_description_defaults_to_empty_and_defaults_are_omitted_from_the_plain_f
 
 
 def test_the_everdict_recipes_load(shared_data):
-    for path in sorted((shared_data / "everdict" / "recipes").glob("*.json")):
+    paths = sorted((shared_data / "everdict" / "recipes").glob("*.json"))
+    assert paths, "no everdict recipes to load"
+    for path in paths:
         recipe = parse_recipe(json.loads(path.read_text()))
         assert recipe.id in path.name
 

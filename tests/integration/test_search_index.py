@@ -8,7 +8,7 @@ import pytest
 from caseshelf.domain.browse import indexable, text_matches
 from caseshelf.services.search_index import IndexBuilder, SearchIndex
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 CASES = [
     {"id": "a", "inputs": {"user": "Straße"}, "tags": ["needle"]},

@@ -26,7 +26,7 @@ from caseshelf.services.fence import (
 from caseshelf.services.gc import collect_garbage
 from caseshelf.services.registry import RegistryService, parse_dataset
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 ME = Identity("team-a", "alice")
 

@@ -18,7 +18,7 @@ from caseshelf.domain.export_parts import (
 )
 from caseshelf.services.export_stream import window_size
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 FORMATS = ("case-dirs", "harbor", "inspect", "jsonl", "parquet")
 
