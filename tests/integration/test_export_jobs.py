@@ -6,11 +6,14 @@ handler returns, made visible again when it raises."""
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +22,7 @@ from caseshelf import bootstrap
 from caseshelf.domain import export_parts
 from caseshelf.domain.identity import Identity
 from caseshelf.ports import BlobStore, ObjectWriter
+from caseshelf.services.export_fanout import PartMeta, done_part, part_key
 from caseshelf.services.exports import ExportRequest
 from caseshelf.services.registry import parse_dataset
 from tests.conftest import Backend, aws_backend
@@ -192,17 +196,38 @@ def stack(
     yield from _stack(aws_backend("moto_server", url), monkeypatch)
 
 
-def one_pass_manifest(stack: Stack, tmp_path: Any) -> bytes:
+FORMATS = ("case-dirs", "harbor")
+
+
+def one_pass(stack: Stack, tmp_path: Path, fmt: str = "case-dirs") -> Path:
     """The same export written in one pass, in process, to a directory: the reference."""
     svc = bootstrap.services()
+    ref = tmp_path / f"ref-{fmt}"
     svc.exports.export_version(
-        ME, "qa", "1.0.0", ExportRequest(bundle=True), to=str(tmp_path / "ref")
+        ME, "qa", "1.0.0", ExportRequest(bundle=True, format=fmt), to=str(ref)
     )
-    return (tmp_path / "ref" / "manifest.json").read_bytes()
+    return ref
 
 
-def test_an_export_fans_out_into_parts_and_the_manifest_is_written_last(stack, tmp_path):
-    status, job = stack.export()
+def assert_same_export(stack: Stack, prefix: str, ref: Path) -> None:
+    """The job's export holds the reference's files, byte for byte, under its prefix and in
+    its bundle (`manifest.json` its last entry); nothing else."""
+    files = [p for p in ref.rglob("*") if p.is_file()]
+    expected = {p.relative_to(ref).as_posix(): p.read_bytes() for p in files}
+    listed = {o.key[len(prefix) :] for o in stack.store.list(prefix)}
+    assert listed == set(expected)
+    for rel, data in expected.items():
+        assert stack.store.get(prefix + rel) == data, rel
+    bundle = stack.store.get(prefix[:-1] + ".bundle.tar.gz")
+    with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:gz") as tar:
+        members = [m for m in tar.getmembers() if m.isfile()]
+        got = {m.name: tar.extractfile(m).read() for m in members}  # type: ignore[union-attr]
+    assert got == expected and members[-1].name == "manifest.json"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_an_export_fans_out_into_parts_and_the_manifest_is_written_last(stack, tmp_path, fmt):
+    status, job = stack.export({"bundle": True, "format": fmt})
     assert status == 202 and job["state"] == "running"
     assert job["progress"]["parts_total"] == 4 and job["progress"]["cases_total"] == CASES
     stack.drain()
@@ -218,24 +243,29 @@ def test_an_export_fans_out_into_parts_and_the_manifest_is_written_last(stack, t
     exported = [k for k in exported if ".parts/" not in k]
     assert exported[-1] == prefix + "manifest.json"
     assert prefix[:-1] + ".bundle.tar.gz" in exported
-    assert stack.store.get(prefix + "manifest.json") == one_pass_manifest(stack, tmp_path)
+    ref = one_pass(stack, tmp_path, fmt)
+    assert_same_export(stack, prefix, ref)
+    assert result["file_count"] == len([p for p in ref.rglob("*") if p.is_file()]) - 1
+    if fmt == "harbor":  # dataset.toml is written before the manifest, which lists it
+        assert prefix + "dataset.toml" in exported
     # The scratch area is gone; asking again answers the export at once
     assert not list(stack.store.list(prefix[:-1] + ".parts/"))
-    status, again = stack.export()
+    status, again = stack.export({"bundle": True, "format": fmt})
     assert status == 200 and again["reused"] is True and again["export_id"] == result["export_id"]
 
 
-def test_a_crashed_part_is_delivered_again_and_the_job_finishes(stack, tmp_path):
-    stack.store.crash_on, stack.store.crashes = ["part-00002.entries"], 1
-    status, job = stack.export()
+@pytest.mark.parametrize(("fmt", "piece"), [("case-dirs", "entries"), ("harbor", "toml")])
+def test_a_crashed_part_is_delivered_again_and_the_job_finishes(stack, tmp_path, fmt, piece):
+    stack.store.crash_on, stack.store.crashes = [f"part-00002.{piece}"], 1
+    status, job = stack.export({"bundle": True, "format": fmt})
     assert status == 202
     stack.drain()
     assert stack.delivered[("ExportQueue", 2)] == 2  # the crash, then the redelivery
     assert all(stack.delivered[("ExportQueue", n)] == 1 for n in (0, 1, 3))
     done = stack.job(job["id"])
     assert done["state"] == "succeeded", done
-    manifest = stack.store.get(done["result"]["manifest_key"])
-    assert manifest == one_pass_manifest(stack, tmp_path)
+    prefix = done["result"]["manifest_key"].removesuffix("manifest.json")
+    assert_same_export(stack, prefix, one_pass(stack, tmp_path, fmt))
 
 
 def test_a_part_past_its_retries_fails_the_job_naming_it_and_a_rerun_reuses_the_rest(stack):
@@ -285,3 +315,16 @@ def test_a_stream_appends_objects_copied_by_the_store_itself(backend):
     expected = b"head" + big + small + big + b"end"
     assert size == len(expected)
     assert backend.store.get("t/acme/exports/x.bundle.tar.gz") == expected
+
+
+def test_a_harbor_part_is_reused_only_with_its_dataset_toml_entries(backend):
+    # Given a part's marker written without `[[tasks]]` entries (a marker of a format without
+    # them, or of a part that kept none), and one with them
+    scratch = "t/acme/exports/x.parts/"
+    bare, full = PartMeta(0, 0, 3, 15, 900, 300), PartMeta(1, 3, 6, 15, 900, 300, tasks_size=120)
+    for meta in (bare, full):
+        backend.store.put(part_key(scratch, meta.number, "json"), meta.to_json())
+    # Then a harbor export writes the first again and reuses the second; other formats reuse both
+    assert done_part(backend.store, scratch, 0, (0, 3), False, tasks=True) is None
+    assert done_part(backend.store, scratch, 1, (3, 6), False, tasks=True) == full
+    assert done_part(backend.store, scratch, 0, (0, 3), False) == bare

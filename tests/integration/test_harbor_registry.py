@@ -16,6 +16,7 @@ import pytest
 
 import caseshelf
 from caseshelf.bootstrap import build, load_settings
+from caseshelf.domain import export_parts
 from caseshelf.domain.identity import Identity
 from caseshelf.services.exports import ExportRequest
 from tests.consumers import HARBOR_VENV, harbor_cli
@@ -108,6 +109,18 @@ def exported(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     return {"root": root, "names": names}
 
 
+def job_export(cs: Any, home: Path, ref: str) -> Path:
+    """`ref` exported as `harbor` by a job of parts into the embedded store (no `to`): the
+    directory of its prefix among the store's objects."""
+    out = cs.export(ref, {"format": "harbor"})
+    return home / "objects" / out.prefix
+
+
+def assert_same_as_one_pass(job_root: Path, one_pass: Path) -> None:
+    for name in ("dataset.toml", "manifest.json"):
+        assert (job_root / name).read_bytes() == (one_pass / name).read_bytes(), name
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_harbor_computes_the_digests_dataset_toml_pins(exported, kind, tmp_path):
     root = exported["root"] / kind
@@ -179,3 +192,26 @@ def test_a_task_with_ignore_rules_and_ignored_files(tmp_path: Path) -> None:
     assert {name: source for name, source in harbor["sync"]} == {
         t["name"]: "unchanged" for t in ours["tasks"]
     }
+    # And the export written by a job of parts is the same, and Harbor reads it the same
+    home = tmp_path / "home"
+    job_root = job_export(cs, home, "rules@1.0.0")
+    assert_same_as_one_pass(job_root, out)
+    _check(job_root, harbor_reads(job_root, tmp_path), "rules")
+
+
+@pytest.mark.parametrize("kind", ["terminal-bench", "harbor"])
+def test_an_export_job_of_several_parts_writes_the_dataset_toml_harbor_reads(
+    exported, kind, tmp_path, monkeypatch
+):
+    # Given a real source's version exported in one pass (the module's fixture)
+    name = exported["names"][kind]
+    home = exported["root"] / "home"
+    # When it is exported by a job of parts of two cases each
+    monkeypatch.setattr(export_parts, "MAX_PART_CASES", 2)
+    job_root = job_export(caseshelf.connect(home=home), home, f"{name}@latest")
+    # Then dataset.toml and the manifest are the one-pass export's, byte for byte
+    assert_same_as_one_pass(job_root, exported["root"] / kind)
+    # And Harbor computes the digests it pins and finds its tasks
+    harbor = harbor_reads(job_root, tmp_path)
+    _check(job_root, harbor, name)
+    assert "unchanged" in {source for _, source in harbor["sync"]}

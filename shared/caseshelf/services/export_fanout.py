@@ -9,6 +9,7 @@ expires what a failed export left):
 - `part-NNNNN.entries`: the part's entries of the manifest, encoded (`"id":{…}`, comma-separated:
   a case format's cases, a row format's companion files);
 - `part-NNNNN.rows`: a row format's rows (jsonl lines, or a parquet file of its row groups);
+- `part-NNNNN.toml`: the `harbor` format's `[[tasks]]` entries of `dataset.toml`, one a case;
 - `part-NNNNN.tgz`: with a bundle, the part's files as tar entries in one gzip member (no
   end-of-archive: gzip members concatenate into one stream, and so do tar entries);
 - `part-NNNNN.json`: its counts and warnings, written LAST: the part-done marker. A part whose
@@ -19,9 +20,10 @@ with their content; pieces are streamed and appear whole at commit), so a part k
 and run again writes the same bytes, and two runs of one part do no harm.
 
 The finish streams, in this order: the row file (a row format: the parts' pieces concatenated,
-a parquet file's row groups rewritten into one file) and the shared row files; the bundle (the
-parts' members, then one member with the row file, the shared files and the manifest, and the
-end of the archive); `manifest.json` LAST, from the parts' entries. Nothing passes through
+a parquet file's row groups rewritten into one file) and the shared row files, or `dataset.toml`
+(`harbor`: its head, the parts' `[[tasks]]` entries, its tail); the bundle (the parts' members,
+then one member with those files and the manifest, and the end of the archive); `manifest.json`
+LAST, from the parts' entries. Nothing passes through
 /tmp and no stream holds more than one multipart part (`caseshelf.adapters.s3.PART_BYTES`).
 """
 
@@ -48,11 +50,16 @@ from caseshelf.domain.export import (
     case_entry,
 )
 from caseshelf.domain.export_formats import (
+    HARBOR_MANIFEST,
     ROW_FILES,
+    export_org,
+    harbor_task,
     parquet_schema,
     plan_row_window,
     shared_row_files,
 )
+from caseshelf.domain.harbor_registry import manifest_head as harbor_head
+from caseshelf.domain.harbor_registry import manifest_tail as harbor_tail
 from caseshelf.extras import require
 from caseshelf.ports import BlobStore, ObjectWriter
 from caseshelf.services.export_stream import (
@@ -71,6 +78,8 @@ SCRATCH_SUFFIX = ".parts/"
 READ_BYTES = 8 << 20  # what a stream copies at a time
 PUT_CONCURRENCY = 16
 PARQUET_TYPE = "application/vnd.apache.parquet"
+TOML_TYPE = "application/toml"
+HARBOR = "harbor"  # the format whose parts also write `[[tasks]]` entries of `dataset.toml`
 
 
 def scratch_prefix(prefix: str) -> str:
@@ -96,6 +105,7 @@ class PartMeta:
     bundle: bool = False
     warnings: list[str] = field(default_factory=list)
     warning_count: int = 0
+    tasks_size: int = 0  # `harbor`: its `[[tasks]]` entries (`part-NNNNN.toml`)
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self))
@@ -106,16 +116,25 @@ class PartMeta:
 
 
 def done_part(
-    store: BlobStore, scratch: str, number: int, rng: tuple[int, int], bundle: bool
+    store: BlobStore,
+    scratch: str,
+    number: int,
+    rng: tuple[int, int],
+    bundle: bool,
+    *,
+    tasks: bool = False,
 ) -> PartMeta | None:
     """The part's marker when this range was written already (with its bundle member, when a
-    bundle is asked): a part redelivered, or an earlier export job's."""
+    bundle is asked, and its `[[tasks]]` entries when `tasks`: a `harbor` export): a part
+    redelivered, or an earlier export job's."""
     try:
         meta = PartMeta.from_json(store.get(part_key(scratch, number, "json")))
     except Exception:  # absent, or not a marker of this code: written again
         return None
     if (meta.start, meta.stop) != rng or (bundle and not meta.bundle):
         return None
+    if tasks and rng[1] > rng[0] and not meta.tasks_size:
+        return None  # a marker of a part that did not write its entries of dataset.toml
     return meta
 
 
@@ -297,28 +316,30 @@ def write_part(
     entries = store.open_writer(part_key(scratch, number, "entries"))
     member = TarMember(store.open_writer(part_key(scratch, number, "tgz"))) if bundle else None
     rows = _RowPiece(prepared.fmt, store, part_key(scratch, number, "rows"))
+    tasks = store.open_writer(part_key(scratch, number, "toml")) if prepared.fmt == HARBOR else None
     puts = _Puts(store, prefix)
     counts = _Counts()
     try:
         if prepared.fmt in CASE_FORMATS:
-            _case_windows(prepared, rng, puts, member, entries, counts, warn, advance)
+            _case_windows(prepared, rng, puts, (member, entries, tasks), counts, warn, advance)
         else:
             _row_windows(prepared, rng, puts, member, entries, rows, counts, warn, advance)
         puts.close()
         entries_size = entries.commit()
         rows_size = rows.commit()
+        tasks_size = tasks.commit() if tasks is not None else 0
         if member is not None:
             member.close()
     except BaseException:
         with contextlib.suppress(Exception):
             puts.close()
-        for w in (entries, member, rows):
+        for w in (entries, member, rows, tasks):
             if w is not None:
                 w.abort()
         raise
     meta = PartMeta(
         number, rng[0], rng[1], counts.files, counts.nbytes, entries_size, rows_size, bundle,
-        counts.warnings, counts.warning_count,
+        counts.warnings, counts.warning_count, tasks_size,
     )  # fmt: skip
     store.put(part_key(scratch, number, "json"), meta.to_json(), content_type="application/json")
     return meta
@@ -328,14 +349,17 @@ def _case_windows(
     prepared: Prepared,
     rng: tuple[int, int],
     puts: _Puts,
-    member: TarMember | None,
-    entries: ObjectWriter,
+    out: tuple[TarMember | None, ObjectWriter, ObjectWriter | None],
     counts: _Counts,
     warn: Callable[[str], None],
     advance: Callable[[int, int, int], None] | None,
 ) -> None:
+    """The cases' files, and what `out` holds: the bundle member (when one is asked), the
+    manifest's entries, and the `[[tasks]]` entries of `dataset.toml` (`harbor`)."""
+    member, entries, tasks = out
     spec = prepared.spec
     planner = _planner(spec)
+    org = export_org(spec.dataset)
     shared: dict[str, bytes] = dict(prepared.extra_bodies)
     shared_digests = {s.digest[7:] for s in spec.shared}
     for window in prepared.windows(*rng):
@@ -347,7 +371,7 @@ def _case_windows(
             shared[h] = bodies[h]  # every case has them: read once
         bodies.update(shared)
         before = (counts.files, counts.nbytes)
-        for plan in plans:
+        for case, plan in zip(window, plans, strict=True):
             for f in plan.files:
                 data = f.body if f.body is not None else bodies[f.digest[7:]]
                 puts.put(f.path, data)
@@ -356,6 +380,8 @@ def _case_windows(
                 counts.files += 1
                 counts.nbytes += len(data)
             entries.write((b"," if counts.cases else b"") + case_entry(plan))
+            if tasks is not None:
+                tasks.write(harbor_task(case, plan, org, bodies))
             counts.cases += 1
         if advance is not None:
             advance(len(plans), counts.files - before[0], counts.nbytes - before[1])
@@ -444,8 +470,8 @@ class Finished:
 
 
 def finish_export(prepared: Prepared, metas: Sequence[PartMeta], *, bundle: bool) -> Finished:
-    """Write the row file, the shared row files, the bundle, and `manifest.json` LAST, from the
-    parts' pieces (`metas` in part order)."""
+    """Write the row file and the shared row files (or `dataset.toml`), the bundle, and
+    `manifest.json` LAST, from the parts' pieces (`metas` in part order)."""
     spec = prepared.spec
     store, prefix = prepared.target.store, prepared.target.prefix
     assert store is not None
@@ -462,8 +488,10 @@ def finish_export(prepared: Prepared, metas: Sequence[PartMeta], *, bundle: bool
         for f in shared_files:
             store.put(prefix + f.path, shared_bodies[f.digest[7:]])
         data_files = [main, *shared_files]
-        files += len(data_files)
-        nbytes += sum(f.size for f in data_files)
+    elif spec.fmt == HARBOR:
+        data_files = [_write_harbor_manifest(store, prefix, scratch, spec, metas)]
+    files += len(data_files)
+    nbytes += sum(f.size for f in data_files)
     manifest = _ManifestPieces(store, scratch, spec, data_files, metas, (files, nbytes))
     out = store.open_writer(prefix + MANIFEST_NAME, content_type="application/json")
     try:
@@ -525,6 +553,34 @@ def _write_row_file(
     return PlannedFile(name, "sha256:" + digest.hexdigest(), size, role=ROLE_DATA)
 
 
+def _write_harbor_manifest(
+    store: BlobStore, prefix: str, scratch: str, spec: StreamSpec, metas: Sequence[PartMeta]
+) -> PlannedFile:
+    """`dataset.toml`, with its digest: its head, the parts' `[[tasks]]` entries in part order,
+    its tail (the bytes `export_stream._HarborManifest` writes in one pass)."""
+    digest = hashlib.sha256()
+    writer = store.open_writer(prefix + HARBOR_MANIFEST, content_type=TOML_TYPE)
+    sink = _Sink(writer, digest.update)
+    try:
+        sink.write(harbor_head(spec.dataset))
+        for m in metas:
+            for chunk in object_pieces(store, part_key(scratch, m.number, "toml"), m.tasks_size):
+                sink.write(chunk)
+        tail = harbor_tail(
+            spec.dataset,
+            content_digest=spec.content_digest,
+            export_id=spec.export_id,
+            case_count=spec.case_count,
+            subset=spec.subset,
+        )
+        sink.write(tail)
+    except BaseException:
+        writer.abort()
+        raise
+    size = writer.commit()
+    return PlannedFile(HARBOR_MANIFEST, "sha256:" + digest.hexdigest(), size, role=HARBOR)
+
+
 class _ManifestPieces:
     """`manifest.json` as a series of pieces, framed as `ManifestWriter` frames it (so the bytes
     are those of an export written in one pass), with its size known before it is read (a tar
@@ -571,8 +627,8 @@ def _write_bundle(
     manifest_out: ObjectWriter,
 ) -> None:
     """The bundle: the parts' members as they are, then a last member with the row file and
-    the shared files (a row format), the manifest (its pieces also written to `manifest_out`)
-    and the end of the archive."""
+    the shared files (a row format) or `dataset.toml` (`harbor`), the manifest (its pieces also
+    written to `manifest_out`) and the end of the archive."""
     store, prefix = prepared.target.store, prepared.target.prefix
     assert store is not None
     scratch = scratch_prefix(prefix)
@@ -587,7 +643,7 @@ def _write_bundle(
             out.copy(member_key, info.size)  # by S3 itself, a part's worth at a time
         last = TarMember(out)
         for f in data_files:
-            if f.role == ROLE_DATA:
+            if f.role in (ROLE_DATA, HARBOR):  # written by the finish: read back
                 last.add_stream(
                     f.path, f.size, _Reader(object_pieces(store, prefix + f.path, f.size))
                 )

@@ -40,6 +40,7 @@ from caseshelf.domain.export_parts import PartPlan, plan_parts
 from caseshelf.domain.identity import Identity
 from caseshelf.ports import Index, Queue
 from caseshelf.services.export_fanout import (
+    HARBOR,
     PartMeta,
     done_part,
     finish_export,
@@ -226,7 +227,14 @@ class ExportJobService:
         rng = plan.part(number)
         try:
             prepared, request = self._prepared(job)
-            meta = done_part(self.exports.store, job["key"], number, rng, request.bundle)
+            meta = done_part(
+                self.exports.store,
+                job["key"],
+                number,
+                rng,
+                request.bundle,
+                tasks=prepared.fmt == HARBOR,
+            )
             status = "reused"
             if meta is None:
                 meta = write_part(
