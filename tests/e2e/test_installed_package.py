@@ -33,6 +33,8 @@ DOC = REPO / "docs" / "python.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 PAGE_URL = "http://127.0.0.1:8000"
 # The base install is the client, the CLI, the embedded store and the local server: none of these.
+# inspect_ai as the consumers' tests pin it (pyproject.toml's `consumers` extra)
+INSPECT_PIN = "inspect-ai==0.3.285"
 PACKAGED = {"shared", "pyproject.toml", "README.md", "LICENSE"}
 HEAVY = ("boto3", "botocore", "pyarrow", "pandas", "datasets", "numpy", "zstandard")
 
@@ -190,9 +192,11 @@ def test_caseshelf_serve_from_the_installed_package_answers_the_api_and_the_ui(
 
 @pytest.fixture
 def with_extras(venv: Path, dist: Path) -> Path:
-    """The same virtualenv with the extras docs/python.md uses (pandas, Hugging Face, AWS)."""
+    """The same virtualenv with the extras docs/python.md uses (pandas, Hugging Face, AWS,
+    inspect_ai: the release the consumers' tests pin)."""
     wheel = next(dist.glob("caseshelf-*.whl"))
-    _run([str(venv / "bin" / "pip"), "install", "-q", "--no-compile", f"{wheel}[pandas,hf,aws]"])
+    extras = f"{wheel}[pandas,hf,aws,inspect]"
+    _run([str(venv / "bin" / "pip"), "install", "-q", "--no-compile", extras, INSPECT_PIN])
     return venv
 
 
