@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from caseshelf.services.imports import ImportService
     from caseshelf.services.jobs import JobService
     from caseshelf.services.recipes import RecipeService
+    from caseshelf.services.refs import RefService
     from caseshelf.services.registry import RegistryService
     from caseshelf.services.selection import SelectionService
     from caseshelf.services.tasks import TaskImportService
@@ -175,6 +176,12 @@ class Services:
         # An answer carrying cases is paged within the budget of every answer
         # (`caseshelf.domain.answers`).
         return SelectionService(self.registry)
+
+    @cached_property
+    def refs(self) -> RefService:
+        from caseshelf.services.refs import RefService
+
+        return RefService(self.registry.versions)
 
     @cached_property
     def browse(self) -> BrowseService:

@@ -82,6 +82,7 @@ COMMAND_MODULES: list[str] = [
     "verify",
     "browse",
     "tags",
+    "pins",
 ]
 # Which module declares each top-level command (a test holds this to what they declare): a run
 # loads only the module of the command it names, or every module for help or an unknown name.
@@ -121,6 +122,7 @@ COMMANDS: dict[str, str] = {
     "tag": "tags",
     "untag": "tags",
     "tags": "tags",
+    **dict.fromkeys(("pin", "unpin", "update", "check", "sync", "cache"), "pins"),
 }
 # The common options that take a value (the token after them is no command name).
 _VALUE_OPTIONS = frozenset({"--api", "--tenant", "--principal", "--roles"})

@@ -1,0 +1,121 @@
+"""A version's content as the local cache keeps it, and its verification. Pure.
+
+The cache holds a version as its cases' canonical records (the bytes the registry stores and
+hashes, one per line), the version's description, tags and shared files, and the bodies of its
+files. That is everything its content digest is computed from (architecture §4), so a cached
+version is verified by computing the digest again from what is on disk: the case digest of every
+record, then the content digest over `[id, case digest]` in order — the registry's own functions,
+so the cache can neither disagree with the registry nor serve a byte that changed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from caseshelf.domain.canonical import ContentDigester, canonical_json
+from caseshelf.domain.errors import Corrupt
+
+
+@dataclass(frozen=True)
+class VersionContent:
+    """A version's content: `records` are the cases' canonical JSON, in dataset order;
+    `files` the file bodies by hex digest (companion and shared files)."""
+
+    description: str
+    tags: list[str]
+    shared_files: list[dict[str, str]]
+    records: list[bytes]
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "description": self.description,
+            "tags": self.tags,
+            "shared_files": self.shared_files,
+        }
+
+
+@dataclass(frozen=True)
+class Verified:
+    """Cases that hashed to `content_digest`, with each case's digest (hex) beside it."""
+
+    content_digest: str
+    cases: list[dict[str, Any]]
+    case_digests: list[str]
+
+
+def _body(entry: Mapping[str, Any], where: str) -> bytes:
+    if "text" in entry:
+        return str(entry["text"]).encode("utf-8")
+    if "base64" in entry:
+        return base64.b64decode(str(entry["base64"]), validate=True)
+    raise Corrupt(f"{where}: a file with neither text nor base64 in a downloaded version")
+
+
+def _stored(body: bytes, files: dict[str, bytes]) -> tuple[str, int]:
+    hex_digest = hashlib.sha256(body).hexdigest()
+    files[hex_digest] = body
+    return "sha256:" + hex_digest, len(body)
+
+
+def content_of_document(doc: Mapping[str, Any]) -> VersionContent:
+    """The content of a downloaded version (the dataset document the download route gives:
+    canonical cases with every file body inline): each inline body back into `{digest, size}`,
+    as the registry stores it, and the bodies kept by digest."""
+    files: dict[str, bytes] = {}
+    records: list[bytes] = []
+    for case in doc.get("cases") or ():
+        if "files" in case:
+            stored = {}
+            for path, entry in case["files"].items():
+                digest, size = _stored(_body(entry, f"case {case.get('id')!r} file {path}"), files)
+                stored[path] = {"digest": digest, "size": size}
+            case = {**case, "files": stored}
+        # a downloaded case is canonical: dumping it again gives its stored bytes
+        records.append(canonical_json(case, checked=True))
+    shared = []
+    for f in doc.get("shared_files") or ():
+        digest, _ = _stored(_body(f, f"shared file {f.get('dest')}"), files)
+        shared.append({"dest": f["dest"], "digest": digest})
+    return VersionContent(
+        description=str(doc.get("description", "")),
+        tags=list(doc.get("tags") or ()),
+        shared_files=shared,
+        records=records,
+        files=files,
+    )
+
+
+def verify_records(
+    records: Sequence[bytes],
+    *,
+    description: str,
+    tags: Sequence[str],
+    shared_files: Sequence[Mapping[str, str]],
+) -> Verified:
+    """Parse every record and compute the content digest they give, with the case digests."""
+    loads, sha = orjson.loads, hashlib.sha256
+    cases = [loads(r) for r in records]
+    digests = [sha(r).hexdigest() for r in records]
+    digester = ContentDigester(
+        description=description, tags=tags, shared_files=[dict(f) for f in shared_files]
+    )
+    digester.add([(c["id"], "sha256:" + d) for c, d in zip(cases, digests, strict=True)])
+    return Verified(digester.digest(), cases, digests)
+
+
+def check_files(content_files: Mapping[str, bytes]) -> str | None:
+    """The hex digest of the first file body that does not hash to its name, or None."""
+    for hex_digest, body in content_files.items():
+        if hashlib.sha256(body).hexdigest() != hex_digest:
+            return hex_digest
+    return None
+
+
+__all__ = ["Verified", "VersionContent", "check_files", "content_of_document", "verify_records"]
