@@ -449,6 +449,7 @@ def get_stats(
 def resolve_refs(body: Annotated[refs_dto.RefsResolveIn, Body()]) -> refs_dto.RefsResolveOut:
     queries = [q.query() for q in body.refs]
     answers = bootstrap.services().refs.resolve_many(current_identity(app), queries)
+    count("RefsResolved", len(queries))
     return refs_dto.resolved_out(answers, problem_of)
 
 
