@@ -182,3 +182,12 @@ def test_a_subset_of_plain_cases_is_the_selection_the_manifest_gives() -> None:
     sample = select_cases(ids, tags, digests, Selection(sample=4, seed=7))
     assert len(sample) == 4 and sample == sorted(sample)
     assert select_cases(ids, tags, digests, Selection()) == list(range(10))
+
+
+def test_the_lock_holds_ids_labels_digests_and_seeds_to_the_models_rules() -> None:
+    from caseshelf.domain import lockfile, models, subset
+
+    assert lockfile.DATASET_ID_PATTERN == models.DATASET_ID_PATTERN
+    assert lockfile.LABEL_PATTERN == models.LABEL_PATTERN
+    assert lockfile.DIGEST_PATTERN == models.DIGEST_PATTERN
+    assert str(lockfile.Seed) == str(subset.Seed)

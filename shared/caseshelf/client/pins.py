@@ -43,11 +43,11 @@ from caseshelf.domain.lockfile import (
     pin_lines,
     render_lock,
 )
-from caseshelf.domain.subset import Selection, select_cases
 
 if TYPE_CHECKING:
     from caseshelf.api.refs_dto import RefResolvedOut
     from caseshelf.client.core import Client
+    from caseshelf.domain.subset import Selection
 
 LOCK_ENV = "CASESHELF_LOCK"
 _PROJECT_MARKERS = (LOCK_NAME, "pyproject.toml", ".git")
@@ -518,6 +518,9 @@ def _select(name: str, pin: Pin, got: Verified, where: str) -> list[dict[str, An
     select as many cases as it did when pinned)."""
     if pin.subset is None:
         return got.cases
+    # (imported here: only a subset pin needs the selection code; every load imports this module)
+    from caseshelf.domain.subset import select_cases
+
     cases = got.cases
     chosen = select_cases(
         [c["id"] for c in cases],
@@ -552,6 +555,8 @@ def selection_of(
     sample: int | None = None,
     seed: int | str | None = None,
 ) -> Selection:
+    from caseshelf.domain.subset import Selection
+
     return Selection(
         ids=tuple(ids) if ids else None,
         tags=tuple(tags) if tags else None,

@@ -27,13 +27,32 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
 from caseshelf.domain.errors import BadRequest
-from caseshelf.domain.models import DatasetId, Digest, Label
-from caseshelf.domain.subset import Seed, Selection
+
+if TYPE_CHECKING:
+    from caseshelf.domain.subset import Selection
+
+# The rules of `caseshelf.domain.models` (ids, labels, digests) and of a subset's seed, repeated
+# so that reading a lock imports neither the case models nor the manifest code: `cs.load` of a
+# cached version pays for what it runs (a unit test holds them equal).
+DATASET_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+LABEL_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+DatasetId = Annotated[str, StringConstraints(pattern=DATASET_ID_PATTERN)]
+Label = Annotated[str, StringConstraints(pattern=LABEL_PATTERN)]
+Digest = Annotated[str, StringConstraints(pattern=DIGEST_PATTERN)]
+Seed = int | Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 LOCK_NAME = "caseshelf.lock"
 LOCK_FORMAT = 1
@@ -67,6 +86,9 @@ class SubsetPin(_Strict):
     selected: int = Field(ge=1)
 
     def selection(self) -> Selection:
+        # (imported here: the subset code is needed only by a subset pin, not by every load)
+        from caseshelf.domain.subset import Selection
+
         return Selection(
             ids=tuple(self.ids) if self.ids is not None else None,
             tags=tuple(self.tags) if self.tags is not None else None,
