@@ -161,3 +161,11 @@ def test_the_batch_route_answers_413_over_its_bound(tmp_path: Path) -> None:
         got = http_call(srv.url + "/refs/resolve", "POST", body)
     assert got.status == 413
     assert "at most 500" in got.json["detail"] and "batches" in got.json["detail"]
+
+
+def test_checking_or_loading_without_a_lock_names_where_it_looked(cs: Client, repo: Path) -> None:
+    lock = repo / "caseshelf.lock"
+    for call in (lambda: cs.check(lock=lock), lambda: cs.sync(lock=lock)):
+        with pytest.raises(NotFound, match="no lock file at .*caseshelf pin ID@REF"):
+            call()
+    assert not lock.exists()

@@ -350,6 +350,18 @@ class Pins:
     def read(self) -> LockFile:
         return LockFile.read(self.path)
 
+    def existing(self) -> LockFile:
+        """The lock, which must be there: checking or syncing no lock is a mistake to name, not
+        a pass (a CI job in the wrong directory would pass every time)."""
+        if not self.path.is_file():
+            raise NotFound(
+                f"no lock file at {shown(self.path)}: pin a dataset there with `caseshelf pin "
+                "ID@REF`, run from the eval repository, or name the lock with --lock "
+                f"({LOCK_ENV})",
+                file=str(self.path),
+            )
+        return self.read()
+
     def pin(
         self, ref: str, *, name: str | None = None, selection: Selection | None = None
     ) -> PinnedOut:
@@ -399,7 +411,7 @@ class Pins:
     def update(self, names: Sequence[str] = ()) -> UpdateOut:
         """Resolve the named pins (every pin when none is named) again and write the lock once,
         when every one of them resolved; what changed."""
-        lockfile = self.read()
+        lockfile = self.existing()
         chosen = list(dict.fromkeys(names)) or list(lockfile.lock.pins)
         olds = {n: lockfile.pin(n) for n in chosen}
         news: dict[str, Pin] = {}
@@ -421,7 +433,7 @@ class Pins:
     def check(self, *, strict: bool = False) -> CheckOut:
         """Every pin against the registry in one request; with `strict`, a moved ref is a
         problem too (with the diff's counts from the locked version to where it is now)."""
-        lockfile = self.read()
+        lockfile = self.existing()
         pins = lockfile.lock.pins
         queries = [{"ref": p.ref, "version": p.version, "digest": p.digest} for p in pins.values()]
         answers = self.client.resolve_refs(queries) if queries else []
@@ -456,7 +468,7 @@ class Pins:
     def sync(self) -> SyncOut:
         """Every pinned version into the local cache, verified (fetched only when the cache
         does not hold it already). A cache that cannot be written is an error here."""
-        lockfile = self.read()
+        lockfile = self.existing()
         out = []
         done: dict[str, Literal["cache", "registry"]] = {}
         for name, pin in lockfile.lock.pins.items():
@@ -484,7 +496,7 @@ class Pins:
     def load(self, name: str) -> list[dict[str, Any]]:
         """The cases of pin `name`: from the cache when it holds the version (verified, no
         registry asked), else fetched, verified and cached; a subset pin's selection of them."""
-        lockfile = self.read()
+        lockfile = self.existing()
         pin = lockfile.pin(name)
         where = lockfile.where(name)
         got = self.cache.get(pin.digest)
