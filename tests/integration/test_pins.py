@@ -166,6 +166,6 @@ def test_the_batch_route_answers_413_over_its_bound(tmp_path: Path) -> None:
 def test_checking_or_loading_without_a_lock_names_where_it_looked(cs: Client, repo: Path) -> None:
     lock = repo / "caseshelf.lock"
     for call in (lambda: cs.check(lock=lock), lambda: cs.sync(lock=lock)):
-        with pytest.raises(NotFound, match="no lock file at .*caseshelf pin ID@REF"):
+        with pytest.raises(NotFound, match=r"no lock file at .*caseshelf pin ID@REF"):
             call()
     assert not lock.exists()
