@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from caseshelf.client.cache import Cache
 from caseshelf.client.refs import DATASET_ID_PATTERN, parse_ref
-from caseshelf.domain.cached import Verified, VersionContent, content_of_document, verify_records
+from caseshelf.domain.cached import Verified, VersionContent, fetched_content
 from caseshelf.domain.errors import BadRequest, CaseshelfError, Corrupt, NotFound
 from caseshelf.domain.lockfile import (
     EMBEDDED,
@@ -513,8 +513,7 @@ class Pins:
         except CaseshelfError as exc:
             raise _located(exc, where, name) from None
         assert body is not None
-        content = content_of_document(orjson.loads(body))
-        got = verify_records(content.records, **content.meta())
+        content, got = fetched_content(orjson.loads(body))
         if got.content_digest != pin.digest:
             raise Corrupt(
                 f"{where}: pin {name}: the registry serves {pin.pinned_ref} as content that "

@@ -68,8 +68,16 @@ def content_of_document(doc: Mapping[str, Any]) -> VersionContent:
     """The content of a downloaded version (the dataset document the download route gives:
     canonical cases with every file body inline): each inline body back into `{digest, size}`,
     as the registry stores it, and the bodies kept by digest."""
+    return fetched_content(doc)[0]
+
+
+def fetched_content(doc: Mapping[str, Any]) -> tuple[VersionContent, Verified]:
+    """`content_of_document`, and what its records verify to: the cases as parsed from the
+    document (the stored form: what a parse of each record gives), every record hashed, and the
+    content digest they make. One parse of the document, not one more of every record."""
     files: dict[str, bytes] = {}
     records: list[bytes] = []
+    cases: list[dict[str, Any]] = []
     for case in doc.get("cases") or ():
         if "files" in case:
             stored = {}
@@ -79,17 +87,29 @@ def content_of_document(doc: Mapping[str, Any]) -> VersionContent:
             case = {**case, "files": stored}
         # a downloaded case is canonical: dumping it again gives its stored bytes
         records.append(canonical_json(case, checked=True))
+        cases.append(case)
     shared = []
     for f in doc.get("shared_files") or ():
         digest, _ = _stored(_body(f, f"shared file {f.get('dest')}"), files)
         shared.append({"dest": f["dest"], "digest": digest})
-    return VersionContent(
+    content = VersionContent(
         description=str(doc.get("description", "")),
         tags=list(doc.get("tags") or ()),
         shared_files=shared,
         records=records,
         files=files,
     )
+    return content, _digested(content, cases)
+
+
+def _digested(content: VersionContent, cases: list[dict[str, Any]]) -> Verified:
+    sha = hashlib.sha256
+    digests = [sha(r).hexdigest() for r in content.records]
+    digester = ContentDigester(
+        description=content.description, tags=content.tags, shared_files=content.shared_files
+    )
+    digester.add([(c["id"], "sha256:" + d) for c, d in zip(cases, digests, strict=True)])
+    return Verified(digester.digest(), cases, digests)
 
 
 def verify_records(
@@ -100,22 +120,19 @@ def verify_records(
     shared_files: Sequence[Mapping[str, str]],
 ) -> Verified:
     """Parse every record and compute the content digest they give, with the case digests."""
-    loads, sha = orjson.loads, hashlib.sha256
-    cases = [loads(r) for r in records]
-    digests = [sha(r).hexdigest() for r in records]
-    digester = ContentDigester(
-        description=description, tags=tags, shared_files=[dict(f) for f in shared_files]
+    content = VersionContent(
+        description=description,
+        tags=list(tags),
+        shared_files=[dict(f) for f in shared_files],
+        records=list(records),
     )
-    digester.add([(c["id"], "sha256:" + d) for c, d in zip(cases, digests, strict=True)])
-    return Verified(digester.digest(), cases, digests)
+    return _digested(content, list(map(orjson.loads, records)))
 
 
-def check_files(content_files: Mapping[str, bytes]) -> str | None:
-    """The hex digest of the first file body that does not hash to its name, or None."""
-    for hex_digest, body in content_files.items():
-        if hashlib.sha256(body).hexdigest() != hex_digest:
-            return hex_digest
-    return None
-
-
-__all__ = ["Verified", "VersionContent", "check_files", "content_of_document", "verify_records"]
+__all__ = [
+    "Verified",
+    "VersionContent",
+    "content_of_document",
+    "fetched_content",
+    "verify_records",
+]
