@@ -1,6 +1,6 @@
 """Datasets as code from an eval repository, as its users run it: the `caseshelf` command as a
 subprocess in a repository with a pyproject.toml, against the local server over HTTP; then a
-load with the server gone, a corrupted cache entry, and a cache on a read-only disk."""
+load with the server gone, a corrupted cache entry, and a cache on a read-only or full disk."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 
 import caseshelf
 from tests.helpers import REPO_ROOT, dev_server, run_cli
+from tests.tmpfs import fill, tmpfs
 
 pytestmark = pytest.mark.e2e
 
@@ -127,6 +128,13 @@ def test_pin_check_move_update_sync_and_load_offline(tmp_path: Path) -> None:
             assert (got.returncode, got.stdout.strip()) == (0, "19"), got.stderr
             assert got.stderr.count("CacheWarning") == 1
             assert "could not be written" in got.stderr
+        # And with the cache on a full disk, the same
+        with tmpfs(tmp_path / "full", "1m") as full:
+            fill(full, leave=0)
+            got = load(again.url, here, full / "cache")
+            assert (got.returncode, got.stdout.strip()) == (0, "19"), got.stderr
+            assert got.stderr.count("CacheWarning") == 1
+            assert "No space left" in got.stderr
 
 
 def test_a_lock_that_does_not_parse_names_file_line_and_pin(tmp_path: Path) -> None:

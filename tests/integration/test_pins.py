@@ -107,6 +107,7 @@ def test_check_fails_on_a_deleted_a_gone_and_a_rewritten_pin(cs: Client, repo: P
     assert out.problems[0].startswith("gsm: 1.1.0 (sha256:")
     assert "revive it" in out.problems[0]
     assert "the registry serves 1.2.0 as" in out.problems[2]
+    assert f"caseshelf.lock:{out.pins[2].line}: third: the lock pins" in out.problems[2]
 
 
 def test_a_bad_lock_stops_everything_and_rewrites_nothing(cs: Client, repo: Path) -> None:

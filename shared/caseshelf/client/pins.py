@@ -253,7 +253,9 @@ def _when(at: str | None) -> str:
     return (at or "")[:16].replace("T", " ")
 
 
-def judge(name: str, pin: Pin, answer: RefResolvedOut, line: int | None) -> PinCheckOut:
+def judge(
+    name: str, pin: Pin, answer: RefResolvedOut, line: int | None, where: str | None = None
+) -> PinCheckOut:
     """The state of one pin from the registry's answer about it (`POST /refs/resolve`):
     `gone`, `tombstoned` or `mismatch` when the pinned version is not there as locked; `moved`
     when the ref now resolves elsewhere (a problem only under `--strict`); else `ok`."""
@@ -274,10 +276,11 @@ def judge(name: str, pin: Pin, answer: RefResolvedOut, line: int | None) -> PinC
         )
     expected = pin.subset.total if pin.subset is not None else pin.cases
     if pinned.content_digest != pin.digest or pinned.case_count != expected:
+        at = f"{where}: " if where else ""
         return PinCheckOut(
             **base,
             status="mismatch",
-            problem=f"{name}: the lock pins {pin.version} as {_short(pin.digest)} "
+            problem=f"{at}{name}: the lock pins {pin.version} as {_short(pin.digest)} "
             f"({expected:,} cases), but the registry serves {pinned.version} as "
             f"{_short(pinned.content_digest)} ({pinned.case_count:,} cases); the lock was "
             f"written against other content: `caseshelf update {name}` pins what the registry "
@@ -439,7 +442,7 @@ class Pins:
         answers = self.client.resolve_refs(queries) if queries else []
         results = []
         for (name, pin), answer in zip(pins.items(), answers, strict=True):
-            result = judge(name, pin, answer, lockfile.line(name))
+            result = judge(name, pin, answer, lockfile.line(name), lockfile.where(name))
             if result.status == "moved":
                 if strict and result.now_digest is not None:
                     result.diff = self._counts(pin, result.now_digest)

@@ -78,6 +78,7 @@ def fetched_content(doc: Mapping[str, Any]) -> tuple[VersionContent, Verified]:
     files: dict[str, bytes] = {}
     records: list[bytes] = []
     cases: list[dict[str, Any]] = []
+    dumps = orjson.dumps
     for case in doc.get("cases") or ():
         if "files" in case:
             stored = {}
@@ -85,8 +86,13 @@ def fetched_content(doc: Mapping[str, Any]) -> tuple[VersionContent, Verified]:
                 digest, size = _stored(_body(entry, f"case {case.get('id')!r} file {path}"), files)
                 stored[path] = {"digest": digest, "size": size}
             case = {**case, "files": stored}
-        # a downloaded case is canonical: dumping it again gives its stored bytes
-        records.append(canonical_json(case, checked=True))
+            records.append(canonical_json(case, checked=True))
+        else:
+            # A downloaded case is canonical JSON, its keys sorted at every level, and a parse
+            # keeps their order: dumped as it is, it is its stored bytes again (half the time
+            # of sorting them once more). A document that was not canonical gives other bytes,
+            # and the content digest computed from them refuses it.
+            records.append(dumps(case))
         cases.append(case)
     shared = []
     for f in doc.get("shared_files") or ():
