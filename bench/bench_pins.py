@@ -47,13 +47,22 @@ NAME = "pins"
 TARGETS = {"load": 1.5, "check": 2.0, "sync": 1.5}
 CLI = [sys.executable, "-m", "caseshelf.cli"]
 PY = [sys.executable, "-c"]
-LOAD = (
-    "import caseshelf, sys; assert len(caseshelf.connect().load('gsm8k-bench')) == int(sys.argv[1])"
-)
+# Each side prints the seconds of its operation alone (the interpreter and its imports are a
+# script's start-up, paid once however many loads it makes); the whole process is timed too.
+LOAD = """
+import caseshelf, sys, time
+cs = caseshelf.connect()
+t = time.perf_counter()
+cases = cs.load("gsm8k-bench")
+print(time.perf_counter() - t)
+assert len(cases) == int(sys.argv[1])
+"""
 READ = """
-import orjson, sys
+import orjson, sys, time
+t = time.perf_counter()
 with open(sys.argv[1], "rb") as fh:
     cases = [orjson.loads(line) for line in fh]
+print(time.perf_counter() - t)
 assert len(cases) == int(sys.argv[2])
 """
 
