@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from caseshelf.services.imports import ImportService
     from caseshelf.services.jobs import JobService
     from caseshelf.services.recipes import RecipeService
+    from caseshelf.services.refs import RefService
     from caseshelf.services.registry import RegistryService
     from caseshelf.services.selection import SelectionService
     from caseshelf.services.tasks import TaskImportService
@@ -228,6 +229,12 @@ class Services:
         # An answer carrying cases is paged within the budget of every answer
         # (`caseshelf.domain.answers`).
         return SelectionService(self.registry)
+
+    @cached_property
+    def refs(self) -> RefService:
+        from caseshelf.services.refs import RefService
+
+        return RefService(self.registry.versions)
 
     @cached_property
     def browse(self) -> BrowseService:

@@ -471,6 +471,7 @@ ROUTE_METHODS = {
     "GET /datasets/{id}/versions/{ref}/files/{digest}": "file",
     "GET /datasets/{id}/versions/{ref}/stats": "stats",
     "GET /me": "me",
+    "POST /refs/resolve": "resolve_refs",
     "POST /datasets/terminal-bench": "import_tasks",
     "POST /datasets/harbor": "import_tasks",
     "POST /datasets/{id}/versions/{ref}/subset": "subset",

@@ -52,6 +52,11 @@ def test_the_page_has_a_snippet_per_operation() -> None:
         ".datasets(",
         ".versions(",
         ".register_recipe(",
+        ".pin(",
+        ".check(",
+        ".update(",
+        ".sync(",
+        ".load(",
     ):
         assert op in code, f"docs/python.md shows no {op}"
 

@@ -83,6 +83,7 @@ COMMAND_MODULES: list[str] = [
     "browse",
     "tags",
     "store",
+    "pins",
 ]
 # Which module declares each top-level command (a test holds this to what they declare): a run
 # loads only the module of the command it names, or every module for help or an unknown name.
@@ -124,6 +125,7 @@ COMMANDS: dict[str, str] = {
     "tags": "tags",
     "info": "store",
     "init": "store",
+    **dict.fromkeys(("pin", "unpin", "update", "check", "sync", "cache"), "pins"),
 }
 # The common options that take a value (the token after them is no command name).
 _VALUE_OPTIONS = frozenset({"--api", "--tenant", "--principal", "--roles"})

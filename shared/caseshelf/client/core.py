@@ -60,6 +60,9 @@ if TYPE_CHECKING:
         RecipeVersionOut,
         UploadOut,
     )
+    from caseshelf.api.refs_dto import RefResolvedOut
+    from caseshelf.client.cache import Cache
+    from caseshelf.client.pins import CheckOut, PinnedOut, Pins, SyncOut, UnpinnedOut, UpdateOut
     from caseshelf.domain.models import Case
     from caseshelf.services.pull import Progress as PullProgress
 
@@ -108,6 +111,7 @@ class Client:
     def __init__(self, transport: Transport, *, page_size: int = PAGE_MAX) -> None:
         self.transport = transport
         self.page_size = page_size
+        self._cache: Cache | None = None
 
     def __repr__(self) -> str:
         return f"caseshelf.Client({self.transport!r})"
@@ -864,6 +868,24 @@ class Client:
 
         return self._as(TagsOut, self.call("GET", "datasets", name, "tags"))
 
+    def resolve_refs(
+        self, refs: Iterable[str | Mapping[str, Any]], *, batch: int = 500
+    ) -> list[RefResolvedOut]:
+        """Many refs resolved at once (`POST /refs/resolve`, `batch` a request): each `ID@REF`,
+        or `{ref, version, digest}` to have the version it was pinned to answered as well
+        (`pinned`, tombstoned ones included). One answer a ref, in order: its `version` or its
+        `problem`, and `moved` (the tag's last move) when the ref is a tag."""
+        from caseshelf.api.refs_dto import RefsResolveOut
+
+        queries = [{"ref": r} if isinstance(r, str) else dict(r) for r in refs]
+        out: list[RefResolvedOut] = []
+        for start in range(0, len(queries), batch):
+            body = {"refs": queries[start : start + batch]}
+            out.extend(
+                self._as(RefsResolveOut, self.call("POST", "refs", "resolve", body=body)).items
+            )
+        return out
+
     def delete(self, ref: str) -> VersionOut:
         """Tombstone a version (`ID@VERSION`): hidden, content kept; `revive` undoes it."""
         from caseshelf.api.dto import VersionOut
@@ -877,6 +899,74 @@ class Client:
 
         name, v = parse_version(ref)
         return self._as(VersionOut, self.call("POST", "datasets", name, "versions", v, "revive"))
+
+    # -- datasets as code: the lock file and the local cache -----------------------------------
+
+    @property
+    def cache(self) -> Cache:
+        """The verified local cache of versions by content digest (`CASESHELF_CACHE`, else the
+        user cache directory; `CASESHELF_CACHE_MAX` bounds it). Assign another to use it."""
+        if self._cache is None:
+            from caseshelf.client.cache import Cache
+
+            self._cache = Cache.from_env()
+        return self._cache
+
+    @cache.setter
+    def cache(self, value: Cache) -> None:
+        self._cache = value
+
+    def pins(self, lock: str | Path | None = None) -> Pins:
+        """The lock file at `lock` (default: the nearest `caseshelf.lock`, see
+        `caseshelf.client.pins.find_lock`) on this registry and this client's cache."""
+        from caseshelf.client.pins import Pins
+
+        return Pins(self, lock, self.cache)
+
+    def pin(
+        self,
+        ref: str,
+        *,
+        name: str | None = None,
+        ids: list[str] | None = None,
+        tags: list[str] | None = None,
+        limit: int | None = None,
+        sample: int | None = None,
+        seed: int | str | None = None,
+        lock: str | Path | None = None,
+    ) -> PinnedOut:
+        """Pin `ref` in the lock file as `name` (default the dataset id): the version it
+        resolves to and its content digest; with `ids`/`tags`/`limit`/`sample`, that subset of
+        it (as `subset` selects it, stamped)."""
+        from caseshelf.client.pins import selection_of
+
+        sel = selection_of(ids=ids, tags=tags, limit=limit, sample=sample, seed=seed)
+        return self.pins(lock).pin(ref, name=name, selection=sel)
+
+    def unpin(self, name: str, *, lock: str | Path | None = None) -> UnpinnedOut:
+        """Take pin `name` out of the lock file."""
+        return self.pins(lock).unpin(name)
+
+    def update(self, *names: str, lock: str | Path | None = None) -> UpdateOut:
+        """Resolve the named pins (every pin when none is named) again and rewrite the lock
+        file; `.pins` says what changed."""
+        return self.pins(lock).update(names)
+
+    def check(self, *, strict: bool = False, lock: str | Path | None = None) -> CheckOut:
+        """Every pin against the registry in one request: `.ok`, and `.problems` (a pinned
+        version gone, tombstoned or other content under its label; with `strict`, a ref that
+        moved since it was locked, who moved it and the diff's counts)."""
+        return self.pins(lock).check(strict=strict)
+
+    def sync(self, *, lock: str | Path | None = None) -> SyncOut:
+        """Every pinned version into the local cache, verified: loads need no registry after."""
+        return self.pins(lock).sync()
+
+    def load(self, name: str, *, lock: str | Path | None = None) -> list[dict[str, Any]]:
+        """The cases of the version pin `name` of the nearest lock file pins (a subset pin: its
+        selection), from the local cache when it holds them, verified; else fetched, verified
+        and cached. Errors name the lock file, the line and the pin."""
+        return self.pins(lock).load(name)
 
     # -- subset, diff, export ------------------------------------------------------------------
 

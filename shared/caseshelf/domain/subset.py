@@ -450,6 +450,27 @@ def select_from_columns(
     return _stamped(chosen, sel, dataset_id, version, content_digest, total)
 
 
+def select_cases(
+    ids: Sequence[str],
+    case_tags: Sequence[Sequence[str]],
+    digests: Sequence[str],
+    sel: Selection,
+) -> list[int]:
+    """The positions a selection keeps of a version's cases given as plain values (each case's
+    id, tags and digest, 64 hex), ascending: the same answer as `select_subset` gives from the
+    manifest, for cases held elsewhere (a verified local copy of the version)."""
+    check_selection(sel)
+    if sel.empty:
+        return list(range(len(ids)))
+    names: dict[str, int] = {}
+    numbered = [[names.setdefault(t, len(names)) for t in tags] for tags in case_tags]
+
+    def prefixes(upto: int) -> bytes:
+        return digest_prefixes("".join(digests[:upto]))
+
+    return _choose(sel, ids, list(names), numbered, prefixes)
+
+
 def _stamped(
     chosen: list[int],
     sel: Selection,

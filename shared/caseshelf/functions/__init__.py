@@ -78,6 +78,7 @@ FUNCTIONS: tuple[Function, ...] = (
             ("POST", "/datasets/{id}/versions/{ref}/revive"),
             ("GET", "/datasets/{id}/versions/{ref}/files/{digest}"),
             ("GET", "/datasets/{id}/versions/{ref}/stats"),
+            ("POST", "/refs/resolve"),
             ("GET", "/me"),
         ),
     ),

@@ -16,9 +16,9 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from caseshelf import bootstrap
-from caseshelf.api import browse_dto, dto
+from caseshelf.api import browse_dto, dto, refs_dto
 from caseshelf.api.app import count, current_identity, instrumented, make_resolver, problems
-from caseshelf.api.errors import PROBLEM_JSON
+from caseshelf.api.errors import PROBLEM_JSON, problem_of
 from caseshelf.api.routes import (
     Cursor,
     DatasetIdPath,
@@ -434,6 +434,25 @@ def get_stats(
 ) -> browse_dto.VersionStatsOut:
     rec, stats = browse().stats(current_identity(app), id, ref, include_deleted=include_deleted)
     return browse_dto.stats_out(rec, stats)
+
+
+@app.post(
+    "/refs/resolve",
+    summary="Resolve many refs in one request",
+    description="Each `ID@REF` is answered with the version it resolves to now, or its problem "
+    "(an error of one ref is its own answer's, not the request's); a tag ref also with the "
+    "tag's last move (who moved it from where to where, when); a ref given with the `version` "
+    "or `digest` it was pinned to also with that version as the registry holds it, tombstoned "
+    "ones included (`pinned`), or its problem. What `caseshelf check` asks of a lock file: one "
+    "round trip for every pin. 413 over the count a request may carry.",
+    tags=TAGS,
+    responses=problems(400, 403, 413),
+)
+def resolve_refs(body: Annotated[refs_dto.RefsResolveIn, Body()]) -> refs_dto.RefsResolveOut:
+    queries = [q.query() for q in body.refs]
+    answers = bootstrap.services().refs.resolve_many(current_identity(app), queries)
+    count("RefsResolved", len(queries))
+    return refs_dto.resolved_out(answers, problem_of)
 
 
 @app.get(
