@@ -114,12 +114,9 @@ def disk_full(exc: BaseException) -> bool:
 
 
 def _write_file(path: Path, data: bytes) -> None:
-    """Write `data` to a new file at `path` in `WRITE_PIECE_BYTES` pieces, not in one call.
-    On the development machine's kernel a write of a megabyte or more into a new file costs
-    about ten times the system time of the same bytes written 256 KiB at a time: 80 MB of new
-    files took 0.19-0.25 s of system time in 8 MiB writes (a pack is one) and 0.023 s in
-    256 KiB writes (64 KiB: 0.026 s). An import of 100,000 GSM8K-shaped rows writes ~84 MB of
-    packs and manifest chunks."""
+    """Write `data` to a new file at `path` in `WRITE_PIECE_BYTES` pieces, not in one call:
+    a write of a megabyte or more into a new file (a pack is one 8 MiB write) costs the kernel
+    about ten times the system time of the same bytes written 256 KiB at a time."""
     view = memoryview(data)
     with path.open("wb") as fh:
         for at in range(0, len(view), WRITE_PIECE_BYTES):

@@ -582,10 +582,9 @@ class Client:
         At most one page waits ahead of the one being read, and one more is on its way.
 
         The thread sends the next request itself, before this one is parsed: parsing a page
-        holds the GIL, so a request asked for from here, then parsed around, only went out once
-        the parse was done, and the client waited for the server's whole answer every page
-        (100 pages of 1,000 GSM8K-shaped cases: 0.65 s of waiting in ~1.0 s, as long as the
-        fetches themselves took; `bench/bench_client.py`)."""
+        holds the GIL, so a request asked for from here, then parsed around, would only go out
+        once the parse was done, and the client would wait for the server's whole answer every
+        page (`bench/bench_client.py`)."""
         name, r = parse_ref(ref)
         segments = ("datasets", name, "versions", r, "cases")
         from caseshelf.client.prefetch import Prefetch

@@ -88,7 +88,7 @@ MAX_CASES = 4096
 # Chunks per sample column: a group ends after a chunk whose key's last 8 hex digits are 0
 # modulo SAMPLE_MODULUS once it holds SAMPLE_MIN_CHUNKS, and after SAMPLE_MAX_CHUNKS at the
 # latest (about 7 chunks, ~7,000 cases, ~160 kB at GSM8K's ids). Larger groups mean fewer
-# requests for a sample and more bytes rewritten for a change (docs/benchmarks.md, "subset").
+# requests for a sample and more bytes rewritten for a change (docs/decisions.md, sample columns).
 SAMPLE_MIN_CHUNKS = 4
 SAMPLE_MODULUS = 4
 SAMPLE_MAX_CHUNKS = 16

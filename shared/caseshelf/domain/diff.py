@@ -386,9 +386,8 @@ _DIGEST_BLOCK = 32
 def differing_digests(base: str, candidate: str) -> list[int]:
     """The positions where two digest columns of one length (64 hex a digest, back to back)
     hold different digests, ascending: blocks of `_DIGEST_BLOCK` digests compared whole (one
-    string comparison in C each), and only the blocks that differ digest by digest. At 100,000
-    digests with every 100th differing, ~25 ms, where cutting both columns into lists of
-    digests and comparing those took ~90 ms."""
+    string comparison in C each), and only the blocks that differ digest by digest: with every
+    100th digest differing, about a quarter of the time of cutting both columns into lists."""
     if len(base) != len(candidate):
         raise ValueError("digest columns of different lengths")
     if base == candidate:

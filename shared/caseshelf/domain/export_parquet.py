@@ -165,11 +165,10 @@ def _empty_lists(n: int, kind: Any) -> Any:
 def arrow_rows(raw: bytes, count: int, schema: Any) -> Any | None:
     """The parquet rows (`schema`: `parquet_schema()`) of `count` canonical case records, one
     per line in `raw`: the values of `row_of`, built by Arrow; None when the window holds a case
-    this path does not carry (see the module's docstring). What it buys: the CPU time of a
-    parquet export of 100,000 GSM8K-shaped cases went from 2.2-2.9 s to 0.9-1.4 s (the parse,
-    the JSON texts and Arrow's conversion of Python lists were about 1.7 s of it), and most of
-    what is left runs with the interpreter lock released (`bench/bench_export.py`,
-    `export-parquet`; docs/benchmarks.md)."""
+    this path does not carry (see the module's docstring). What it buys: no Python object per
+    case (the parse, the JSON texts and Arrow's conversion of Python lists were most of a
+    parquet export's CPU), and Arrow's work runs with the interpreter lock released
+    (`bench/bench_export.py`, `export-parquet`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.json as pj

@@ -290,7 +290,7 @@ def _cases_tagged(case_tags: Sequence[Sequence[int]], wanted: set[int]) -> Itera
 
 def count_tagged(case_tags: Sequence[Sequence[int]], wanted: set[int]) -> int:
     """How many cases carry any of the `wanted` tag indices: the scan of `_cases_tagged`, in C
-    (a chunk of 1,000 cases in ~0.1 ms, where a loop over each case's tags took ~4 ms)."""
+    (tens of times faster than a loop over each case's tags)."""
     return len(list(_cases_tagged(case_tags, wanted))) if wanted else 0
 
 

@@ -2,8 +2,8 @@
 
 An export writes three YAML files per case (`input.yaml`, `annotations.yaml`,
 `environment.yaml`). PyYAML's representer and serializer are Python even with libyaml's emitter,
-and at ~0.15 ms a document they were most of a 10,000-case directory export
-(`bench/bench_export.py`, docs/benchmarks.md "export"). `dump_plain_yaml` writes the same
+and at ~0.15 ms a document they were most of a directory export's time
+(`bench/bench_export.py`, `export-dir`). `dump_plain_yaml` writes the same
 block style directly for JSON-shaped values (mappings with string keys, lists, strings, numbers,
 booleans, null) and answers None for anything else, which the caller hands to PyYAML.
 

@@ -367,9 +367,8 @@ def handle_s3_event(event: dict[str, Any]) -> dict[str, Any]:
     for key, etag in s3_objects(event):
         # An uploaded dataset document is parsed whole before its cases stream into the
         # registry: scoped, the cyclic collector stays out of it, as for the registry
-        # function's registrations (`caseshelf.services.bulk`; `caseshelf register` of such a
-        # file, the same job in the CLI's process: 4.5-5.3 s with the collector, 2.2-2.8 s
-        # without, at 100,000 cases).
+        # function's registrations (`caseshelf.services.bulk`: with the collector running,
+        # such a job takes about twice as long).
         with gc_paused():
             outcome = jobs.handle_object(key, etag=etag)
         logger.info(

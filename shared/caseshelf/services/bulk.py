@@ -3,13 +3,10 @@
 Validating a large dataset document builds hundreds of thousands of small objects (the parsed
 document, then each case validated) that all stay alive until the registration ends. The
 cyclic collector, triggered by those allocations, rescans the growing heap again and again for
-nothing: `parse_dataset` of 100,000 GSM8K-shaped cases took 15.7 s with the collector and 3.8 s
-without it (`bench/bench_register.py`'s dataset, on the shared development machine under load;
-the register step 6.7 s against 4.3 s). A streamed registration holds a window of models, but
-`caseshelf register FILE` of a `.json` file over 5 MiB on the embedded store still parses the
-whole document in its process before streaming its cases: with the collector running, that
-command took 4.5-5.3 s for the same 100,000 cases, and 2.2-2.8 s with it paused (load average
-2-3, 2026-12-01).
+nothing (`parse_dataset` of 100,000 cases takes about four times as long with it running). A
+streamed registration holds a window of models, but `caseshelf register FILE` of a `.json` file
+over 5 MiB on the embedded store still parses the whole document in its process before
+streaming its cases, so it pays the same.
 
 The collector is process-wide state, so no service pauses it: the entry points that take whole
 documents do (the registry function's handler, the importer function's upload jobs, the CLI's
@@ -55,9 +52,9 @@ def _promote_unscanned() -> None:
     """Move every object the collector tracks into its oldest generation, unscanned.
 
     What was allocated during a pause is still in the youngest generation when it ends, so the
-    first allocation after it would scan all of it at once: after `parse_dataset` and
-    `register` of 100,000 cases, 1.7 million objects, 0.27-0.38 s, for objects that mostly die
-    by reference count a moment later (the document and its models). A collection would promote
+    first allocation after it would scan all of it at once (1.7 million objects after
+    registering 100,000 cases), for objects that mostly die by reference count a moment later
+    (the document and its models). A collection would promote
     the survivors to the older generations anyway; this moves them there without the scan (two
     list splices: `freeze` into the permanent generation, `unfreeze` back out into the oldest),
     so nothing stays frozen. Cyclic garbage made during the pause waits for the next full

@@ -363,8 +363,7 @@ class DiffService:
         (`caseshelf.domain.diff.Delta`), seen from this diff's side; None when neither keeps
         one (any other pair: the chunks that differ are read). With every 100th of 100,000
         cases changed, every chunk of both versions differs: the plan from the delta is 1 read
-        instead of ~200 chunks (`bench/bench_diff.py` on moto, where a read is ~2-5 ms of CPU:
-        ratio 0.014 instead of 0.13-0.16)."""
+        instead of ~200 chunks, about a tenth of the time on moto (`bench/bench_diff.py`)."""
         if not self.use_deltas or base.tenant != candidate.tenant:
             return None
         store, tenant = self.registry.store, candidate.tenant
@@ -424,11 +423,10 @@ class _LastPlan:
     manifest key names its content, so a kept plan is never stale). One is kept: the next page
     of a series a client reads in order (the CLI, `Client.diff_pages`, the UI's "more") skips
     the plan, which is most of a page's cost when the versions differ in many chunks
-    (`bench/bench_diff_pages.py`, two versions sharing nothing: every 1,000-entry page of a
-    100,000-case diff 0.074 s instead of 0.345 s; at 1,000,000 cases a page ~0.2 s instead of
-    ~3 s). What it costs: the plan's memory stays after the answer, as large as while the page
-    was made. Access is checked on every request before this is read
-    (`get_version`)."""
+    (`bench/bench_diff_pages.py`, two versions sharing nothing: a page with the plan kept takes
+    about a fifth of one planned afresh). What it costs: the plan's memory stays after the
+    answer, as large as while the page was made. Access is checked on every request before this
+    is read (`get_version`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -66,8 +66,8 @@ class _ObjectRaw(io.RawIOBase):
 
     def readall(self) -> bytes:
         """The rest of the object, `READ_BYTES` per ranged read. (`io.RawIOBase.readall`, which
-        a reader's `read()` calls, reads 8 KiB at a time: a 39 MB upload was 4,800 ranged
-        reads, each a file opened on the embedded store and a request on S3.)"""
+        a reader's `read()` calls, reads 8 KiB at a time: thousands of ranged reads for an
+        upload, each a file opened on the embedded store and a request on S3.)"""
         parts = []
         while self._at < self._size:
             data = self._store.get_range(

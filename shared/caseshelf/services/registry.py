@@ -1574,8 +1574,7 @@ class RegistryService:
         as `list_cases`' items dumped; what this buys is the parse and the dump of every case
         (most of the server's time on a page, `bench/bench_client.py`). Only the root and the
         chunks covering the page are read, a few ranged reads each, and the records are checked in
-        bulk (`caseshelf.services.windowread`): 100 pages of 1,000 GSM8K-shaped cases took
-        0.50-0.77 s through `read_records` and take 0.26-0.32 s (`bench/bench_client.py`)."""
+        bulk (`caseshelf.services.windowread`), in about half the time of `read_records`."""
         # (imported here: the export formats it reads windows for are no cold-start cost of
         # every registry function)
         from caseshelf.services.windowread import window_cases

@@ -168,11 +168,9 @@ class SelectionService:
     ) -> tuple[Subset, list[str]]:
         """A selection decided from the version's sample columns (ids, digest
         prefixes and, in a root of format 5, tags; `columns_for_selection`), a column per ~7
-        chunks at ~a fifth of their bytes. `bench/bench_subset.py`, 100,000 cases: a sample
-        reads 12 objects instead of 97 (ratio 0.037 instead of 0.142 on moto; embedded 0.011
-        instead of 0.065); tags + limit 5,000 reads 3 (the root and 2 columns) instead of 20
-        (moto 0.008-0.011 instead of 0.042-0.063; embedded 0.005-0.007 instead of
-        0.024-0.039). Tags and a limit stop reading near the column where the limit is
+        chunks at ~a fifth of their bytes. At 100,000 cases a sample reads 12 objects instead
+        of 97, and tags + limit 5,000 reads 3 (the root and 2 columns) instead of 20
+        (`bench/bench_subset.py`). Tags and a limit stop reading near the column where the limit is
         reached (`_read_until_limit`)."""
         numbers = columns_for_selection(root, selection)
         starts = root.sample_starts()
@@ -345,8 +343,7 @@ def _next_batch(
     hold the `missing` cases if every case carried a wanted tag (the first batch: no more can be
     needed), then as many as the share of matching cases seen so far says, with a tenth more.
     Each batch is a round of reads in flight; sized by the share seen, a selection reads in
-    two or three rounds where the first rule alone took five to seven (`bench/bench_subset.py`,
-    tags + limit 5,000 of 100,000 cases, a third of them matching)."""
+    two or three rounds where the first rule alone would take five to seven."""
     share = found / seen if seen and found else 1.0
     needed = missing / share * (1.1 if share < 1.0 else 1.0)
     batch: list[int] = []

@@ -42,7 +42,7 @@ SMALL_BLOB_BYTES = 256 * 1024
 # request costs tens of milliseconds of waiting plus about a millisecond of client CPU (which no
 # number of threads overlaps), while bytes in the region cost nothing: read spans, several at
 # once (`REMOTE_READ_WORKERS`). On local files a request costs microseconds: read little more
-# than the records wanted (`LOCAL_MAX_GAP_BYTES`). docs/benchmarks.md has the measured trade.
+# than the records wanted (`LOCAL_MAX_GAP_BYTES`). `bench/bench_diff.py` measures the trade.
 MAX_GAP_BYTES = 256 * 1024
 LOCAL_MAX_GAP_BYTES = 16 * 1024
 # Ranged GETs in flight at once against a remote store (S3): a request there mostly waits on the
@@ -235,8 +235,8 @@ class ManifestWriter:
     threads (at least one) while the caller goes on: on a remote store a PUT waits on the
     network (~100 chunks of a 100,000-case version one at a time against S3 would add ~100
     round trips), and on local disk each object is a temporary file made, written and linked
-    (~1,200 of them at 1,000,000 cases: 0.3-0.45 ms each on the development machine, most of it in
-    system calls, which a thread overlaps with the caller's work)."""
+    (~1,200 of them at 1,000,000 cases, mostly system calls, which a thread overlaps with the
+    caller's work)."""
 
     def __init__(self, store: BlobStore, tenant: str, *, workers: int = 1) -> None:
         self._store = store
@@ -451,10 +451,8 @@ def _read_each(read: Callable[[str], _T], keys: Iterable[str], workers: int) -> 
 def started_pool(workers: int, name: str) -> ThreadPoolExecutor:
     """A thread pool whose `workers` threads have all started before any work is handed to it.
     A pool starts a thread at a submit that finds none idle, and the start waits until the new
-    thread runs: while the reads already handed out hold the GIL (an in-process moto request is
-    ~2 ms of CPU), each start waited 5-15 ms (a cold sample on moto: 8 starts were 108 ms of
-    184 ms). Measured on moto, 40 reads (20 sample columns, 20 chunks): 0.28 s with the threads
-    started first, 0.56 s started at submits, 0.67 s one read at a time (medians of 8)."""
+    thread runs: while the reads already handed out hold the GIL, each start waits 5-15 ms,
+    so 40 reads on moto took twice as long started at submits."""
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
     everyone = threading.Barrier(workers + 1)
     for _ in range(workers):  # each holds its thread until all have started

@@ -141,10 +141,9 @@ def checked_records(
     """The records at `group` in `data` (the bytes of a pack from `start`), each checked against
     its digest. What it buys over a check per record (`storage.read_cases`): the records are cut
     and hashed in two comprehensions over the chunk's columns and the hashes compared with the
-    digest column in one comparison, with no `Location` or call per record: reading and checking
-    100,000 GSM8K-shaped cases took about 0.75 s of CPU through `case_records` and takes about
-    0.3 s here, most of it the hashing itself (`bench/bench_export.py`, `export-parquet`). A
-    record that does not match is named as `read_cases` names it."""
+    digest column in one comparison, with no `Location` or call per record: less than half the
+    CPU of `case_records`, most of it the hashing itself. A record that does not match is named
+    as `read_cases` names it."""
     offsets = column_array(chunk.offsets)
     lengths = column_array(chunk.lengths)
     records = [data[offsets[j] - start : offsets[j] - start + lengths[j]] for j in group]
@@ -208,11 +207,10 @@ WHOLE_PACK_MIN_BYTES = PACK_TARGET_BYTES // 8
 
 class WholePacks:
     """The packs an export has read whole, each checked once against its address, kept for its
-    next windows (the last `keep` of them). What it buys: an export of 100,000 GSM8K-shaped
-    cases hashed each record apart (~1.5 µs each with the interpreter lock held) and cut each
-    out of its read; with whole packs it hashes ~5 packs with the lock released, and hands on
-    the window's records as the blocks of lines they already are (`bench/bench_export.py`,
-    `export-parquet`; docs/benchmarks.md).
+    next windows (the last `keep` of them). What it buys: instead of hashing each record apart
+    with the interpreter lock held and cutting each out of its read, an export hashes a few
+    whole packs with the lock released and hands on the window's records as the blocks of lines
+    they already are (`bench/bench_export.py`, `export-parquet`).
 
     A pack whose bytes do not hash to its address is not kept: its records are then checked one
     by one as without it, so a damaged record is named (`Corrupt`) and an intact one served."""
@@ -294,10 +292,9 @@ def read_ahead(read: Callable[[int], CaseWindow], count: int) -> Iterator[CaseWi
     """`read(0)` … `read(count - 1)`, each read on a thread of its own while the caller works
     on the one before. What it buys: reading a window mostly waits on files or the network and
     hashes packs and chunks with the interpreter lock released, so it overlaps the planning of
-    the window before (and the building and writing of those before it). With `WholePacks`, a
-    parquet export of 100,000 GSM8K-shaped cases went from 3.00-3.18 times `write_table` to
-    2.67-2.83 on two quiet cores (`bench/bench_export.py`, `export-parquet`; the two were
-    measured together). At most one window is read ahead."""
+    the window before (and the building and writing of those before it). With `WholePacks`, it
+    keeps a parquet export within 3 times `write_table` (`bench/bench_export.py`,
+    `export-parquet`). At most one window is read ahead."""
     if not count:
         return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="caseshelf-read") as pool:
