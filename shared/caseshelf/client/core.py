@@ -1200,6 +1200,7 @@ class Client:
             "bytes": got.bytes,
             "requests": got.requests,
             "reused": got.reused,
+            "resumed": got.resumed,
         }
 
     # -- tasks -----------------------------------------------------------------------------------
