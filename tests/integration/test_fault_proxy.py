@@ -155,8 +155,11 @@ class Run:
                 assert (dest / rel).read_bytes() == (again.dest / rel).read_bytes(), rel
 
         def clean() -> None:
+            # Nothing but the hidden staging directory the next pull goes on with
             assert not (dest / MANIFEST_NAME).exists()
-            assert not dest.exists() or not any(dest.iterdir())
+            left = list(dest.iterdir()) if dest.exists() else []
+            assert all(p.name.startswith(".caseshelf-staging-") for p in left), left
+            assert len(left) <= 1, left
 
         return self.step(run, clean)
 

@@ -1289,6 +1289,7 @@ class Client:
             "bytes": got.bytes,
             "requests": got.requests,
             "reused": got.reused,
+            "resumed": got.resumed,
         }
 
     # -- tasks -----------------------------------------------------------------------------------

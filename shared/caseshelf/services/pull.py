@@ -7,6 +7,10 @@ it, is left out). The download goes into a hidden temporary directory; only a ve
 is moved into place, manifest last, so a directory that has `manifest.json` is complete. The
 hidden directory is inside the destination (`caseshelf.services.staging`), so a destination that
 is a mount point (a pod's volume) works as any other, and what a killed pull left is removed.
+A pull that fails or is killed before its commit keeps its staging directory, named after its
+source (the prefix and the manifest's digest): the next pull of the same export into the same
+destination goes on with it, downloading only the files not already there with the manifest's
+size and digest.
 
 `--bundle` fetches the bundle at the sibling key `<prefix without its slash>.bundle.tar.gz`
 (outside the prefix, so a pod listing the prefix never downloads it), or, for an older export,
@@ -39,7 +43,7 @@ from caseshelf.domain.export import (
 from caseshelf.domain.paths import relative_path_problem
 from caseshelf.ports import BlobStore, ObjectInfo
 from caseshelf.services.objectio import per_object
-from caseshelf.services.staging import Staging
+from caseshelf.services.staging import STAGING_PREFIX, Staging
 
 DEFAULT_CONCURRENCY = 16
 
@@ -88,6 +92,7 @@ class PullResult:
     bytes: int
     requests: int
     reused: bool = False
+    resumed: int = 0  # files a killed or failed pull of the same export had already written
 
 
 def safe_relative_key(key: str, prefix: str, dest: Path) -> str:
@@ -119,13 +124,43 @@ def _check(rel: str, data: bytes, manifest: ExportManifest, key: str) -> None:
         )
 
 
-def _write(tmp: Path, rel: str, data: bytes, mode: int | None, made: set[str]) -> None:
-    """Write one file under the staging directory (`made`: the directories made so far)."""
+def _source(prefix: str, manifest_bytes: bytes) -> str:
+    """What a pull's staging directory is named after: the export it is a copy of."""
+    return f"{prefix}\nsha256:{hashlib.sha256(manifest_bytes).hexdigest()}"
+
+
+def _staged(tmp: Path, rel: str, manifest: ExportManifest) -> bool:
+    """Whether a resumed staging directory already holds `rel` with the manifest's size and
+    digest (its mode set again: a run killed between the write and the chmod)."""
+    path = tmp / rel
+    digest, size = manifest.files[rel]
+    try:
+        if path.stat().st_size != size:
+            return False
+        with open(path, "rb") as fh:
+            got = "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
+    except OSError:
+        return False
+    if got != digest:
+        return False
+    mode = manifest.modes.get(rel)
+    if mode is not None:
+        path.chmod(mode)
+    return True
+
+
+def _write(
+    tmp: Path, rel: str, data: bytes, mode: int | None, made: set[str], *, over: bool = False
+) -> None:
+    """Write one file under the staging directory (`made`: the directories made so far;
+    `over`: a resumed one, where a file that did not verify is replaced)."""
     path = tmp / rel
     parent = rel.rpartition("/")[0]
     if parent and parent not in made:
         path.parent.mkdir(parents=True, exist_ok=True)
         made.add(parent)
+    if over:
+        path.unlink(missing_ok=True)  # a mode without write permission is not in the way
     with open(path, "wb") as fh:
         fh.write(data)
     if mode is not None:
@@ -133,8 +168,8 @@ def _write(tmp: Path, rel: str, data: bytes, mode: int | None, made: set[str]) -
 
 
 def _already_there(dest: Path, export_id: str | None) -> PullResult | None:
-    if not dest.is_dir() or not any(dest.iterdir()):
-        return None
+    if not dest.is_dir() or not any(not p.name.startswith(STAGING_PREFIX) for p in dest.iterdir()):
+        return None  # empty, or only what a killed run staged
     marker = dest / MANIFEST_NAME
     if marker.is_file():
         found = parse_manifest(marker.read_bytes())
@@ -202,32 +237,49 @@ def pull(
             + ", ".join(missing[:20]),
             missing=missing[:50],
         )
-    total = 0
-    with Staging(dest, what="destination") as staging:
+    total = resumed = 0
+    source = _source(prefix, manifest_bytes)
+    with Staging(dest, what="destination", source=source, expected=manifest.files) as staging:
         found = _already_there(dest, manifest.export_id)
         if found is not None:
             return found
+        over = staging.resumed is not None
         tmp = staging.start()
         made: set[str] = set()
 
-        def fetch(key: str, rel: str) -> int:
+        def fetch(key: str, rel: str) -> tuple[int, bool]:
+            if over and _staged(tmp, rel, manifest):
+                return manifest.files[rel][1], True
             # Each file on its own: tried again when the store stays unavailable through the
             # client's retries (a body cut mid-stream is read on where it stopped, by the store)
             data = per_object(partial(store.get, key))
             _check(rel, data, manifest, key)
-            _write(tmp, rel, data, manifest.modes.get(rel), made)
-            return len(data)
+            _write(tmp, rel, data, manifest.modes.get(rel), made, over=over)
+            return len(data), False
 
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
             futures = [pool.submit(fetch, key, rel) for key, rel in wanted]
-            for fut in as_completed(futures):
-                n = fut.result()
-                total += n
-                progress.advance(1, n)
+            try:
+                for fut in as_completed(futures):
+                    n, kept = fut.result()
+                    total += n
+                    resumed += kept
+                    progress.advance(1, n)
+            except BaseException:
+                # Stop here: the downloads not begun are left to the next run (which goes on
+                # with what this one verified), not fetched only to be kept.
+                pool.shutdown(cancel_futures=True)
+                raise
         staging.commit(manifest_bytes)
-    # GETs: the manifest and one per file (listing pages not counted).
+    # GETs: the manifest and one per file not resumed (listing pages not counted).
     return PullResult(
-        dest, manifest.export_id, manifest.case_count, len(wanted), total, 1 + len(wanted)
+        dest,
+        manifest.export_id,
+        manifest.case_count,
+        len(wanted),
+        total,
+        1 + len(wanted) - resumed,
+        resumed=resumed,
     )
 
 
@@ -247,14 +299,21 @@ def _pull_bundle(
                 f"with --bundle); expected {prefix[:-1] + BUNDLE_SUFFIX!r}",
                 key=prefix[:-1] + BUNDLE_SUFFIX,
             ) from None
-    got = install_bundle(data, dest, manifest_bytes=manifest_bytes)
-    return PullResult(dest, got.export_id, got.case_count, got.file_count, got.bytes, 2)
+    got = install_bundle(
+        data, dest, manifest_bytes=manifest_bytes, source=_source(prefix, manifest_bytes)
+    )
+    return PullResult(
+        dest, got.export_id, got.case_count, got.file_count, got.bytes, 2, resumed=got.resumed
+    )
 
 
-def install_bundle(bundle: bytes, dest: Path, *, manifest_bytes: bytes | None = None) -> PullResult:
+def install_bundle(
+    bundle: bytes, dest: Path, *, manifest_bytes: bytes | None = None, source: str | None = None
+) -> PullResult:
     """Unpack a `bundle.tar.gz` into `dest`: members are checked like listed keys (and must be
     regular files or directories), then verified against the manifest (`manifest_bytes`, or the
-    bundle's own when None)."""
+    bundle's own when None). With a `source`, the staging directory a killed or failed pull of
+    it left is gone on with: files there already verified are not written again."""
     raw = gzip.decompress(bundle)
     members: list[tuple[str, bytes]] = []
     with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
@@ -276,18 +335,22 @@ def install_bundle(bundle: bytes, dest: Path, *, manifest_bytes: bytes | None = 
         raise Upstream(f"the bundle's manifest differs from {MANIFEST_NAME}")
     manifest = parse_manifest(inner)
     seen: set[str] = set()
-    total = 0
-    with Staging(dest, what="destination") as staging:
+    total = resumed = 0
+    with Staging(dest, what="destination", source=source, expected=manifest.files) as staging:
         found = _already_there(dest, manifest.export_id)
         if found is not None:
             return found
+        over = staging.resumed is not None
         tmp = staging.start()
         made: set[str] = set()
         for rel, data in members:
             if rel == MANIFEST_NAME:
                 continue
             _check(rel, data, manifest, f"{BUNDLE_NAME}:{rel}")
-            _write(tmp, rel, data, manifest.modes.get(rel), made)
+            if over and _staged(tmp, rel, manifest):
+                resumed += 1
+            else:
+                _write(tmp, rel, data, manifest.modes.get(rel), made, over=over)
             seen.add(rel)
             total += len(data)
         missing = sorted(set(manifest.files) - seen)
@@ -296,4 +359,6 @@ def install_bundle(bundle: bytes, dest: Path, *, manifest_bytes: bytes | None = 
                 f"{BUNDLE_NAME} lacks {len(missing)} file(s) of the manifest", missing=missing[:50]
             )
         staging.commit(inner)
-    return PullResult(dest, manifest.export_id, manifest.case_count, len(seen), total, 1)
+    return PullResult(
+        dest, manifest.export_id, manifest.case_count, len(seen), total, 1, resumed=resumed
+    )

@@ -16,6 +16,15 @@ from a killed run, and is removed before anything is written:
   directory's journal (`.moving`, written before the first move) names;
 - the hidden siblings earlier releases staged beside the destination (`.NAME.export-<hex>`,
   `.NAME.pull-<hex>`).
+
+A pull names its source (`Staging(..., source=..., expected=...)`: the prefix and the digest of
+the export's manifest, and the files that manifest lists). Its staging directory carries that
+name (`.caseshelf-source`) and is kept when the pull fails or is killed before its commit, so the
+next pull of the same source into the same destination resumes it (`Staging.resumed`): the pull
+downloads only the files not already there and verified. A staging directory is resumed only
+when it names the same source, its commit had not begun (no `.moving`), and it holds nothing but
+directories and regular files the manifest lists (no symlink, nothing else); any other is removed
+as above.
 """
 
 from __future__ import annotations
@@ -26,16 +35,19 @@ import os
 import re
 import secrets
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 from types import TracebackType
 
 import orjson
 
-from caseshelf.domain.errors import BadRequest, Conflict
+from caseshelf.domain.errors import BackendUnavailable, BadRequest, Conflict, Upstream
 from caseshelf.domain.export import MANIFEST_NAME
 
 STAGING_PREFIX = ".caseshelf-staging-"
 JOURNAL = ".moving"
+SOURCE = ".caseshelf-source"
+_SOURCE_BYTES = 4096  # what is read of a staging directory's source name
 _OLD_SIBLING = re.compile(r"^\.(?P<name>.+)\.(?:export|pull)-[0-9a-f]{12}$")
 
 
@@ -65,9 +77,36 @@ def _moved_names(staging: Path) -> list[str]:
     ]
 
 
-def clean_leftovers(dest: Path) -> list[str]:
+def _resumable(staging: Path, source: str, expected: Collection[str]) -> bool:
+    """Whether a leftover staging directory is one of `source` that a pull may go on with: its
+    commit not begun, and nothing in it but directories and the regular files `expected`."""
+    try:
+        with open(staging / SOURCE, "rb") as fh:
+            named = fh.read(_SOURCE_BYTES + 1)
+    except OSError:
+        return False
+    if named != source.encode() or (staging / JOURNAL).exists():
+        return False
+    for root, dirs, files in os.walk(staging):
+        base = Path(root)
+        for name in dirs:
+            if (base / name).is_symlink():
+                return False
+        for name in files:
+            path = base / name
+            rel = path.relative_to(staging).as_posix()
+            if rel == SOURCE:
+                continue
+            if path.is_symlink() or not path.is_file() or rel not in expected:
+                return False
+    return True
+
+
+def clean_leftovers(
+    dest: Path, *, source: str | None = None, expected: Collection[str] = ()
+) -> list[str]:
     """Remove what killed runs left in and beside `dest` (the caller holds `dest`'s lock);
-    the names removed."""
+    the names removed. The first staging directory of `source` that can be resumed is kept."""
     removed: list[str] = []
     try:
         siblings = [
@@ -82,9 +121,14 @@ def clean_leftovers(dest: Path) -> list[str]:
             _remove(sibling)
             removed.append(str(sibling))
     complete = (dest / MANIFEST_NAME).is_file()
+    kept = False
     for entry in sorted(dest.iterdir()):
         if not entry.name.startswith(STAGING_PREFIX) or entry.is_symlink():
             continue
+        if source is not None and not complete and not kept and entry.is_dir():
+            kept = _resumable(entry, source, expected)
+            if kept:
+                continue
         if not complete:
             for name in _moved_names(entry):
                 target = dest / name
@@ -99,9 +143,18 @@ def clean_leftovers(dest: Path) -> list[str]:
 class Staging:
     """A locked destination and the hidden directory inside it that a pull or an export writes
     into (`start`), moved into place by `commit`, removed by `abort`. As a context manager it
-    aborts whatever was not committed."""
+    aborts whatever was not committed. With a `source`, the staging directory is that of a
+    killed or failed run of the same source when there is one (`resumed`), and `abort` keeps it
+    for the next run unless its commit had begun."""
 
-    def __init__(self, dest: Path, *, what: str = "destination") -> None:
+    def __init__(
+        self,
+        dest: Path,
+        *,
+        what: str = "destination",
+        source: str | None = None,
+        expected: Collection[str] = (),
+    ) -> None:
         if dest.is_symlink():
             raise BadRequest(f"{what} {dest} is a symlink", path=str(dest))
         if dest.exists() and not dest.is_dir():
@@ -126,8 +179,19 @@ class Staging:
                 path=str(dest),
             ) from None
         self.tmp: Path | None = None
+        self.source = source
+        self.resumed: Path | None = None
         try:
-            self.cleaned = clean_leftovers(dest)
+            self.cleaned = clean_leftovers(dest, source=source, expected=expected)
+            if source is not None:
+                self.resumed = next(
+                    (
+                        p
+                        for p in sorted(dest.iterdir())
+                        if p.name.startswith(STAGING_PREFIX) and p.is_dir() and not p.is_symlink()
+                    ),
+                    None,
+                )
         except BaseException:
             self._release()
             raise
@@ -139,9 +203,13 @@ class Staging:
 
     def start(self) -> Path:
         """Make the hidden staging directory and answer it."""
-        if self.tmp is None:
+        if self.tmp is None and self.resumed is not None:
+            self.tmp = self.resumed
+        elif self.tmp is None:
             self.tmp = self.dest / f"{STAGING_PREFIX}{secrets.token_hex(6)}"
             self.tmp.mkdir()
+            if self.source is not None:
+                (self.tmp / SOURCE).write_text(self.source)
         return self.tmp
 
     def commit(self, manifest: bytes | None = None) -> None:
@@ -150,7 +218,7 @@ class Staging:
         tmp = self.start()
         if manifest is not None:
             (tmp / MANIFEST_NAME).write_bytes(manifest)
-        names = sorted(p.name for p in tmp.iterdir() if p.name != MANIFEST_NAME)
+        names = sorted(p.name for p in tmp.iterdir() if p.name not in {MANIFEST_NAME, SOURCE})
         (tmp / JOURNAL).write_bytes(orjson.dumps(names))
         for name in names:
             (tmp / name).rename(self.dest / name)
@@ -161,8 +229,17 @@ class Staging:
         self.created = False
         self._release()
 
-    def abort(self) -> None:
-        """Remove the staging directory (and the destination when this run made it)."""
+    def abort(self, *, keep: bool = True) -> None:
+        """Remove the staging directory (and the destination when this run made it); one of a
+        `source` whose commit had not begun is kept for the next run to resume, unless `keep`
+        is false."""
+        if (
+            keep
+            and self.tmp is not None
+            and self.source is not None
+            and not (self.tmp / JOURNAL).exists()
+        ):
+            self.tmp = None  # kept: what it holds was verified as written
         if self.tmp is not None:
             if not (self.dest / MANIFEST_NAME).is_file():
                 for name in _moved_names(self.tmp):  # a commit that failed part way
@@ -186,4 +263,8 @@ class Staging:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.abort()
+        # A source found wrong (a key refused, a digest that does not match, a file missing) is
+        # no run to go on with; anything else (storage unavailable, a full disk, an interrupt)
+        # leaves what was verified for the next run.
+        wrong = isinstance(exc, (BadRequest, Upstream)) and not isinstance(exc, BackendUnavailable)
+        self.abort(keep=not wrong)
