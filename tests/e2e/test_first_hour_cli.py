@@ -1,0 +1,80 @@
+"""A new user's first hour on real data, through the CLI: GSM8K imported, its cases edited and
+registered as a new version, and the diff that shows the change."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO_ROOT, run_cli
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.filterwarnings("ignore:No application metrics to publish"),
+]
+
+
+def cli(home: Path, *args: object, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    got = run_cli(home, *args, cwd=cwd or home.parent)
+    return got
+
+
+def ok(got: subprocess.CompletedProcess[str]) -> str:
+    assert got.returncode == 0, got.stderr
+    return got.stdout
+
+
+@pytest.fixture(scope="module")
+def gsm8k(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
+    """A store with gsm8k@1.0.0 imported from the upstream jsonl, and 1.1.0 registered from
+    its exported cases with `gsm8k-5` edited near the end of its question."""
+    work = tmp_path_factory.mktemp("gsm8k")
+    home = work / "home"
+    ok(
+        cli(
+            home,
+            "import",
+            shared_data / "gsm8k" / "test.jsonl",
+            "--recipe",
+            REPO_ROOT / "recipes" / "gsm8k.yaml",
+        )
+    )
+    lines = ok(cli(home, "cases", "gsm8k", "--all", "--jsonl")).splitlines()
+    edited = []
+    for line in lines:
+        case = json.loads(line)
+        if case["id"] == "gsm8k-5":
+            assert "How much" in case["inputs"]["user"][-60:]
+            case["inputs"]["user"] = case["inputs"]["user"].replace("How much", "Exactly how much")
+        edited.append(json.dumps(case))
+    (work / "v2.jsonl").write_text("\n".join(edited) + "\n")
+    ok(cli(home, "register", work / "v2.jsonl", "--dataset", "gsm8k", "--bump", "minor"))
+    return home
+
+
+def test_a_diff_shows_the_changed_words_of_a_long_question(gsm8k: Path) -> None:
+    out = ok(cli(gsm8k, "diff", "gsm8k@1.0.0", "1.1.0"))
+    lines = out.splitlines()
+    at = lines.index("    /inputs/user")
+    change = lines[at + 1]
+    # one line, cut to the words around the change, the change marked word by word
+    assert change.startswith("    ~  …")
+    assert change.endswith("[-How-]{+Exactly how+} much does he need to pay for them?")
+    assert "Kylar went to the store" not in change
+    assert "1 changed, 1318 unchanged" in out
+
+    whole = ok(cli(gsm8k, "diff", "gsm8k@1.0.0", "1.1.0", "--full"))
+    assert "    ~  Kylar went to the store to buy glasses" in whole
+    assert "[-How-]{+Exactly how+} much" in whole
+
+
+def test_a_diff_in_colour_marks_words_with_styles_not_brackets(gsm8k: Path) -> None:
+    out = ok(cli(gsm8k, "diff", "gsm8k@1.0.0", "1.1.0", "--color"))
+    assert "\x1b[" in out and "[-How-]" not in out
+    line = next(x for x in out.splitlines() if "Exactly how" in x)
+    assert "\x1b[1;7;32mExactly how\x1b[0m" in line and "\x1b[1;7;31mHow\x1b[0m" in line
+    plain = ok(cli(gsm8k, "diff", "gsm8k@1.0.0", "1.1.0", "--no-color"))
+    assert "\x1b[" not in plain and "{+Exactly how+}" in plain
