@@ -78,3 +78,15 @@ def test_a_diff_in_colour_marks_words_with_styles_not_brackets(gsm8k: Path) -> N
     assert "\x1b[1;7;32mExactly how\x1b[0m" in line and "\x1b[1;7;31mHow\x1b[0m" in line
     plain = ok(cli(gsm8k, "diff", "gsm8k@1.0.0", "1.1.0", "--no-color"))
     assert "\x1b[" not in plain and "{+Exactly how+}" in plain
+
+
+def test_a_version_from_exported_cases_keeps_its_base_metadata(gsm8k: Path) -> None:
+    base = json.loads(ok(cli(gsm8k, "get", "gsm8k@1.0.0", "--json")))
+    new = json.loads(ok(cli(gsm8k, "get", "gsm8k@1.1.0", "--json")))
+    assert new["description"] == base["description"] != ""
+    assert new["tags"] == base["tags"]
+    assert new["produced_by"] == base["produced_by"]
+    assert new["produced_by"]["recipe"]["id"] == "gsm8k"
+    # and the diff shows the one edited case, no `/description → ""`
+    out = ok(cli(gsm8k, "diff", "gsm8k@1.0.0", "1.1.0"))
+    assert "/description" not in out
