@@ -90,3 +90,64 @@ def test_a_version_from_exported_cases_keeps_its_base_metadata(gsm8k: Path) -> N
     # and the diff shows the one edited case, no `/description → ""`
     out = ok(cli(gsm8k, "diff", "gsm8k@1.0.0", "1.1.0"))
     assert "/description" not in out
+
+
+def test_plain_rows_are_refused_with_the_commands_that_import_them(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (tmp_path / "rows.jsonl").write_text('{"id":"q1","question":"1+1?","answer":"2"}\n')
+    got = cli(home, "register", "rows.jsonl")
+    assert got.returncode == 1
+    assert "rows.jsonl: item 0 is a plain row (id, question, answer), not a case" in got.stderr
+    assert "caseshelf preview rows.jsonl" in got.stderr
+    assert "caseshelf import rows.jsonl --recipe recipe.yaml" in got.stderr
+    assert "deprecated" not in got.stderr and "warning" not in got.stderr
+
+    # the drafted recipe imports the file as printed
+    drafted = cli(home, "preview", "rows.jsonl")
+    recipe = ok(drafted)
+    assert "id_field: id" in recipe and "task_field: question" in recipe
+    assert "answer_field: answer" in recipe and "1 of 1 rows mapped" in drafted.stderr
+    (tmp_path / "recipe.yaml").write_text(recipe)
+    ok(cli(home, "import", "rows.jsonl", "--recipe", "recipe.yaml"))
+    case = json.loads(ok(cli(home, "cases", "rows", "--all", "--jsonl")))
+    assert case["id"] == "q1" and case["inputs"]["user"] == "1+1?"
+    assert case["expectations"]["ground_truth"] == "2"
+
+
+def test_rows_without_ids_get_row_numbers_or_the_id_field_named(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    rows = [{"question": f"{n}+1?", "answer": str(n + 1), "ref": f"k{n}"} for n in range(3)]
+    (tmp_path / "noid.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = cli(home, "register", "noid.jsonl", "--dataset", "x", "--version", "1.0.0")
+    assert got.returncode == 1 and "is a plain row (question, answer, ref)" in got.stderr
+
+    drafted = cli(home, "preview", "noid.jsonl")
+    assert "ids noid-<row number>" in drafted.stderr
+    (tmp_path / "r.yaml").write_text(ok(drafted))
+    ok(cli(home, "import", "noid.jsonl", "--recipe", "r.yaml"))
+    ids = [json.loads(x)["id"] for x in ok(cli(home, "cases", "noid", "--all", "--jsonl")).split()]
+    assert ids == ["noid-0", "noid-1", "noid-2"]
+    # --id-field on import names the id field over the recipe's
+    ok(
+        cli(
+            home,
+            "import",
+            "noid.jsonl",
+            "--recipe",
+            "r.yaml",
+            "--id-field",
+            "ref",
+            "--bump",
+            "major",
+        )
+    )
+    ids = [json.loads(x)["id"] for x in ok(cli(home, "cases", "noid", "--all", "--jsonl")).split()]
+    assert ids == ["k0", "k1", "k2"]
+
+
+def test_a_csv_given_to_register_points_to_import(tmp_path: Path, shared_data: Path) -> None:
+    csv = shared_data / "truthfulqa" / "TruthfulQA_mini.csv"
+    got = cli(tmp_path / "home", "register", csv, "--dataset", "t", "--version", "1.0.0")
+    assert got.returncode == 1
+    assert f"{csv} is a CSV file of rows, not a dataset file" in got.stderr
+    assert f"caseshelf import {csv} --recipe recipe.yaml" in got.stderr

@@ -17,6 +17,7 @@ own) and the command follows the import job to its end.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -85,6 +86,16 @@ KindOpt = Annotated[
         show_default=False,
     ),
 ]
+IdFieldOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--id-field",
+        metavar="FIELD",
+        help="The row field that holds the case id (overrides the recipe's; without one, "
+        "ids are <dataset>-<row number>).",
+        show_default=False,
+    ),
+]
 WaitOpt = Annotated[
     float,
     typer.Option("--wait", metavar="SECONDS", help="With --api: how long to follow an upload."),
@@ -114,6 +125,69 @@ def recipe_spec(value: str) -> str | dict[str, Any]:
     if path.is_file() or value.endswith((".yaml", ".yml", ".json")):
         return load_recipe_file(path)
     return value
+
+
+def with_id_field(spec: str | dict[str, Any], id_field: str | None) -> str | dict[str, Any]:
+    """The recipe with `--id-field` applied: a registered recipe is read and sent inline."""
+    if id_field is None:
+        return spec
+    doc = dict(wire(client().recipe(spec))["recipe"]) if isinstance(spec, str) else dict(spec)
+    doc["mapping"] = {**(doc.get("mapping") or {}), "id_field": id_field}
+    return doc
+
+
+def _draft_source(source: str, kind: str | None) -> tuple[str, dict[str, Any]]:
+    """(a dataset id, the draft recipe's source) for SOURCE: its name and kind."""
+    from caseshelf.domain.recipe_draft import draft_name
+    from caseshelf.services.imports import kind_of
+
+    if source.startswith("hf://"):
+        dataset = source.removeprefix("hf://").strip("/")
+        return draft_name(dataset.rsplit("/", 1)[-1]), {"kind": "huggingface", "dataset": dataset}
+    name = Path(source.split("?", 1)[0].rstrip("/")).name.split(".")[0]
+    return draft_name(name), {"kind": kind or kind_of(source)}
+
+
+def draft(source: str, body: dict[str, Any], id_field: str | None) -> dict[str, Any]:
+    """A recipe drafted from the fields of SOURCE's first rows (`caseshelf preview` without
+    `--recipe`), and the preview of its cases: `{recipe, preview}`."""
+    from caseshelf.domain.recipe_draft import draft_recipe
+
+    name, src = _draft_source(source, body["source"].get("kind"))
+    rest = {k: v for k, v in body.items() if k != "source"}
+    probe = {**draft_recipe(name, src["kind"], [], id_field=id_field), "source": src}
+    fields = wire(client().preview(body["source"], recipe=probe, **rest))["fields"]
+    recipe = {**draft_recipe(name, src["kind"], fields, id_field=id_field), "source": src}
+    shown = wire(client().preview(body["source"], recipe=recipe, **rest))
+    return {"recipe": recipe, "preview": shown}
+
+
+def _show_draft(source: str, out: dict[str, Any]) -> None:
+    import shlex
+
+    import yaml
+
+    recipe, p = out["recipe"], out["preview"]
+    name = shlex.quote(source)
+    sys.stdout.write(
+        f"# A recipe drafted from the fields of {source}: check the fields it chose, then\n"
+        f"#   caseshelf import {name} --recipe recipe.yaml\n"
+    )
+    sys.stdout.write(yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True))
+    sys.stdout.flush()
+    ids = (
+        f"ids from field {recipe['mapping']['id_field']!r}"
+        if "id_field" in recipe["mapping"]
+        else f"ids {recipe['id']}-<row number> (--id-field FIELD names an id field)"
+    )
+    note(f"fields: {', '.join(p['fields'])}; {ids}")
+    for err in p["errors"][:3]:
+        note(f"row {err['row']} does not map: {err['detail']}")
+    note(
+        f"{len(p['cases'])} of {len(p['rows'])} rows mapped; save the recipe with "
+        f"`caseshelf preview {name} > recipe.yaml`, then `caseshelf import {name} "
+        f"--recipe recipe.yaml`"
+    )
 
 
 def _is_local(source: str) -> bool:
@@ -241,11 +315,12 @@ def register_commands(app: typer.Typer) -> None:
         split: SplitOpt = None,
         revision: RevisionOpt = None,
         kind: KindOpt = None,
+        id_field: IdFieldOpt = None,
         wait: WaitOpt = 900.0,
     ) -> None:
         """Import a benchmark's rows through a recipe and register them as a dataset version."""
         body = {
-            "recipe": recipe_spec(recipe),
+            "recipe": with_id_field(recipe_spec(recipe), id_field),
             "source": _source(source, config=config, split=split, revision=revision, kind=kind),
             **_target(dataset, version, bump, limit),
         }
@@ -260,20 +335,38 @@ def register_commands(app: typer.Typer) -> None:
     @command(app, "preview")
     def preview(
         source: SourceArg,
-        recipe: RecipeOpt,
+        recipe: Annotated[
+            str | None,
+            typer.Option(
+                "--recipe",
+                "-r",
+                metavar="R",
+                help="A recipe file or id; without one, a recipe is drafted from the rows' "
+                "fields and printed as YAML.",
+                show_default=False,
+            ),
+        ] = None,
         limit: LimitOpt = None,
         config: ConfigOpt = None,
         split: SplitOpt = None,
         revision: RevisionOpt = None,
         kind: KindOpt = None,
+        id_field: IdFieldOpt = None,
     ) -> None:
-        """The first rows of a source, the fields found, and the cases they would become."""
+        """The first rows of a source, the fields found, and the cases they would become.
+
+        Without --recipe: a recipe drafted from the fields (task, answer and id guessed by
+        their names, the rest kept as metadata), printed as YAML to save and edit."""
         body: dict[str, Any] = {
-            "recipe": recipe_spec(recipe),
             "source": _source(source, config=config, split=split, revision=revision, kind=kind),
         }
         if limit is not None:
             body["limit"] = limit
+        if recipe is None:
+            drafted = draft(source, body, id_field)
+            emit(drafted, lambda o: _show_draft(source, o))
+            return
+        body["recipe"] = with_id_field(recipe_spec(recipe), id_field)
         rest = {k: v for k, v in body.items() if k not in ("recipe", "source")}
         out = wire(client().preview(body["source"], recipe=body["recipe"], **rest))
 

@@ -155,9 +155,11 @@ def _register_file(
     window of cases at a time, on the embedded store as over HTTP; the dataset id where the
     command line names it, and the answer."""
     from caseshelf.client.core import STREAM_FILE_BYTES
+    from caseshelf.services.loaders import refuse_row_file
 
     if version is not None and bump is not None:
         raise typer.BadParameter("give either --version or --bump, not both")
+    refuse_row_file(file)
     if file.suffix.lower() in (".jsonl", ".ndjson"):
         if dataset is None:
             raise typer.BadParameter(f"{file} names no dataset id; give --dataset ID")

@@ -239,7 +239,7 @@ class ImportService:
             given.setdefault("kind", "huggingface")
         kind = given.pop("kind", None)
         if kind is None and ("url" in given or "text" in given):
-            kind = base.kind if base.kind != "huggingface" else _kind_of(given.get("url"))
+            kind = base.kind if base.kind != "huggingface" else kind_of(given.get("url"))
         if kind is None and any(
             k in given for k in ("dataset", "config", "split", "revision", "file")
         ):
@@ -413,7 +413,7 @@ class _Counter:
     rows = 0
 
 
-def _kind_of(url: str | None) -> str:
+def kind_of(url: str | None) -> str:
     if url is None:
         raise BadRequest("give the source's kind (jsonl, json, csv, parquet)", field="source.kind")
     name = PurePosixPath(url.split("?", 1)[0]).name.lower()
