@@ -151,3 +151,51 @@ def test_a_csv_given_to_register_points_to_import(tmp_path: Path, shared_data: P
     assert got.returncode == 1
     assert f"{csv} is a CSV file of rows, not a dataset file" in got.stderr
     assert f"caseshelf import {csv} --recipe recipe.yaml" in got.stderr
+
+
+def test_mmlu_imports_from_its_directory_a_glob_or_a_list(
+    tmp_path: Path, shared_data: Path
+) -> None:
+    home = tmp_path / "home"
+    recipe = REPO_ROOT / "recipes" / "mmlu-subjects.yaml"
+    test_dir = shared_data / "mmlu" / "test"
+    out = ok(cli(home, "import", test_dir, "--recipe", recipe, "--json"))
+    assert json.loads(out)["case_count"] == 200
+    ids = ok(cli(home, "subset", "mmlu", "--tags", "global_facts")).split()
+    assert ids[:2] == ["global_facts-0", "global_facts-1"] and len(ids) == 100
+
+    # the same files as a glob, or listed in another order: the same cases, in that order
+    glob = ok(cli(home, "import", f"{test_dir}/*_test.csv", "--recipe", recipe, "--json"))
+    assert json.loads(glob)["created"] is False
+    files = [test_dir / "global_facts_test.csv", test_dir / "abstract_algebra_test.csv"]
+    out = ok(cli(home, "import", *files, "--recipe", recipe, "--dataset", "mmlu-r", "--json"))
+    assert json.loads(out)["case_count"] == 200
+    first = json.loads(ok(cli(home, "cases", "mmlu-r", "--all", "--jsonl")).splitlines()[0])
+    assert first["id"] == "global_facts-0" and first["metadata"] == {"subject": "global_facts"}
+
+    got = cli(home, "import", f"{test_dir}/nope*.csv", "--recipe", recipe)
+    assert got.returncode == 1 and "no file matches this pattern" in got.stderr
+
+
+def test_a_recipe_drafted_for_a_directory_ids_cases_by_file_and_row(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    for part in ("b", "a"):
+        (rows / f"{part}.jsonl").write_text(
+            "".join(json.dumps({"prompt": f"{part}{n}", "target": n}) + "\n" for n in range(2))
+        )
+    drafted = cli(home, "preview", "rows")
+    recipe = ok(drafted)
+    assert "id_template: '{_file}-{_row}'" in recipe and "- _file" in recipe
+    (tmp_path / "r.yaml").write_text(recipe)
+    ok(cli(home, "import", "rows", "--recipe", "r.yaml"))
+    cases = [
+        json.loads(x) for x in ok(cli(home, "cases", "rows", "--all", "--jsonl")).split("\n")[:-1]
+    ]
+    assert [(c["id"], c["tags"]) for c in cases] == [
+        ("a-0", ["a"]),
+        ("a-1", ["a"]),
+        ("b-0", ["b"]),
+        ("b-1", ["b"]),
+    ]

@@ -42,10 +42,11 @@ from caseshelf.cli.registry import Bump, BumpKind, DatasetOpt, VersionOpt, parse
 from caseshelf.domain.errors import BadRequest
 
 SourceArg = Annotated[
-    str,
+    list[str],
     typer.Argument(
-        metavar="SOURCE",
-        help="A file (local path, s3://, https://) or hf://owner/name.",
+        metavar="SOURCE...",
+        help="A file (local path, s3://, https://) or hf://owner/name; several files, a "
+        "directory or a glob are read in turn (rows get _file and _row).",
         show_default=False,
     ),
 ]
@@ -136,11 +137,16 @@ def with_id_field(spec: str | dict[str, Any], id_field: str | None) -> str | dic
     return doc
 
 
-def _draft_source(source: str, kind: str | None) -> tuple[str, dict[str, Any]]:
-    """(a dataset id, the draft recipe's source) for SOURCE: its name and kind."""
+def _draft_source(sources: str | list[str], kind: str | None) -> tuple[str, dict[str, Any]]:
+    """(a dataset id, the draft recipe's source) for SOURCE: its name and kind (a directory's
+    from the first file in it whose name tells)."""
     from caseshelf.domain.recipe_draft import draft_name
     from caseshelf.services.imports import kind_of
 
+    source = sources if isinstance(sources, str) else sources[0]
+    if kind is None and Path(source).is_dir():
+        files = sorted(p.name for p in Path(source).rglob("*") if p.is_file())
+        kind = next((k for k in map(_kind_or_none, files) if k is not None), None)
     if source.startswith("hf://"):
         dataset = source.removeprefix("hf://").strip("/")
         return draft_name(dataset.rsplit("/", 1)[-1]), {"kind": "huggingface", "dataset": dataset}
@@ -148,7 +154,7 @@ def _draft_source(source: str, kind: str | None) -> tuple[str, dict[str, Any]]:
     return draft_name(name), {"kind": kind or kind_of(source)}
 
 
-def draft(source: str, body: dict[str, Any], id_field: str | None) -> dict[str, Any]:
+def draft(source: str | list[str], body: dict[str, Any], id_field: str | None) -> dict[str, Any]:
     """A recipe drafted from the fields of SOURCE's first rows (`caseshelf preview` without
     `--recipe`), and the preview of its cases: `{recipe, preview}`."""
     from caseshelf.domain.recipe_draft import draft_recipe
@@ -162,25 +168,44 @@ def draft(source: str, body: dict[str, Any], id_field: str | None) -> dict[str, 
     return {"recipe": recipe, "preview": shown}
 
 
-def _show_draft(source: str, out: dict[str, Any]) -> None:
+def _kind_or_none(name: str) -> str | None:
+    from caseshelf.services.imports import kind_of
+
+    try:
+        return kind_of(name)
+    except BadRequest:
+        return None
+
+
+def _show_draft(sources: list[str], out: dict[str, Any]) -> None:
     import shlex
 
     import yaml
 
     recipe, p = out["recipe"], out["preview"]
-    name = shlex.quote(source)
+    source = " ".join(sources)
+    name = shlex.join(sources)
     sys.stdout.write(
         f"# A recipe drafted from the fields of {source}: check the fields it chose, then\n"
         f"#   caseshelf import {name} --recipe recipe.yaml\n"
     )
     sys.stdout.write(yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True))
     sys.stdout.flush()
-    ids = (
-        f"ids from field {recipe['mapping']['id_field']!r}"
-        if "id_field" in recipe["mapping"]
-        else f"ids {recipe['id']}-<row number> (--id-field FIELD names an id field)"
-    )
+    m = recipe["mapping"]
+    if "id_field" in m:
+        ids = f"ids from field {m['id_field']!r}"
+    elif "id_template" in m:
+        ids = f"ids {m['id_template']} (the file and the row in it)"
+    else:
+        ids = f"ids {recipe['id']}-<row number> (--id-field FIELD names an id field)"
     note(f"fields: {', '.join(p['fields'])}; {ids}")
+    if recipe["source"]["kind"] == "csv" and any(
+        f.strip().isdigit() or len(f) > 64 for f in p["fields"]
+    ):
+        note(
+            "the first line looks like data, not column names: for a CSV without a header "
+            + escape("row set source.header: false and source.columns: [name, ...]")
+        )
     for err in p["errors"][:3]:
         note(f"row {err['row']} does not map: {err['detail']}")
     note(
@@ -194,8 +219,25 @@ def _is_local(source: str) -> bool:
     return "://" not in source
 
 
+def _one_or_list(sources: list[str]) -> str | list[str]:
+    """SOURCE... as the source's `url`: one, or the list of several (read in this order)."""
+    return sources[0] if len(sources) == 1 else sources
+
+
+def _one_local_file(sources: list[str]) -> Path:
+    """The one local file an import over --api uploads; several, or a directory or a glob, are
+    read only where the files are."""
+    path = Path(sources[0]).expanduser()
+    if len(sources) > 1 or not path.is_file():
+        raise typer.BadParameter(
+            "over --api a local source is uploaded, one file at a time: import each file, or "
+            "give s3:// or https:// URLs, or run the import without --api where the files are"
+        )
+    return path
+
+
 def _source(
-    source: str,
+    source: str | list[str],
     *,
     config: str | None,
     split: str | None,
@@ -208,7 +250,7 @@ def _source(
             out[key] = value
     if kind is not None:
         out["kind"] = kind
-    if not source.startswith("hf://") and (config or split or revision):
+    if not str(source).startswith("hf://") and (config or split or revision):
         raise typer.BadParameter("--config, --split and --revision go with an hf:// source")
     return out
 
@@ -305,7 +347,7 @@ def register_commands(app: typer.Typer) -> None:
 
     @command(app, "import")
     def import_(
-        source: SourceArg,
+        sources: SourceArg,
         recipe: RecipeOpt,
         dataset: DatasetOpt = None,
         version: VersionOpt = None,
@@ -319,13 +361,14 @@ def register_commands(app: typer.Typer) -> None:
         wait: WaitOpt = 900.0,
     ) -> None:
         """Import a benchmark's rows through a recipe and register them as a dataset version."""
+        source = _one_or_list(sources)
         body = {
             "recipe": with_id_field(recipe_spec(recipe), id_field),
             "source": _source(source, config=config, split=split, revision=revision, kind=kind),
             **_target(dataset, version, bump, limit),
         }
-        if state().api and _is_local(source):
-            out = _upload_rows(Path(source).expanduser(), body, wait)
+        if state().api and any(map(_is_local, sources)):
+            out = _upload_rows(_one_local_file(sources), body, wait)
         else:
             with progress("importing rows"):
                 rest = {k: v for k, v in body.items() if k not in ("recipe", "source")}
@@ -334,7 +377,7 @@ def register_commands(app: typer.Typer) -> None:
 
     @command(app, "preview")
     def preview(
-        source: SourceArg,
+        sources: SourceArg,
         recipe: Annotated[
             str | None,
             typer.Option(
@@ -357,6 +400,7 @@ def register_commands(app: typer.Typer) -> None:
 
         Without --recipe: a recipe drafted from the fields (task, answer and id guessed by
         their names, the rest kept as metadata), printed as YAML to save and edit."""
+        source = _one_or_list(sources)
         body: dict[str, Any] = {
             "source": _source(source, config=config, split=split, revision=revision, kind=kind),
         }
@@ -364,7 +408,7 @@ def register_commands(app: typer.Typer) -> None:
             body["limit"] = limit
         if recipe is None:
             drafted = draft(source, body, id_field)
-            emit(drafted, lambda o: _show_draft(source, o))
+            emit(drafted, lambda o: _show_draft(sources, o))
             return
         body["recipe"] = with_id_field(recipe_spec(recipe), id_field)
         rest = {k: v for k, v in body.items() if k not in ("recipe", "source")}

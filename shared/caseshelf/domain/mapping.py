@@ -17,7 +17,8 @@ Rules (architecture §6, issue "imports"):
 - the per-row image_field wins over the recipe-wide image; a container case (repo_path or
   placement set) without an image is an error naming the case;
 - tags from tag_fields, empty values dropped;
-- id from id_field, else `<recipe id>-<row index>`; colliding ids name both rows.
+- id from id_template, else id_field, else `<recipe id>-<row index>`; colliding ids name both
+  rows.
 """
 
 from __future__ import annotations
@@ -181,7 +182,11 @@ class RowMapper:
     def __init__(self, recipe: Recipe) -> None:
         self.recipe = recipe
         m = recipe.mapping
-        self._id = _field(m.id_field) if m.id_field else None
+        self._id: Builder | None = None
+        if m.id_template is not None:
+            self._id = compile_render(m.id_template)
+        elif m.id_field:
+            self._id = _field(m.id_field).value
         self._id_prefix = f"{recipe.id}-"
         self._task: Builder | None = None
         self._task_key: str | None = None
@@ -280,7 +285,7 @@ class RowMapper:
     def case_id(self, row: Row, index: int) -> str:
         if self._id is None:
             return f"{self._id_prefix}{index}"
-        v = self._id.value(row, index)
+        v = self._id(row, index)
         if v is None or isinstance(v, list | dict):
             raise _Bad("id", "must be a string or a number")
         cid = _text(v, "id")
@@ -303,7 +308,7 @@ class RowMapper:
         every row of every import runs it, so it reads no attributes, skips what the recipe
         does not use, and takes strings (the common case) before the checks that only other
         values need."""
-        id_value = self._id.value if self._id is not None else None
+        id_value = self._id
         id_prefix = self._id_prefix
         case_id = self.case_id
         task, task_key = self._task, self._task_key

@@ -3,9 +3,10 @@
 `draft_recipe(name, kind, fields)` guesses which field is the task, which the answer and which
 the id by their usual names (`question`, `prompt`, `input`…; `answer`, `target`, `label`…;
 `id`, `task_id`, `uid`…), and keeps every other field as case metadata, so nothing of a row is
-lost. Without an id field (none found, none given), case ids are `<name>-<row number>`. The
-draft is a valid recipe (`parse_recipe` accepts it); `caseshelf preview FILE` prints it as YAML
-to edit and pass to `caseshelf import FILE --recipe`.
+lost. Without an id field (none found, none given), case ids are `<name>-<row number>`; for
+rows of several files (`_file`, `_row`), `{_file}-{_row}`, each case tagged with its file.
+The draft is a valid recipe (`parse_recipe` accepts it); `caseshelf preview FILE` prints it as
+YAML to edit and pass to `caseshelf import FILE --recipe`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from typing import Any
+
+from caseshelf.domain.recipe import FILE_FIELD, ROW_FIELD
 
 TASK_NAMES = (
     "question", "prompt", "input", "query", "problem", "instruction", "task", "text", "user",
@@ -58,10 +61,15 @@ def draft_recipe(
     mapping: dict[str, Any] = {}
     if id_field is not None:
         mapping["id_field"] = id_field
+    elif {FILE_FIELD, ROW_FIELD} <= set(fields):  # several files: an id from where the row is
+        mapping["id_template"] = f"{{{FILE_FIELD}}}-{{{ROW_FIELD}}}"
+    taken.update(f for f in (FILE_FIELD, ROW_FIELD) if f in fields)
     mapping["task_field"] = task if task is not None else "_index"
     mapping["prompt_env"] = True
     if answer is not None:
         mapping["answer_field"] = answer
+    if FILE_FIELD in fields:
+        mapping["tag_fields"] = [FILE_FIELD]
     rest = [f for f in fields if f not in taken]
     if rest:
         mapping["metadata_fields"] = rest

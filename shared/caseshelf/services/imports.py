@@ -28,11 +28,13 @@ from caseshelf.domain.identity import Identity
 from caseshelf.domain.mapping import RecordBatch, RowMapper, record_batches, rows_to_cases
 from caseshelf.domain.models import BumpKind, DatasetId, Label, Strict
 from caseshelf.domain.recipe import (
+    URL_HELP,
     CsvSource,
     FileSource,
     HuggingFaceSource,
     JsonSource,
     Recipe,
+    SourceUrl,
     display_url,
     parse_recipe,
 )
@@ -54,7 +56,7 @@ class SourceOverride(Strict):
     coordinates."""
 
     kind: str | None = Field(default=None, pattern="^(huggingface|jsonl|json|csv|parquet)$")
-    url: str | None = None
+    url: SourceUrl | None = Field(default=None, description=URL_HELP)
     text: str | None = None
     dataset: str | None = None
     config: str | None = None
@@ -233,7 +235,7 @@ class ImportService:
             return base
         given = override.model_dump(exclude_none=True)
         url = given.get("url")
-        if url is not None and url.startswith(HF_SCHEME):
+        if isinstance(url, str) and url.startswith(HF_SCHEME):
             given.pop("url")
             given["dataset"] = url[len(HF_SCHEME) :].strip("/")
             given.setdefault("kind", "huggingface")
@@ -291,6 +293,8 @@ class ImportService:
             prov["records_path"] = source.records_path
         if getattr(source, "text", None) is not None:
             prov["inline"] = True
+        elif isinstance(source.url, list):
+            prov["url"] = [display_url(u) for u in source.url]
         elif source.url is not None:
             prov["url"] = display_url(source.url)
         return OpenedSource(reader.rows(source), prov, reader.offload(source, limit=limit))
@@ -413,7 +417,9 @@ class _Counter:
     rows = 0
 
 
-def kind_of(url: str | None) -> str:
+def kind_of(url: str | list[str] | None) -> str:
+    if isinstance(url, list):
+        url = url[0]
     if url is None:
         raise BadRequest("give the source's kind (jsonl, json, csv, parquet)", field="source.kind")
     name = PurePosixPath(url.split("?", 1)[0]).name.lower()
