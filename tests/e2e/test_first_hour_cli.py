@@ -22,6 +22,11 @@ def cli(home: Path, *args: object, cwd: Path | None = None) -> subprocess.Comple
     return got
 
 
+def flat(text: str) -> str:
+    """Text as words on one line (a usage error's box wraps its message)."""
+    return " ".join(text.replace("\u2502", " ").split())
+
+
 def ok(got: subprocess.CompletedProcess[str]) -> str:
     assert got.returncode == 0, got.stderr
     return got.stdout
@@ -199,3 +204,92 @@ def test_a_recipe_drafted_for_a_directory_ids_cases_by_file_and_row(tmp_path: Pa
         ("b-0", ["b"]),
         ("b-1", ["b"]),
     ]
+
+
+# -- errors that say what to do next -----------------------------------------------------------
+
+
+def test_version_errors_say_what_to_do_next(gsm8k: Path) -> None:
+    # a conflict suggests --bump
+    v2 = gsm8k.parent / "v2.jsonl"  # the fixture's edited cases
+    got = cli(gsm8k, "register", v2, "--dataset", "gsm8k", "--version", "1.0.0")
+    assert got.returncode == 1
+    assert "gsm8k@1.0.0 is already registered with" in got.stderr
+    assert "--bump minor" in got.stderr
+    # an unknown version lists the closest labels there are
+    got = cli(gsm8k, "get", "gsm8k@1.0.9")
+    assert got.returncode == 1 and "no version gsm8k@1.0.9; the closest: 1.0.0" in got.stderr
+    got = cli(gsm8k, "cases", "gsm8k@7")
+    assert "no version gsm8k@7; the latest: 1.1.0, 1.0.0" in got.stderr
+    # `:` for `@`
+    got = cli(gsm8k, "get", "gsm8k:1.0.0")
+    assert got.returncode == 2
+    assert "a version is named with '@', not ':': gsm8k@1.0.0" in flat(got.stderr)
+    # a refused pattern in words, never as a regular expression
+    got = cli(gsm8k, "register", v2, "--dataset", "gsm8k", "--version", "bad/label")
+    assert got.returncode == 1
+    assert "version labels are 1\u201364 letters, digits, '.', '_' or '-'" in got.stderr
+    assert "[A-Za-z" not in got.stderr and "pattern" not in got.stderr
+    got = cli(gsm8k, "get", "gsm8k@bad/x")
+    assert "1\u201364 letters" in flat(got.stderr) and "[A-Za-z" not in got.stderr
+
+
+def test_a_diff_against_a_deleted_version_says_how_to_revive_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    for version, user in (("1.0.0", "a"), ("1.1.0", "b")):
+        doc = {"id": "qa", "version": version, "cases": [{"id": "c", "inputs": {"user": user}}]}
+        (tmp_path / f"{version}.json").write_text(json.dumps(doc))
+        ok(cli(home, "register", f"{version}.json"))
+    ok(cli(home, "rm", "qa@1.1.0"))
+    got = cli(home, "diff", "qa@1.0.0", "1.1.0")
+    assert got.returncode == 1
+    assert "qa@1.1.0 is deleted: revive it (`caseshelf revive qa@1.1.0`)" in got.stderr
+    assert "--include-deleted" in got.stderr
+    out = ok(cli(home, "diff", "qa@1.0.0", "1.1.0", "--include-deleted"))
+    assert "[-a-]{+b+}" in out
+    ok(cli(home, "get", "qa@1.1.0", "--include-deleted"))
+
+
+def test_a_missing_field_lists_the_fields_the_rows_have(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (tmp_path / "rows.jsonl").write_text('{"question": "1+1?", "answer": "2", "level": 1}\n')
+    recipe = {
+        "id": "r",
+        "version": "1.0.0",
+        "category": "qa",
+        "source": {"kind": "jsonl"},
+        "mapping": {"task_field": "qestion", "answer_field": "answer"},
+    }
+    (tmp_path / "r.json").write_text(json.dumps(recipe))
+    got = cli(home, "import", "rows.jsonl", "--recipe", "r.json")
+    assert got.returncode == 1
+    assert (
+        "row 0: missing field 'qestion'; did you mean 'question'? "
+        "the rows have 'question', 'answer', 'level'"
+    ) in got.stderr
+
+
+def test_task_import_errors_name_the_format_and_every_invalid_task(
+    tmp_path: Path, shared_data: Path
+) -> None:
+    home = tmp_path / "home"
+    got = cli(home, "import-tasks", shared_data / "harbor", "--format", "terminal-bench")
+    assert got.returncode == 1
+    assert "it holds task.toml files: import it with --format harbor" in got.stderr
+    # every invalid task is listed, and --skip-invalid is the way on
+    tb = shared_data / "terminal-bench"
+    got = cli(home, "import-tasks", tb, "--image-template", "reg/tb:{name}", "--dataset", "tb")
+    assert got.returncode == 1
+    assert "1 of 10 tasks are invalid" not in got.stderr  # one: said as one
+    assert "a task is invalid:\n  task 'evoeval/5': is incomplete" in got.stderr
+    assert "import the others with --skip-invalid" in got.stderr
+    got = cli(home, "import-tasks", tb, "--dataset", "tb")
+    lines = [x for x in got.stderr.splitlines() if x.startswith("  task '")]
+    assert len(lines) == 10 and "and 9 more" not in got.stderr
+    assert "10 of 10 tasks are invalid" in got.stderr
+    ids = [x.split("'")[1] for x in lines]
+    assert "evoeval/24" in ids and "deveval/cpp-area-calculation-implementation" in ids
+    # --skip-invalid says which it left out
+    got = cli(home, "import-tasks", tb, "--image-template", "r:{name}", "--skip-invalid")
+    assert got.returncode == 0, got.stderr
+    assert "skipped 1 task: evoeval/5" in got.stderr

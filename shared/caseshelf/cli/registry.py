@@ -105,7 +105,10 @@ BaseOpt = Annotated[
     ),
 ]
 DeletedOpt = Annotated[
-    bool, typer.Option("--deleted", help="Also resolve deleted (tombstoned) versions.")
+    bool,
+    typer.Option(
+        "--deleted", "--include-deleted", help="Also resolve deleted (tombstoned) versions."
+    ),
 ]
 FileArg = Annotated[
     Path,
@@ -337,7 +340,8 @@ def register_commands(app: typer.Typer) -> None:
         if out.get("would_conflict"):
             abort(
                 f"{label} is already registered with other content; "
-                "registering this file would conflict"
+                "registering this file would conflict: register it with --bump minor (the next "
+                "label) or another --version"
             )
 
     @command(app, "ls")

@@ -28,6 +28,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Mapping as AnyMapping
+from difflib import get_close_matches
 from typing import Any, NamedTuple
 
 import orjson
@@ -164,16 +165,33 @@ class _Fixed:
 ROW_ERRORS = (FieldMissing, FilterFailed, _Bad)
 
 
-def row_error(exc: Exception, index: int) -> BadRequest:
-    """The 400 for a row that does not map (one of ROW_ERRORS), naming the row and the field."""
+def row_error(exc: Exception, index: int, row: Row | None = None) -> BadRequest:
+    """The 400 for a row that does not map (one of ROW_ERRORS), naming the row and the field;
+    a missing field also lists the fields the row has, the closest to it first."""
     if isinstance(exc, FieldMissing):
-        return BadRequest(f"row {index}: missing field {exc.field!r}", row=index, field=exc.field)
+        return BadRequest(
+            f"row {index}: missing field {exc.field!r}{_fields_hint(exc.field, row)}",
+            row=index,
+            field=exc.field,
+        )
     if isinstance(exc, FilterFailed):
         return BadRequest(
             f"row {index}: field {exc.field!r}: {exc.message}", row=index, field=exc.field
         )
     assert isinstance(exc, _Bad)
     return BadRequest(f"row {index}: {exc.target} {exc.message}", row=index, field=exc.target)
+
+
+def _fields_hint(name: str, row: Row | None) -> str:
+    if not row:
+        return ""
+    fields = [str(k) for k in row]
+    close = get_close_matches(name, fields, n=3, cutoff=0.6)
+    ordered = close + [f for f in fields if f not in close]
+    shown = ", ".join(repr(f) for f in ordered[:20])
+    more = f" and {len(ordered) - 20} more" if len(ordered) > 20 else ""
+    lead = f"; did you mean {close[0]!r}? " if close else "; "
+    return f"{lead}the rows have {shown}{more}"
 
 
 class RowMapper:
@@ -301,7 +319,7 @@ class RowMapper:
         try:
             return self.build(row, index)
         except ROW_ERRORS as exc:
-            raise row_error(exc, index) from None
+            raise row_error(exc, index, row) from None
 
     def _compile_build(self) -> Callable[[Row, int], dict[str, Any]]:
         """The row -> case function, with the recipe's settings bound as closure variables:
@@ -555,7 +573,7 @@ def record_batches(
             case = build(row, index)
             data = dumps(case, option=options)
         except ROW_ERRORS as exc:
-            error: CaseshelfError = row_error(exc, index)
+            error: CaseshelfError = row_error(exc, index, row)
         except orjson.JSONEncodeError as exc:  # an integer beyond 64 bits
             error = BadRequest(f"row {index}: case {case['id']!r}: {exc}", row=index)
         else:
