@@ -643,10 +643,17 @@ def _all_cases(
     out = sys.stdout
     with progress(f"reading {meta.id}@{meta.version}", total=meta.case_count) as bar:
         if search is None:
-            cases = c.cases(pinned, include_deleted=deleted, page_size=page, progress=bar.advance)
+            cases = c.cases(
+                pinned, include_deleted=deleted, page_size=page, progress=bar.advance, raw=True
+            )
         else:
             cases = c.search(
-                pinned, search[0], by=search[1], include_deleted=deleted, progress=bar.advance
+                pinned,
+                search[0],
+                by=search[1],
+                include_deleted=deleted,
+                progress=bar.advance,
+                raw=True,
             )
         if jsonl:
             for case in cases:
