@@ -293,3 +293,79 @@ def test_task_import_errors_name_the_format_and_every_invalid_task(
     got = cli(home, "import-tasks", tb, "--image-template", "r:{name}", "--skip-invalid")
     assert got.returncode == 0, got.stderr
     assert "skipped 1 task: evoeval/5" in got.stderr
+
+
+# -- quiet by default --------------------------------------------------------------------------
+
+
+def run_on_a_terminal(home: Path, *args: object) -> tuple[int, str, str]:
+    """The CLI as a process whose stderr is a terminal (a pty) and stdout a file: (exit code,
+    stdout, everything drawn on the terminal)."""
+    import os
+    import pty
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASESHELF_")}
+    env |= {"CASESHELF_HOME": str(home), "TERM": "xterm-256color", "COLUMNS": "120"}
+    env.pop("NO_COLOR", None)
+    master, slave = pty.openpty()
+    out_path = home.parent / "stdout.txt"
+    with out_path.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "caseshelf.cli", *map(str, args)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=slave,
+            env=env,
+            cwd=home.parent,
+        )
+        os.close(slave)
+        drawn = []
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the terminal's other end closed: the process is done with it
+                break
+            if not data:
+                break
+            drawn.append(data)
+        os.close(master)
+        code = proc.wait(timeout=120)
+    return code, out_path.read_text(), b"".join(drawn).decode("utf-8", "replace")
+
+
+def test_an_export_to_a_directory_is_one_live_bar_and_no_evalhub_warning(
+    tmp_path: Path, shared_data: Path
+) -> None:
+    home = tmp_path / "home"
+    recipe = REPO_ROOT / "recipes" / "mmlu-subjects.yaml"
+    ok(cli(home, "import", shared_data / "mmlu" / "test", "--recipe", recipe))
+    code, out, drawn = run_on_a_terminal(home, "export", "mmlu", "--to", tmp_path / "out")
+    assert code == 0, drawn
+    assert "cases     200" in out
+    # one bar, redrawn in place ("\r", erase line), never a line per step
+    lines = [x for x in drawn.split("\n") if "exporting" in x]
+    assert len(lines) == 1 and "\r\x1b[2K" in lines[0] and "200/200" in lines[0]
+    assert "EvalHub" not in drawn and "test_data_ref" not in drawn
+    # asked for, the EvalHub note is there
+    code, _, drawn = run_on_a_terminal(
+        home, "export", "mmlu", "--to", tmp_path / "out2", "--evalhub"
+    )
+    assert code == 0 and "no test_data_ref" in drawn
+    # off a terminal: a few plain lines for a log, still no EvalHub warning
+    got = cli(home, "export", "mmlu", "--to", tmp_path / "out3")
+    assert got.returncode == 0 and "EvalHub" not in got.stderr
+    assert 1 < len([x for x in got.stderr.splitlines() if x.startswith("exporting:")]) <= 12
+
+
+def test_every_bar_takes_one_decision(tmp_path: Path) -> None:
+    from caseshelf import cli as cli_module
+    from caseshelf.cli.export import wants_evalhub
+
+    # off a terminal (these tests' stderr), no live bar: progress() hands out a no-op
+    assert cli_module.live_progress() is False
+    with cli_module.progress("x", 3) as bar:
+        bar.advance(1)  # drawn nowhere
+    assert wants_evalhub("s3://b/p", False, None)
+    assert not wants_evalhub(str(tmp_path), False, None)
+    assert wants_evalhub(str(tmp_path), True, None) and wants_evalhub("/x", False, "s")
