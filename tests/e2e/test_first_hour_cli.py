@@ -76,6 +76,17 @@ def test_a_diff_shows_the_changed_words_of_a_long_question(gsm8k: Path) -> None:
     assert "[-How-]{+Exactly how+} much" in whole
 
 
+def test_a_diff_on_a_terminal_is_in_colour(gsm8k: Path) -> None:
+    code, _, drawn = run_on_a_terminal(gsm8k, "diff", "gsm8k@1.0.0", "1.1.0", stream="stdout")
+    assert code == 0
+    line = next(x for x in drawn.splitlines() if "Exactly how" in x)
+    assert "\x1b[1;7;32mExactly how\x1b[0m" in line and "{+" not in line
+    code, _, drawn = run_on_a_terminal(
+        gsm8k, "diff", "gsm8k@1.0.0", "1.1.0", "--no-color", stream="stdout"
+    )
+    assert "[-How-]{+Exactly how+}" in drawn
+
+
 def test_a_diff_in_colour_marks_words_with_styles_not_brackets(gsm8k: Path) -> None:
     out = ok(cli(gsm8k, "diff", "gsm8k@1.0.0", "1.1.0", "--color"))
     assert "\x1b[" in out and "[-How-]" not in out
@@ -265,7 +276,7 @@ def test_a_missing_field_lists_the_fields_the_rows_have(tmp_path: Path) -> None:
     assert got.returncode == 1
     assert (
         "row 0: missing field 'qestion'; did you mean 'question'? "
-        "the rows have 'question', 'answer', 'level'"
+        "the row has 'question', 'answer', 'level'"
     ) in got.stderr
 
 
@@ -298,9 +309,9 @@ def test_task_import_errors_name_the_format_and_every_invalid_task(
 # -- quiet by default --------------------------------------------------------------------------
 
 
-def run_on_a_terminal(home: Path, *args: object) -> tuple[int, str, str]:
-    """The CLI as a process whose stderr is a terminal (a pty) and stdout a file: (exit code,
-    stdout, everything drawn on the terminal)."""
+def run_on_a_terminal(home: Path, *args: object, stream: str = "stderr") -> tuple[int, str, str]:
+    """The CLI as a process whose `stream` (stderr or stdout) is a terminal (a pty), the other
+    a file: (exit code, the file's text, everything drawn on the terminal)."""
     import os
     import pty
     import sys
@@ -311,11 +322,12 @@ def run_on_a_terminal(home: Path, *args: object) -> tuple[int, str, str]:
     master, slave = pty.openpty()
     out_path = home.parent / "stdout.txt"
     with out_path.open("wb") as out:
+        on_tty = {"stdout": slave, "stderr": out} if stream == "stdout" else {}
         proc = subprocess.Popen(
             [sys.executable, "-m", "caseshelf.cli", *map(str, args)],
             stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=slave,
+            stdout=on_tty.get("stdout", out),
+            stderr=on_tty.get("stderr", slave),
             env=env,
             cwd=home.parent,
         )

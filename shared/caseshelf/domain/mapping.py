@@ -191,7 +191,7 @@ def _fields_hint(name: str, row: Row | None) -> str:
     shown = ", ".join(repr(f) for f in ordered[:20])
     more = f" and {len(ordered) - 20} more" if len(ordered) > 20 else ""
     lead = f"; did you mean {close[0]!r}? " if close else "; "
-    return f"{lead}the rows have {shown}{more}"
+    return f"{lead}the row has {shown}{more}"
 
 
 class RowMapper:
