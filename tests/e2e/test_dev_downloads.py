@@ -189,8 +189,8 @@ def test_cli_import_tasks_with_api_packs_the_tree_and_follows_the_job(
     assert got.returncode == 0, got.stderr
     out = json.loads(got.stdout)
     assert (out["id"], out["version"], out["case_count"]) == ("tb", "1.0.0", 9)
-    assert [s["task"] for s in out["skipped"]] == ["5"]
-    assert "skipped 5" in got.stderr
+    assert [s["task"] for s in out["skipped"]] == ["evoeval/5"]
+    assert "skipped 1 task: evoeval/5" in got.stderr
     job = call(f"{server.url}/jobs/{out['job_id']}").json
     assert job["state"] == "succeeded" and job["result"]["content_digest"] == out["content_digest"]
     version = call(f"{server.url}/datasets/tb/versions/1.0.0").json

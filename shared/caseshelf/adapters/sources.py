@@ -259,12 +259,15 @@ class SourceReader:
         """The files of a source of several (a list, a local directory or glob), in the order
         they are read; None for a source of one file."""
         url = source.url
+        if isinstance(url, str) and _is_local(url):
+            self.policy.check(url)  # before the path is looked at: no probing a server's disk
         if url is None or (isinstance(url, str) and not _many_local(url)):
             return None
         out: list[str] = []
         for one in source_urls(url):
-            if _is_local(one) and _many_local(one):
+            if _is_local(one):
                 self.policy.check(one)
+            if _many_local(one):
                 out.extend(local_files(one, source.kind))
             else:
                 out.append(one)
@@ -299,9 +302,9 @@ class SourceReader:
         if (
             url is None
             or not isinstance(url, str)
-            or _many_local(url)
             or isinstance(source, ParquetSource | JsonSource)
             or not (_is_local(url) and self.policy.allow_local)
+            or _many_local(url)
             or not worker_available()
         ):
             return None
