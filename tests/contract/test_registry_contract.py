@@ -12,7 +12,7 @@ import pytest
 from caseshelf.domain.errors import Conflict, Forbidden, NotFound
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.versions import VersionRecord
-from caseshelf.services.registry import RegisterResult, RegistryService, parse_dataset
+from caseshelf.services.registry import RegisterResult, RegistryService, parse_dataset, parse_head
 from tests.conftest import Backend
 from tests.contract.test_blobstore_contract import http
 
@@ -475,3 +475,13 @@ def test_a_new_version_inherits_the_metadata_its_input_leaves_out(
     )
     rec = register(registry, ALICE, {"id": "gsm", "bump": "patch", "cases": cases(4)}).record
     assert check.content_digest == rec.content_digest and rec.description == "new"
+
+
+def test_a_streamed_registration_inherits_the_metadata_too(registry: RegistryService) -> None:
+    # Given 1.0.0 with a description and tags (a file or upload read a window at a time next)
+    register(registry, ALICE, dataset(description="grade-school math", tags=["math"]))
+    head = parse_head({"id": "gsm", "bump": "minor"})
+    checked = registry.validate_stream(ALICE, head, [cases(5, changed={2})])
+    got = registry.register_stream(ALICE, head, [cases(5, changed={2})])
+    assert got.record.version == "1.1.0" and got.record.content_digest == checked.content_digest
+    assert (got.record.description, got.record.tags) == ("grade-school math", ("math",))
