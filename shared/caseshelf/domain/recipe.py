@@ -26,7 +26,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from caseshelf.domain.canonical import canonical_json, digest_of
+from caseshelf.domain.canonical import canonical_json, digest_of, json_problem
 from caseshelf.domain.envelope import validation_problem
 from caseshelf.domain.errors import BadRequest
 from caseshelf.domain.models import DatasetId, Grader, Label
@@ -312,7 +312,11 @@ class Recipe(RecipeModel):
 
 
 def _check_value(value: Any, where: str) -> None:
-    if isinstance(value, str):
+    """Every template inside a value compiles, and every number is one canonical JSON holds."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if json_problem(value) is not None:
+            raise ValueError(f"{where}: NaN, Infinity and integers beyond 64 bits are not allowed")
+    elif isinstance(value, str):
         _check(lambda: compile_template(value), where)
     elif isinstance(value, dict):
         for k, v in value.items():
