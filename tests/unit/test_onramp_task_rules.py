@@ -305,3 +305,17 @@ def test_an_archived_case_tree_applies_the_symlink_rule_to_its_links(tmp_path):
     assert c1["files"]["guide.md"] == {"text": "guide\n"}
     assert "peek.md" not in c1["files"]
     assert any("peek.md" in w and "another case" in w for w in warnings)
+
+
+def test_a_failed_import_lists_twenty_invalid_tasks_then_a_count():
+    from caseshelf.domain.tasks import Skipped
+    from caseshelf.services.tasks import invalid_tasks_message
+
+    skipped = [Skipped(task=f"t{n}", reason=f"task 't{n}': broken") for n in range(25)]
+    text = invalid_tasks_message(skipped, 30)
+    lines = text.splitlines()
+    assert lines[0] == "25 of 30 tasks are invalid:"
+    assert lines[1:21] == [f"  task 't{n}': broken" for n in range(20)]
+    assert lines[21] == "  … and 5 more (every one is in `errors`)"
+    assert "--skip-invalid" in lines[22]
+    assert "would leave nothing" in invalid_tasks_message(skipped[:2], 2)
