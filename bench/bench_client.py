@@ -1,6 +1,7 @@
 """The Python client's reads against their floors, in the same run.
 
-- `cases`: `list(cs.cases(ref))` over all N cases ÷ reading the same canonical records straight
+- `cases`: `list(cs.cases(ref, raw=True))` (plain dicts: the read itself; the default case
+  models add their validation) over all N cases ÷ reading the same canonical records straight
   from the packs (the manifest loaded from the store, every record read and parsed), embedded (in
   process, through the function handler) and over the local API (`caseshelf serve` in its own
   process, real HTTP). Target: <= 1.5 each.
@@ -105,9 +106,11 @@ def main() -> int:
             for _ in range(args.runs):
                 times["floor"].append(timed(lambda: floor_read(home)))
                 with caseshelf.connect(home=home) as cs:
-                    times["embedded"].append(timed(lambda c=cs: sum(1 for _ in c.cases(REF))))
+                    times["embedded"].append(
+                        timed(lambda c=cs: sum(1 for _ in c.cases(REF, raw=True)))
+                    )
                 with caseshelf.connect(url) as cs:
-                    times["api"].append(timed(lambda c=cs: sum(1 for _ in c.cases(REF))))
+                    times["api"].append(timed(lambda c=cs: sum(1 for _ in c.cases(REF, raw=True))))
                 import pandas as pd
 
                 times["read_json"].append(timed(lambda: pd.read_json(jsonl, lines=True)))

@@ -104,7 +104,7 @@ def pinned_dataset(
             "the content_digest the registry gives it",
             field="content_digest",
         )
-    cases = client.cases(f"{name}@{content_digest}", include_deleted=include_deleted)
+    cases = client.cases(f"{name}@{content_digest}", include_deleted=include_deleted, raw=True)
     return _dataset.MemoryDataset(
         samples=samples_of(cases, sample_fields),
         name=f"{name}@{version}",

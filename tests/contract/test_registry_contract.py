@@ -12,7 +12,7 @@ import pytest
 from caseshelf.domain.errors import Conflict, Forbidden, NotFound
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.versions import VersionRecord
-from caseshelf.services.registry import RegisterResult, RegistryService, parse_dataset
+from caseshelf.services.registry import RegisterResult, RegistryService, parse_dataset, parse_head
 from tests.conftest import Backend
 from tests.contract.test_blobstore_contract import http
 
@@ -443,3 +443,45 @@ def test_a_bump_gives_up_only_after_its_bounded_attempts(
     with pytest.raises(Conflict, match="after 3 attempts"):
         register(registry, ALICE, dataset(None, bump="minor"))
     assert index.calls == 3
+
+
+def test_a_new_version_inherits_the_metadata_its_input_leaves_out(
+    registry: RegistryService,
+) -> None:
+    # Given 1.0.0 with a description, tags and provenance
+    provenance = {"via": "import", "source": {"kind": "jsonl", "url": "test.jsonl"}}
+    first = dataset(description="grade-school math", tags=["math", "qa"], produced_by=provenance)
+    register(registry, ALICE, first)
+    # When the next version comes as cases only (a bump), it keeps all three
+    got = register(registry, ALICE, {"id": "gsm", "bump": "minor", "cases": cases(5, changed={1})})
+    rec = got.record
+    assert rec.version == "1.1.0"
+    assert (rec.description, rec.tags, rec.produced_by) == (
+        "grade-school math",
+        ("math", "qa"),
+        provenance,
+    )
+    # the same cases again with nothing set are the same content: no new version
+    again = {"id": "gsm", "bump": "minor", "cases": cases(5, changed={1})}
+    same = register(registry, ALICE, again)
+    assert not same.created and same.record.version == "1.1.0"
+    # What the input sets wins, an empty list included; `base` names where the rest comes from
+    doc = {"id": "gsm", "version": "2.0.0", "cases": cases(4), "description": "new", "tags": []}
+    rec = register(registry, ALICE, {**doc, "base": "1.0.0"}).record
+    assert (rec.description, rec.tags, rec.produced_by) == ("new", (), provenance)
+    # validate answers the digest register would commit
+    check = registry.validate(
+        ALICE, parse_dataset({"id": "gsm", "bump": "patch", "cases": cases(4)})
+    )
+    rec = register(registry, ALICE, {"id": "gsm", "bump": "patch", "cases": cases(4)}).record
+    assert check.content_digest == rec.content_digest and rec.description == "new"
+
+
+def test_a_streamed_registration_inherits_the_metadata_too(registry: RegistryService) -> None:
+    # Given 1.0.0 with a description and tags (a file or upload read a window at a time next)
+    register(registry, ALICE, dataset(description="grade-school math", tags=["math"]))
+    head = parse_head({"id": "gsm", "bump": "minor"})
+    checked = registry.validate_stream(ALICE, head, [cases(5, changed={2})])
+    got = registry.register_stream(ALICE, head, [cases(5, changed={2})])
+    assert got.record.version == "1.1.0" and got.record.content_digest == checked.content_digest
+    assert (got.record.description, got.record.tags) == ("grade-school math", ("math",))

@@ -58,7 +58,7 @@ def test_search_finds_cases_by_text_id_and_tag_as_the_api_does(where: dict[str, 
     assert [c["id"] for c in by_id["items"]] == ["add-1"]
     assert [c["id"] for c in by_tag["items"]] == ["repo-1"]
     assert by_text["case_count"] == 3 and by_text["scanned_to"] == 3
-    assert every == [c["id"] for c in where["client"].search("demo", "e")]
+    assert every == [c.id for c in where["client"].search("demo", "e")]
 
 
 def test_a_search_page_names_the_command_that_goes_on(where: dict[str, Any]) -> None:
@@ -78,7 +78,7 @@ def test_stats_are_the_apis_numbers(where: dict[str, Any]) -> None:
 
 def test_file_writes_the_body_the_digest_names(where: dict[str, Any], tmp_path: Path) -> None:
     # Given the digest of a companion file of a case
-    (repo,) = [c for c in where["client"].cases("demo") if c["id"] == "repo-1"]
+    (repo,) = [c for c in where["client"].cases("demo", raw=True) if c["id"] == "repo-1"]
     digest = repo["files"]["tests/test_app.py"]["digest"]
 
     # When it is fetched to stdout and to a file

@@ -180,7 +180,7 @@ def test_cli_import_tasks_with_api_packs_the_tree_and_follows_the_job(
     # Given the real Terminal-Bench tasks on disk (one of them without tests), and a server
     # whose request body limit is far below the dataset's size
     src = str(shared_data / "terminal-bench")
-    options = ["--image-template", "reg/tb:{id}", "--skip-invalid", "--dataset", "tb"]
+    options = ["--image-template", "reg/tb:{name}", "--skip-invalid", "--dataset", "tb"]
     limit = 64 * 1024
     server.settings = server.settings.model_copy(update={"max_body_bytes": limit})
     # When the CLI imports the directory against the local server
@@ -189,8 +189,8 @@ def test_cli_import_tasks_with_api_packs_the_tree_and_follows_the_job(
     assert got.returncode == 0, got.stderr
     out = json.loads(got.stdout)
     assert (out["id"], out["version"], out["case_count"]) == ("tb", "1.0.0", 9)
-    assert [s["task"] for s in out["skipped"]] == ["5"]
-    assert "skipped 5" in got.stderr
+    assert [s["task"] for s in out["skipped"]] == ["evoeval/5"]
+    assert "skipped 1 task: evoeval/5" in got.stderr
     job = call(f"{server.url}/jobs/{out['job_id']}").json
     assert job["state"] == "succeeded" and job["result"]["content_digest"] == out["content_digest"]
     version = call(f"{server.url}/datasets/tb/versions/1.0.0").json
@@ -198,7 +198,7 @@ def test_cli_import_tasks_with_api_packs_the_tree_and_follows_the_job(
     # And the image template reached every case
     cases = call(f"{server.url}/datasets/tb/versions/1.0.0/cases?limit=100").json["items"]
     images = {c["id"]: c.get("image") for c in cases}
-    assert images["24"] == "reg/tb:24"
+    assert images["evoeval/24"] == "reg/tb:24"  # {name}: the directory, no slash
     # And the whole version is more than one request body could have carried
     document = call(f"{server.url}/datasets/tb/versions/1.0.0/download")
     assert len(document.body) > limit

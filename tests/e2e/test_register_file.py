@@ -82,7 +82,7 @@ def test_a_large_file_registers_the_version_the_whole_document_makes(
     assert "registering it as a file" in got.stderr
     assert out["created"] is True and out["case_count"] == 200
     assert out["content_digest"] == whole.content_digest
-    assert [c["id"] for c in cs.cases("big@1.0.0")] == [r["id"] for r in rows]
+    assert [c.id for c in cs.cases("big@1.0.0")] == [r["id"] for r in rows]
 
     # And the client's register(cases=path) takes the same way, idempotently
     again = cs.register("big", cases=big, version="1.0.0")

@@ -34,8 +34,8 @@ def test_import_tasks_terminal_bench_skip_invalid(shared_data, tmp_path):
     assert ok.returncode == 0, ok.stderr
     out = json.loads(ok.stdout)
     assert out["case_count"] == 9 and out["version"] == "1.0.0"
-    assert [s["task"] for s in out["skipped"]] == ["5"]
-    assert "skipped 5" in ok.stderr
+    assert [s["task"] for s in out["skipped"]] == ["evoeval/5"]
+    assert "skipped 1 task: evoeval/5\n  task 'evoeval/5': is incomplete" in ok.stderr
 
 
 def test_import_tasks_case_dirs_and_harbor(shared_data, tmp_path):

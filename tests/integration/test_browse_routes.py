@@ -66,12 +66,12 @@ def test_a_search_pages_every_match_in_dataset_order(cs: Client) -> None:
     assert rest.scanned_from == 24 and rest.scanned_to == 40
     # And by tag, by id, and by any of them
     assert len(list(cs.search("browse@1.0.0", "math", by="tag"))) == 10
-    assert [c["id"] for c in cs.search("browse@1.0.0", "q00", by="id")] == [
+    assert [c.id for c in cs.search("browse@1.0.0", "q00", by="id")] == [
         f"q00{i}" for i in range(10)
     ]
-    assert {c["id"] for c in cs.search("browse", "q039")} == {"q039"}
+    assert {c.id for c in cs.search("browse", "q039")} == {"q039"}
     # And the cases found are the cases as listed
-    listed = {c["id"]: c for c in cs.cases("browse@1.0.0")}
+    listed = {c["id"]: c for c in cs.cases("browse@1.0.0", raw=True)}
     assert all(listed[c["id"]] == c for c in first.items)
     # An empty search is refused, naming q
     with pytest.raises(BadRequest) as err:
@@ -143,7 +143,7 @@ def test_the_search_index_answers_what_the_scan_does_over_the_whole_version(
 def test_one_file_is_answered_by_its_digest(cs: Client) -> None:
     # Given a case with a Markdown file and a PNG, and a shared file
     register(cs)
-    case = next(c for c in cs.cases("browse@1.0.0") if c["id"] == "q005")
+    case = next(c for c in cs.cases("browse@1.0.0", raw=True) if c["id"] == "q005")
     readme, png = case["files"]["README.md"], case["files"]["img/pic.png"]
     # When each is read by its digest, then it is the stored body
     assert cs.file("browse@1.0.0", readme["digest"]) == README.encode()
@@ -157,7 +157,7 @@ def test_one_file_is_answered_by_its_digest(cs: Client) -> None:
 def test_a_file_over_the_limit_is_413(local: Client) -> None:
     register(local)
     local.transport.services.browse.max_file_bytes = 100  # type: ignore[attr-defined]
-    case = next(c for c in local.cases("browse@1.0.0") if c["id"] == "q005")
+    case = next(c for c in local.cases("browse@1.0.0", raw=True) if c["id"] == "q005")
     with pytest.raises(TooLarge) as err:
         local.file("browse@1.0.0", case["files"]["img/pic.png"]["digest"])
     assert err.value.fields["size"] == len(PNG) and err.value.fields["limit"] == 100
@@ -251,9 +251,11 @@ def test_on_every_backend_the_numbers_are_kept_and_files_read(installed_services
         kept = services.store.get(stats_key(services.settings.tenant, stats.content_digest))
         assert b'"case_count":40' in kept
         assert cs.stats("browse@1.0.0") == stats
-        png = next(c for c in cs.cases("browse") if c["id"] == "q005")["files"]["img/pic.png"]
+        png = next(c for c in cs.cases("browse", raw=True) if c["id"] == "q005")["files"][
+            "img/pic.png"
+        ]
         assert cs.file("browse@1.0.0", png["digest"]) == PNG
-        assert [c["id"] for c in cs.search("browse", "needle", by="text")] == [
+        assert [c.id for c in cs.search("browse", "needle", by="text")] == [
             "q003",
             "q013",
             "q023",

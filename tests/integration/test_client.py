@@ -66,11 +66,16 @@ def test_every_read_and_change_of_a_version(cs: Client) -> None:
     assert [d.id for d in cs.datasets()] == ["smoke"]
     assert cs.dataset("smoke").version_count == 2
     assert [x.version for x in cs.versions("smoke")] == ["1.1.0", "1.0.0"]
-    assert list(cs.cases("smoke@1.0.0")) == CASES
+    assert list(cs.cases("smoke@1.0.0", raw=True)) == CASES
     # Paged lazily: two at a time gives the same cases
-    assert list(cs.cases("smoke@1.0.0", page_size=2)) == CASES
-    typed = list(cs.case_models("smoke@1.0.0", page_size=3))
+    assert list(cs.cases("smoke@1.0.0", page_size=2, raw=True)) == CASES
+    # By default the case model, as every other read gives its model
+    typed = list(cs.cases("smoke@1.0.0", page_size=3))
     assert typed[3].expectations.ground_truth == "6" and typed[0].inputs.user == "what is 0 + 0?"
+    assert [c.model_dump(mode="json", exclude_defaults=True) for c in typed] == CASES
+    assert list(cs.case_models("smoke@1.0.0")) == typed
+    assert cs.case("smoke@1.0.0", 3) == typed[3]
+    assert cs.case("smoke@1.0.0", 3, raw=True) == CASES[3]
     page = cs.list_cases("smoke@1.0.0", limit=3)
     assert [c["id"] for c in page.items] == ["c0", "c1", "c2"] and page.next_cursor
     # Diff, subset, tags, tombstones
@@ -169,16 +174,16 @@ def test_cases_over_http_come_page_by_page_with_or_without_the_cursor_header(
             cs.register("paged", cases=many, version="1.0.0")
             # When they are read 10 at a time, each next page fetched while one is read
             # Then they come whole and in order
-            assert list(cs.cases("paged", page_size=10)) == many
+            assert list(cs.cases("paged", page_size=10, raw=True)) == many
             # And a reader that stops early gets what it read
-            first = cs.cases("paged", page_size=10)
+            first = cs.cases("paged", page_size=10, raw=True)
             assert [next(first)["id"] for _ in range(12)] == [c["id"] for c in many[:12]]
             first.close()
         # When the API sends no cursor header, they still come whole and in order, each page
         # asked for with the cursor the one before names
         transport = _NoCursorHeader()
         with Client(Http(srv.url, tenant="acme", principal="alice", transport=transport)) as cs:
-            assert list(cs.cases("paged", page_size=10)) == many
+            assert list(cs.cases("paged", page_size=10, raw=True)) == many
         assert len(transport.cursors) == 3 and transport.cursors[0] is None
         assert len(set(transport.cursors)) == 3
 
@@ -242,7 +247,7 @@ def test_register_takes_a_file(local: Client, tmp_path: Path) -> None:
     path.write_bytes(b"".join(orjson.dumps(c) + b"\n" for c in CASES))
     out = local.register("from-file", cases=path, bump="minor")
     assert (out.version, out.case_count) == ("1.0.0", 7)
-    assert list(local.cases("from-file")) == CASES
+    assert list(local.cases("from-file", raw=True)) == CASES
 
 
 def test_to_hf_gives_a_dataset(local: Client) -> None:
@@ -443,7 +448,7 @@ def test_in_process_on_the_aws_backend(aws_env: None, moto_server: str, tmp_path
     with caseshelf.connect(env=env) as cs:
         # When a version is registered and read back through the handlers in process
         cs.register("aws", cases=CASES, version="1.0.0")
-        assert list(cs.cases("aws@1.0.0", page_size=3)) == CASES
+        assert list(cs.cases("aws@1.0.0", page_size=3, raw=True)) == CASES
         # Then a download comes from S3's presigned URL, streamed into the file
         got = cs.download("aws@1.0.0", to=tmp_path)
         assert got.path is not None and got.path.name == "aws-1.0.0.json"
@@ -534,7 +539,7 @@ def test_the_client_uploads_a_body_over_the_event_limit_once_escaped(
         # Then over the limit it went through an upload by itself, under it as the body
         assert out.created
         assert uploads == ([len(data)] if side == "over" else [])
-        assert remote.case("q@1.0.0", 0) == doc["cases"][0]
+        assert remote.case("q@1.0.0", 0, raw=True) == doc["cases"][0]
 
 
 def test_a_case_too_large_for_a_page_comes_whole_through_the_client(cs: Client) -> None:
@@ -544,10 +549,11 @@ def test_a_case_too_large_for_a_page_comes_whole_through_the_client(cs: Client) 
     assert escaped_size(orjson.dumps(huge)) > ANSWER_BUDGET_BYTES
     cs.register("h", cases=cases, version="1")
     # When its cases are read, and the one case by its position
-    got = list(cs.cases("h@1"))
+    got = list(cs.cases("h@1", raw=True))
     # Then the stub a page holds is replaced by the case itself
     assert got == cases
-    assert cs.case("h@1", 1) == huge
+    assert cs.case("h@1", 1, raw=True) == huge
+    assert [c.id for c in cs.cases("h@1")] == ["a", "huge", "z"]
 
 
 def test_diff_fields_and_a_path_filter_through_the_client(cs: Client) -> None:

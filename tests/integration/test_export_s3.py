@@ -245,7 +245,7 @@ def test_terminal_bench_import_exports_its_task_files_byte_for_byte(shared_data,
         dataset="tb",
         version="1.0.0",
     )
-    assert [s.task for s in skipped] == ["5"]
+    assert [s.task for s in skipped] == ["evoeval/5"]
     # When it is exported
     res = svc.exports.export_version(ME, "tb", "1.0.0", to=str(tmp_path / "out"))
     # Then every task file is in its case directory, unchanged, next to the generated ones

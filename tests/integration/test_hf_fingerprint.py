@@ -64,7 +64,8 @@ def test_the_info_names_the_ref_the_digest_and_where_the_version_is(tmp_path: Pa
     assert info.dataset_name == "hf"
     assert str(info.version) == "1.0.0"
     assert info.homepage == f"caseshelf:hf@{one.content_digest}"
-    assert set(info.features) == {"id", "inputs.user", "expectations.ground_truth"}
+    # (`tags` is a column of every case, an empty list where a case has none)
+    assert set(info.features) == {"id", "inputs.user", "expectations.ground_truth", "tags"}
     # A label datasets cannot hold as a version (not X.Y.Z) is left out of `version` only
     cs.register("hf", cases=CHANGED, version="v2")
     info = cs.to_hf("hf@v2").info

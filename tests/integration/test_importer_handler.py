@@ -190,7 +190,7 @@ def test_a_failed_job_reports_its_error_and_registers_nothing(backend):
     call(s3_event(up["key"]))
     _, job = api("GET", f"/jobs/{up['job_id']}")
     assert job["state"] == "failed"
-    assert job["error"]["detail"] == "row 0: missing field 'answer'"
+    assert job["error"]["detail"] == "row 0: missing field 'answer'; the row has 'question'"
     with pytest.raises(NotFound):
         backend.services.registry.get_version(ME, "broken", "latest")
 

@@ -176,7 +176,9 @@ def test_preview_shows_rows_fields_and_cases_without_registering(svc, tmp_path):
     got = svc.imports.preview(ME, parse_import({"recipe": RECIPE, "source": {"url": url}}))
     assert got.fields == ["id", "q", "a", "level"]
     assert [c["id"] for c in got.cases] == ["r0", "r1", "r0", "r1"]
-    assert got.errors == [{"row": 2, "detail": "row 2: missing field 'q'", "field": "q"}]
+    assert got.errors == [
+        {"row": 2, "detail": "row 2: missing field 'q'; the row has 'id', 'a'", "field": "q"}
+    ]
     assert len(got.rows) == 5
     assert nothing_registered(svc)
 

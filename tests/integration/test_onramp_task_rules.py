@@ -117,14 +117,17 @@ def test_harbor_registry_json_is_read_wherever_it_sits():
 # -- trees with repeated names -----------------------------------------------------------------
 
 
-def test_repeated_task_names_get_ids_from_their_relative_paths():
-    assert task_keys(["a/x", "b/x", "c/y"]) == {"a/x": "a/x", "b/x": "b/x", "c/y": "y"}
+def test_task_ids_are_their_paths_in_the_tree():
+    assert task_keys(["a/x", "b/x", "c/y"]) == {"a/x": "a/x", "b/x": "b/x", "c/y": "c/y"}
+    assert task_keys(["top/a/x", "top/b/y"]) == {"top/a/x": "a/x", "top/b/y": "b/y"}
+    assert task_keys(["top/x", "top/y"]) == {"top/x": "x", "top/y": "y"}
+    assert task_keys(["top/x"]) == {"top/x": "x"}
     files = {}
     for where in ("evo/1", "lcb/1", "lcb/2"):
         files.update({f"{where}/{k}": v for k, v in tb_files().items()})
     built = build_task_dataset(Tree("t", files), "terminal-bench", image_template="i:{id}")
     cases = built.body["cases"]
-    assert [c["id"] for c in cases] == ["evo/1", "lcb/1", "2"]
+    assert [c["id"] for c in cases] == ["evo/1", "lcb/1", "lcb/2"]
     assert [c["metadata"]["task"] for c in cases] == ["evo/1", "lcb/1", "lcb/2"]
     parse_dataset({**built.body, "id": "t"})  # valid, distinct ids
 
@@ -237,8 +240,10 @@ def test_real_terminal_bench_family(shared_data):
         image_template="r/tb:{id}",
         skip_invalid=True,
     )
-    assert [s.task for s in built.skipped] == ["5"]
+    assert [s.task for s in built.skipped] == ["evoeval/5"]
     assert len(built.body["cases"]) == 9
+    ids = [c["id"] for c in built.body["cases"]]
+    assert "evoeval/24" in ids and "deveval/cpp-area-calculation-implementation" in ids
     parse_dataset({**built.body, "id": "tb"})
 
 
@@ -303,3 +308,17 @@ def test_an_archived_case_tree_applies_the_symlink_rule_to_its_links(tmp_path):
     assert c1["files"]["guide.md"] == {"text": "guide\n"}
     assert "peek.md" not in c1["files"]
     assert any("peek.md" in w and "another case" in w for w in warnings)
+
+
+def test_a_failed_import_lists_twenty_invalid_tasks_then_a_count():
+    from caseshelf.domain.tasks import Skipped
+    from caseshelf.services.tasks import invalid_tasks_message
+
+    skipped = [Skipped(task=f"t{n}", reason=f"task 't{n}': broken") for n in range(25)]
+    text = invalid_tasks_message(skipped, 30)
+    lines = text.splitlines()
+    assert lines[0] == "25 of 30 tasks are invalid:"
+    assert lines[1:21] == [f"  task 't{n}': broken" for n in range(20)]
+    assert lines[21] == "  … and 5 more (every one is in `errors`)"
+    assert "--skip-invalid" in lines[22]
+    assert "would leave nothing" in invalid_tasks_message(skipped[:2], 2)

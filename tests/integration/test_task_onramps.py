@@ -319,28 +319,29 @@ def test_real_terminal_bench_tasks(shared_data):
     # Given the real tasks, one of which has no tests
     with pytest.raises(BadRequest) as err:
         build_task_dataset(tree, "terminal-bench", image_template="reg/tb:{id}")
-    assert err.value.fields["case_ids"] == ["5"]
-    assert "task '5'" in err.value.detail and "incomplete" in err.value.detail
+    assert err.value.fields["case_ids"] == ["evoeval/5"]
+    assert "task 'evoeval/5'" in err.value.detail and "incomplete" in err.value.detail
+    assert "--skip-invalid" in err.value.detail
     # When the invalid one is skipped explicitly
     built = build_task_dataset(
         tree, "terminal-bench", image_template="reg/tb:{id}", skip_invalid=True
     )
     body = parse_dataset({**built.body, "id": "tb"})
     # Then it is reported and stamped, and every other task is a valid case
-    assert [s.task for s in built.skipped] == ["5"]
-    assert built.body["produced_by"]["skipped"][0]["task"] == "5"
+    assert [s.task for s in built.skipped] == ["evoeval/5"]
+    assert built.body["produced_by"]["skipped"][0]["task"] == "evoeval/5"
     assert built.body["produced_by"]["skip_invalid"] is True
     cases = {c.id: c for c in body.cases}
     assert len(cases) == 9
-    lcb = cases["lcbpro-1999a"]
+    lcb = cases["livecodebenchpro/lcbpro-1999a"]
     assert lcb.inputs.user.startswith("LiveCodeBench Pro (Mini)")
     assert "problem" in lcb.metadata["descriptions"]
     assert lcb.metadata["author"] == "LiveCodeBench Pro Team"
     assert "testsrun-tests.sh" in lcb.files
-    dev = cases["cpp-area-calculation-implementation"]
+    dev = cases["deveval/cpp-area-calculation-implementation"]
     assert dev.metadata["language"] == "cpp" and dev.metadata["env_name"] is None
     assert len(dev.files) == 34
-    aider = cases["polyglot_python_robot-name"]
+    aider = cases["aider_polyglot/polyglot_python_robot-name"]
     assert "workspace/.oracle/solution.enc" in aider.files
     assert aider.resources is not None and aider.resources.cpu_millicores == 1000
     # Every file comes back byte for byte

@@ -35,11 +35,14 @@ import orjson
 
 from caseshelf.domain.errors import BadRequest, CaseshelfError, Forbidden, NotFound, TooLarge
 from caseshelf.domain.recipe import (
+    FILE_FIELD,
+    ROW_FIELD,
     CsvSource,
     FileSource,
     JsonlSource,
     JsonSource,
     display_url,
+    source_urls,
 )
 from caseshelf.domain.strictjson import loads as strict_loads
 from caseshelf.domain.strictjson import parsed_exactly
@@ -222,12 +225,54 @@ class SourceReader:
                 field="source.url",
             )
         url = source.url
-        if isinstance(source, JsonSource) and _is_local(url):
+        if isinstance(url, str) and isinstance(source, JsonSource) and _is_local(url):
             self.policy.check(url)
             directory = Path(url.removeprefix("file://")).expanduser()
             if directory.is_dir():
                 return json_dir_rows(directory, name or display_name(url))
-        return _rows_from_stream(source, lambda: self.open(url), name or display_name(url))
+        files = self.files(source)
+        if files is None:
+            assert isinstance(url, str)
+            return _rows_from_stream(source, lambda: self.open(url), name or display_name(url))
+        return self._many(source, files)
+
+    def files(self, source: FileSource) -> list[str] | None:
+        """The files of a source of several (a list, a local directory or glob), in the order
+        they are read; None for a source of one file."""
+        url = source.url
+        if isinstance(url, str) and _is_local(url):
+            self.policy.check(url)  # before the path is looked at: no probing a server's disk
+        if url is None or (isinstance(url, str) and not _many_local(url)):
+            return None
+        out: list[str] = []
+        for one in source_urls(url):
+            if _is_local(one):
+                self.policy.check(one)
+            if _many_local(one):
+                out.extend(local_files(one, source.kind))
+            else:
+                out.append(one)
+        return out
+
+    def _many(self, source: FileSource, files: list[str]) -> Rows:
+        """The rows of every file in turn, numbered across them; each row also holds the
+        file's name without extensions (`_file`) and its number in that file (`_row`)."""
+        index = 0
+        for url in files:
+            label = file_label(url)
+            one = source.model_copy(update={"url": url})
+            name = display_name(url)
+            for row_no, row in _rows_from_stream(one, partial(self.open, url), name):
+                for key, value in ((FILE_FIELD, label), (ROW_FIELD, row_no)):
+                    if key in row:
+                        raise BadRequest(
+                            f"source {name}: row {row_no} has its own {key!r} field",
+                            source=name,
+                            row=row_no,
+                        )
+                    row[key] = value
+                yield index, row
+                index += 1
 
     def offload(
         self, source: FileSource, *, limit: int | None = None, num_proc: int = 1
@@ -240,8 +285,10 @@ class SourceReader:
             num_proc < 2
             or limit is not None
             or url is None
+            or not isinstance(url, str)
             or not isinstance(source, JsonlSource)
             or not (_is_local(url) and self.policy.allow_local)
+            or _many_local(url)
         ):
             return None
         path = Path(url.removeprefix("file://")).expanduser()
@@ -251,6 +298,63 @@ class SourceReader:
         if len(starts) < 3:  # one block: nothing to share
             return None
         return partial(split_jsonl, path, display_name(url), starts, min(num_proc, len(starts) - 1))
+
+
+# The file names a directory of a source's kind is read for (compressed ones too).
+KIND_SUFFIXES = {
+    "jsonl": (".jsonl", ".ndjson"),
+    "csv": (".csv",),
+    "parquet": (".parquet",),
+    "json": (".json",),
+}
+_GLOB_CHARS = frozenset("*?[")
+
+
+def _many_local(url: str) -> bool:
+    """A local URL that names several files: a directory or a glob."""
+    if not _is_local(url):
+        return False
+    path = url.removeprefix("file://")
+    return bool(_GLOB_CHARS & set(path)) or Path(path).expanduser().is_dir()
+
+
+def file_label(url: str) -> str:
+    """A file's name without its extensions (`abstract_algebra_test.csv.gz` ->
+    `abstract_algebra_test`): the `_file` of its rows."""
+    name = Path(urlsplit(url).path if not _is_local(url) else url).name
+    return name.split(".", 1)[0] or name
+
+
+def _uncompressed_name(name: str) -> str:
+    lower = name.lower()
+    for ext in (".gz", ".bz2", ".zst"):
+        lower = lower.removesuffix(ext)
+    return lower
+
+
+def local_files(url: str, kind: str) -> list[str]:
+    """The regular files a local directory (those of the source's `kind`, in sub-directories
+    too, hidden ones left out) or a glob (`**` reaches sub-directories) names, sorted by path.
+    Symlinks are left out (nothing outside what was named is read)."""
+    path = Path(url.removeprefix("file://")).expanduser()
+    if path.is_dir():
+        ends = KIND_SUFFIXES.get(kind, ())
+        found = [
+            p
+            for p in path.rglob("*")
+            if not any(part.startswith(".") for part in p.relative_to(path).parts)
+            and _uncompressed_name(p.name).endswith(ends)
+        ]
+        what = f"no {'/'.join(ends)} file in this directory"
+    else:
+        parts = path.parts
+        at = next(i for i, part in enumerate(parts) if _GLOB_CHARS & set(part))
+        found = list(Path(*parts[:at]).glob("/".join(parts[at:])))
+        what = "no file matches this pattern"
+    files = sorted(str(p) for p in found if p.is_file() and not p.is_symlink())
+    if not files:
+        raise NotFound(f"source {url}: {what}", field="source.url")
+    return files
 
 
 def rows_from_bytes(source: FileSource, data: bytes, *, name: str) -> Rows:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from caseshelf.domain.envelope import validation_problem
+from caseshelf.api.dto import CURSOR_PATTERN, REF_PATTERN
+from caseshelf.domain.envelope import PATTERN_RULES, error_message, validation_problem
 from caseshelf.domain.errors import (
     BackendUnavailable,
     BadRequest,
@@ -31,6 +32,7 @@ from caseshelf.domain.errors import (
     Upstream,
 )
 from caseshelf.domain.models import DatasetVersionInput
+from caseshelf.domain.words import CURSOR_RULE, REF_RULE
 from caseshelf.extras import MissingExtra
 from caseshelf.services.registry import dataset_error
 
@@ -204,10 +206,12 @@ def _where(loc: Sequence[Any]) -> tuple[str, str]:
     return source, ".".join(str(p) for p in loc[1:])
 
 
+# The API's own patterns (a query's ref and cursor), said in words.
+API_PATTERN_RULES = {**PATTERN_RULES, REF_PATTERN: REF_RULE, CURSOR_PATTERN: CURSOR_RULE}
+
+
 def _message(err: Mapping[str, Any]) -> str:
-    if err.get("type") == "extra_forbidden" and err.get("loc"):
-        return f"unknown key {err['loc'][-1]!r}"
-    return str(err.get("msg", "invalid value"))
+    return error_message(err, API_PATTERN_RULES)
 
 
 def request_validation_error(

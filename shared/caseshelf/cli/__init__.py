@@ -405,11 +405,19 @@ class Progress:
         self._restart(description, total)
 
 
+def live_progress() -> bool:
+    """Whether progress is drawn as one live bar (rich) redrawn in place: when stderr is a
+    terminal (as rich sees it: `TTY_COMPATIBLE=1` and `FORCE_COLOR` count too). Otherwise
+    commands print nothing (`progress`) or a few plain lines (`export`, `pull`) for logs. The
+    one decision every command's progress takes."""
+    return err_console().is_terminal
+
+
 @contextmanager
 def progress(description: str, total: float | None = None) -> Iterator[Progress]:
     """A progress bar on stderr for long work, with its total when known: only on a terminal,
     also under `--json` (stdout carries the JSON, stderr the bar)."""
-    if not err_console().is_terminal:
+    if not live_progress():
         yield Progress()
         return
     from rich.progress import (

@@ -26,7 +26,18 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from caseshelf.cli import client, command, emit, fields_table, note, say, warn, wire
+from caseshelf.cli import (
+    client,
+    command,
+    emit,
+    err_console,
+    fields_table,
+    live_progress,
+    note,
+    say,
+    warn,
+    wire,
+)
 from caseshelf.cli.registry import parse_ref
 from caseshelf.cli.subset import IdsOpt, LimitOpt, TagsOpt, split_list
 
@@ -89,8 +100,7 @@ class ProgressLines:
     def start(self, cases: int, files: int, nbytes: int) -> None:
         self.cases, self.files, self.nbytes = cases, files, nbytes
         self._started = True
-        if sys.stderr.isatty():
-            from rich.console import Console
+        if live_progress():
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
             self._bar = Progress(
@@ -98,7 +108,7 @@ class ProgressLines:
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("{task.fields[what]}"),
-                console=Console(stderr=True),
+                console=err_console(),
             )
             self._bar.start()
             self._task = self._bar.add_task(self.verb, total=self._total(), what=self._what())
@@ -134,6 +144,14 @@ class ProgressLines:
         elif self._done() >= self._total() or self._done() >= self._next:
             self._line()
             self._next = self._done() + max(1, self._total() // 10)
+
+
+def wants_evalhub(prefix: str, evalhub: bool, secret_ref: str | None) -> bool:
+    """Whether an export is meant for EvalHub, so a missing `test_data_ref` is worth a warning:
+    one in S3 (where EvalHub reads), or one that asked (`--evalhub`, `--secret-ref`). An export
+    into a local directory (`--to DIR`, or the embedded store's own) is for whoever reads that
+    directory, and says nothing of EvalHub."""
+    return evalhub or secret_ref is not None or prefix.startswith("s3://")
 
 
 def evalhub_snippets(out: dict[str, Any], benchmark: str) -> str:
@@ -270,7 +288,9 @@ def register_commands(app: typer.Typer) -> None:
                     f"secret_ref: {s3['secret_ref']}}}}}"
                 )
 
-        if out.get("test_data_ref_problem"):
+        if out.get("test_data_ref_problem") and wants_evalhub(
+            str(out.get("prefix") or ""), evalhub, secret_ref
+        ):
             warn(out["test_data_ref_problem"])
         if evalhub and out.get("test_data_ref"):
             sys.stderr.write(evalhub_snippets(out, name))

@@ -17,6 +17,7 @@ own) and the command follows the import job to its end.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -41,10 +42,11 @@ from caseshelf.cli.registry import Bump, BumpKind, DatasetOpt, VersionOpt, parse
 from caseshelf.domain.errors import BadRequest
 
 SourceArg = Annotated[
-    str,
+    list[str],
     typer.Argument(
-        metavar="SOURCE",
-        help="A file (local path, s3://, https://) or hf://owner/name.",
+        metavar="SOURCE...",
+        help="A file (local path, s3://, https://) or hf://owner/name; several files, a "
+        "directory or a glob are read in turn (rows get _file and _row).",
         show_default=False,
     ),
 ]
@@ -97,6 +99,17 @@ NumProcOpt = Annotated[
         show_default=False,
     ),
 ]
+
+IdFieldOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--id-field",
+        metavar="FIELD",
+        help="The row field that holds the case id (overrides the recipe's; without one, "
+        "ids are <dataset>-<row number>).",
+        show_default=False,
+    ),
+]
 WaitOpt = Annotated[
     float,
     typer.Option("--wait", metavar="SECONDS", help="With --api: how long to follow an upload."),
@@ -128,12 +141,116 @@ def recipe_spec(value: str) -> str | dict[str, Any]:
     return value
 
 
+def with_id_field(spec: str | dict[str, Any], id_field: str | None) -> str | dict[str, Any]:
+    """The recipe with `--id-field` applied: a registered recipe is read and sent inline."""
+    if id_field is None:
+        return spec
+    doc = dict(wire(client().recipe(spec))["recipe"]) if isinstance(spec, str) else dict(spec)
+    doc["mapping"] = {**(doc.get("mapping") or {}), "id_field": id_field}
+    return doc
+
+
+def _draft_source(sources: str | list[str], kind: str | None) -> tuple[str, dict[str, Any]]:
+    """(a dataset id, the draft recipe's source) for SOURCE: its name and kind (a directory's
+    from the first file in it whose name tells)."""
+    from caseshelf.domain.recipe_draft import draft_name
+    from caseshelf.services.imports import kind_of
+
+    source = sources if isinstance(sources, str) else sources[0]
+    if kind is None and Path(source).is_dir():
+        files = sorted(p.name for p in Path(source).rglob("*") if p.is_file())
+        kind = next((k for k in map(_kind_or_none, files) if k is not None), None)
+    if source.startswith("hf://"):
+        dataset = source.removeprefix("hf://").strip("/")
+        return draft_name(dataset.rsplit("/", 1)[-1]), {"kind": "huggingface", "dataset": dataset}
+    name = Path(source.split("?", 1)[0].rstrip("/")).name.split(".")[0]
+    return draft_name(name), {"kind": kind or kind_of(source)}
+
+
+def draft(source: str | list[str], body: dict[str, Any], id_field: str | None) -> dict[str, Any]:
+    """A recipe drafted from the fields of SOURCE's first rows (`caseshelf preview` without
+    `--recipe`), and the preview of its cases: `{recipe, preview}`."""
+    from caseshelf.domain.recipe_draft import draft_recipe
+
+    name, src = _draft_source(source, body["source"].get("kind"))
+    rest = {k: v for k, v in body.items() if k != "source"}
+    probe = {**draft_recipe(name, src["kind"], [], id_field=id_field), "source": src}
+    fields = wire(client().preview(body["source"], recipe=probe, **rest))["fields"]
+    recipe = {**draft_recipe(name, src["kind"], fields, id_field=id_field), "source": src}
+    shown = wire(client().preview(body["source"], recipe=recipe, **rest))
+    return {"recipe": recipe, "preview": shown}
+
+
+def _kind_or_none(name: str) -> str | None:
+    from caseshelf.services.imports import kind_of
+
+    try:
+        return kind_of(name)
+    except BadRequest:
+        return None
+
+
+def _show_draft(sources: list[str], out: dict[str, Any]) -> None:
+    import shlex
+
+    import yaml
+
+    recipe, p = out["recipe"], out["preview"]
+    source = " ".join(sources)
+    name = shlex.join(sources)
+    sys.stdout.write(
+        f"# A recipe drafted from the fields of {source}: check the fields it chose, then\n"
+        f"#   caseshelf import {name} --recipe recipe.yaml\n"
+    )
+    sys.stdout.write(yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True))
+    sys.stdout.flush()
+    m = recipe["mapping"]
+    if "id_field" in m:
+        ids = f"ids from field {m['id_field']!r}"
+    elif "id_template" in m:
+        ids = f"ids {m['id_template']} (the file and the row in it)"
+    else:
+        ids = f"ids {recipe['id']}-<row number> (--id-field FIELD names an id field)"
+    note(f"fields: {', '.join(p['fields'])}; {ids}")
+    if recipe["source"]["kind"] == "csv" and any(
+        f.strip().isdigit() or len(f) > 64 for f in p["fields"]
+    ):
+        note(
+            "the first line looks like data, not column names: for a CSV without a header "
+            + escape("row set source.header: false and source.columns: [name, ...]")
+        )
+    for err in p["errors"][:3]:
+        note(f"row {err['row']} does not map: {err['detail']}")
+    note(
+        f"{len(p['cases'])} of {len(p['rows'])} rows mapped; save the recipe with "
+        f"`caseshelf preview {name} > recipe.yaml`, then `caseshelf import {name} "
+        f"--recipe recipe.yaml`"
+    )
+
+
 def _is_local(source: str) -> bool:
     return "://" not in source
 
 
+def _one_or_list(sources: list[str]) -> str | list[str]:
+    """SOURCE... as the source's `url`: one, or the list of several (read in this order)."""
+    return sources[0] if len(sources) == 1 else sources
+
+
+def _one_local_file(sources: list[str]) -> Path:
+    """The one local file an import over --api uploads; several, or a directory or a glob, are
+    read only where the files are."""
+    path = Path(sources[0]).expanduser()
+    if len(sources) > 1 or not path.is_file():
+        raise typer.BadParameter(
+            "over --api a local source is uploaded, one file at a time: import each file, or "
+            "give s3:// or https:// URLs, or run the import without --api where the files are"
+        )
+    return path
+
+
 def _source(
-    source: str,
+    source: str | list[str],
     *,
     config: str | None,
     split: str | None,
@@ -146,7 +263,7 @@ def _source(
             out[key] = value
     if kind is not None:
         out["kind"] = kind
-    if not source.startswith("hf://") and (config or split or revision):
+    if not str(source).startswith("hf://") and (config or split or revision):
         raise typer.BadParameter("--config, --split and --revision go with an hf:// source")
     return out
 
@@ -243,7 +360,7 @@ def register_commands(app: typer.Typer) -> None:
 
     @command(app, "import")
     def import_(
-        source: SourceArg,
+        sources: SourceArg,
         recipe: RecipeOpt,
         dataset: DatasetOpt = None,
         version: VersionOpt = None,
@@ -254,6 +371,7 @@ def register_commands(app: typer.Typer) -> None:
         revision: RevisionOpt = None,
         kind: KindOpt = None,
         num_proc: NumProcOpt = None,
+        id_field: IdFieldOpt = None,
         wait: WaitOpt = 900.0,
     ) -> None:
         """Import a benchmark's rows through a recipe and register them as a dataset version."""
@@ -264,13 +382,14 @@ def register_commands(app: typer.Typer) -> None:
                 param_hint="--num-proc",
             )
         state().num_proc = num_proc
+        source = _one_or_list(sources)
         body = {
-            "recipe": recipe_spec(recipe),
+            "recipe": with_id_field(recipe_spec(recipe), id_field),
             "source": _source(source, config=config, split=split, revision=revision, kind=kind),
             **_target(dataset, version, bump, limit),
         }
-        if state().api and _is_local(source):
-            out = _upload_rows(Path(source).expanduser(), body, wait)
+        if state().api and any(map(_is_local, sources)):
+            out = _upload_rows(_one_local_file(sources), body, wait)
         else:
             with progress("importing rows"):
                 rest = {k: v for k, v in body.items() if k not in ("recipe", "source")}
@@ -279,21 +398,40 @@ def register_commands(app: typer.Typer) -> None:
 
     @command(app, "preview")
     def preview(
-        source: SourceArg,
-        recipe: RecipeOpt,
+        sources: SourceArg,
+        recipe: Annotated[
+            str | None,
+            typer.Option(
+                "--recipe",
+                "-r",
+                metavar="R",
+                help="A recipe file or id; without one, a recipe is drafted from the rows' "
+                "fields and printed as YAML.",
+                show_default=False,
+            ),
+        ] = None,
         limit: LimitOpt = None,
         config: ConfigOpt = None,
         split: SplitOpt = None,
         revision: RevisionOpt = None,
         kind: KindOpt = None,
+        id_field: IdFieldOpt = None,
     ) -> None:
-        """The first rows of a source, the fields found, and the cases they would become."""
+        """The first rows of a source, the fields found, and the cases they would become.
+
+        Without --recipe: a recipe drafted from the fields (task, answer and id guessed by
+        their names, the rest kept as metadata), printed as YAML to save and edit."""
+        source = _one_or_list(sources)
         body: dict[str, Any] = {
-            "recipe": recipe_spec(recipe),
             "source": _source(source, config=config, split=split, revision=revision, kind=kind),
         }
         if limit is not None:
             body["limit"] = limit
+        if recipe is None:
+            drafted = draft(source, body, id_field)
+            emit(drafted, lambda o: _show_draft(sources, o))
+            return
+        body["recipe"] = with_id_field(recipe_spec(recipe), id_field)
         rest = {k: v for k, v in body.items() if k not in ("recipe", "source")}
         out = wire(client().preview(body["source"], recipe=body["recipe"], **rest))
 

@@ -105,7 +105,10 @@ BaseOpt = Annotated[
     ),
 ]
 DeletedOpt = Annotated[
-    bool, typer.Option("--deleted", help="Also resolve deleted (tombstoned) versions.")
+    bool,
+    typer.Option(
+        "--deleted", "--include-deleted", help="Also resolve deleted (tombstoned) versions."
+    ),
 ]
 FileArg = Annotated[
     Path,
@@ -155,9 +158,11 @@ def _register_file(
     window of cases at a time, on the embedded store as over HTTP; the dataset id where the
     command line names it, and the answer."""
     from caseshelf.client.core import STREAM_FILE_BYTES
+    from caseshelf.services.loaders import refuse_row_file
 
     if version is not None and bump is not None:
         raise typer.BadParameter("give either --version or --bump, not both")
+    refuse_row_file(file)
     if file.suffix.lower() in (".jsonl", ".ndjson"):
         if dataset is None:
             raise typer.BadParameter(f"{file} names no dataset id; give --dataset ID")
@@ -335,7 +340,8 @@ def register_commands(app: typer.Typer) -> None:
         if out.get("would_conflict"):
             abort(
                 f"{label} is already registered with other content; "
-                "registering this file would conflict"
+                "registering this file would conflict: register it with --bump minor (the next "
+                "label) or another --version"
             )
 
     @command(app, "ls")
@@ -637,10 +643,17 @@ def _all_cases(
     out = sys.stdout
     with progress(f"reading {meta.id}@{meta.version}", total=meta.case_count) as bar:
         if search is None:
-            cases = c.cases(pinned, include_deleted=deleted, page_size=page, progress=bar.advance)
+            cases = c.cases(
+                pinned, include_deleted=deleted, page_size=page, progress=bar.advance, raw=True
+            )
         else:
             cases = c.search(
-                pinned, search[0], by=search[1], include_deleted=deleted, progress=bar.advance
+                pinned,
+                search[0],
+                by=search[1],
+                include_deleted=deleted,
+                progress=bar.advance,
+                raw=True,
             )
         if jsonl:
             for case in cases:

@@ -22,11 +22,22 @@ import orjson
 import typer
 from rich.markup import escape
 
-from caseshelf.cli import client, command, emit, json_mode, note, say, short, wire
+from caseshelf.cli import (
+    client,
+    command,
+    emit,
+    json_mode,
+    note,
+    out_console,
+    say,
+    short,
+    wire,
+)
 from caseshelf.cli.registry import BumpKind, parse_ref, parse_version
 from caseshelf.domain.paging import MAX_PAGE
+from caseshelf.domain.textdiff import Segment, around_changes, marked, word_diff
 
-# A display value longer than this is cut (the whole value is in `--json`).
+# A display value longer than this is cut (the whole value with `--full` or in `--json`).
 VALUE_WIDTH = 160
 UI_URL_ENV = "CASESHELF_UI_URL"
 
@@ -36,6 +47,10 @@ class DiffFormat(StrEnum):
     json = "json"
     jsonl = "jsonl"
     markdown = "markdown"
+
+
+# Unchanged text kept either side of a changed word in a cut value.
+CONTEXT = 40
 
 
 # The selection options `export` takes too (its `subset`).
@@ -101,7 +116,7 @@ def _clip(text: str, width: int = VALUE_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _render_diff_head(d: dict[str, Any]) -> None:
+def _render_diff_head(d: dict[str, Any], view: DiffView) -> None:
     b, c = d["base"], d["candidate"]
     same_id = b["id"] == c["id"]
     cand_name = c["version"] if same_id else f"{c['id']}@{c['version']}"
@@ -111,17 +126,17 @@ def _render_diff_head(d: dict[str, Any]) -> None:
     )
     meta = d["meta"]
     for ch in meta["changes"]:
-        _render_change(ch, indent="")
+        _render_change(ch, view, indent="")
     if meta["case_order_changed"]:
         say("[yellow]~ the cases come in another order[/]")
 
 
-def _render_diff_entries(d: dict[str, Any]) -> None:
+def _render_diff_entries(d: dict[str, Any], view: DiffView) -> None:
     """The entries of one page, in the diff's order: changed, added, removed."""
     for entry in d["changed"] or []:
         say(f"[yellow]~ {escape(entry['id'])}[/]")
         for ch in entry["changes"]:
-            _render_change(ch, indent="    ")
+            _render_change(ch, view, indent="    ")
     for item in d["added"] or []:
         say(f"[green]+ {escape(item['id'])}[/]  {escape(item['user'] or '')}")
     for item in d["removed"] or []:
@@ -149,14 +164,67 @@ def _diff_lines(pages: Iterator[Any]) -> Iterator[bytes]:
                 yield orjson.dumps({"kind": kind, **entry})
 
 
-def _render_change(ch: dict[str, Any], *, indent: str) -> None:
-    from caseshelf.api.dto import display_value  # imported only when a change is shown
+def display_value(value: Any) -> str:
+    """A JSON value as compact JSON with sorted keys (as `caseshelf.api.dto` shows it)."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
+
+class DiffView:
+    """How changed values are drawn: cut around the change or whole (`--full`), and the
+    word-level marks as colours or as `[-old-]{+new+}`."""
+
+    def __init__(self, *, full: bool, color: bool | None) -> None:
+        self.full = full
+        self.color = out_console().is_terminal if color is None else color
+
+    def line(self, indent: str, sign: str, style: str, segments: list[Segment]) -> None:
+        """One `sign` line of `segments`: each run styled (colour) or marked (plain)."""
+        from rich.text import Text
+
+        if not self.full:
+            segments = around_changes(segments, CONTEXT)
+        if not self.color:
+            say(f"{indent}{sign}  {escape(self._flat(marked(segments)))}")
+            return
+        text = Text(f"{indent}{sign}  ", style=style)
+        for op, part in segments:
+            text.append(self._flat(part), style=_MARK_STYLES[op] if op != "=" else style)
+        self._console().print(text, highlight=False)
+
+    def _flat(self, text: str) -> str:
+        # A cut value is one line (newlines as `\n`); the whole value keeps its lines, indented.
+        return text.replace("\n", "\n      ") if self.full else text.replace("\n", "\\n")
+
+    def _console(self) -> Any:
+        console = out_console()
+        if console.is_terminal:
+            return console
+        from rich.console import Console  # --color off a terminal: styles all the same
+
+        return Console(force_terminal=True, soft_wrap=True)
+
+    def value(self, value: Any) -> str:
+        text = value if isinstance(value, str) else display_value(value)
+        return text if self.full else _clip(text.replace("\n", "\\n"))
+
+
+_MARK_STYLES = {"-": "bold red reverse", "+": "bold green reverse"}
+
+
+def _render_change(ch: dict[str, Any], view: DiffView, *, indent: str) -> None:
     say(f"{indent}[cyan]{escape(ch['path'])}[/]")
+    if "before" in ch and "after" in ch:
+        before, after = ch["before"], ch["after"]
+        both_text = isinstance(before, str) and isinstance(after, str)
+        if not both_text:
+            before, after = display_value(before), display_value(after)
+        if both_text or len(before) + len(after) > VALUE_WIDTH:
+            view.line(indent, "~", "yellow", word_diff(before, after))
+            return
     if "before" in ch:
-        say(f"{indent}[red]-  {escape(_clip(display_value(ch['before'])))}[/]")
+        say(f"{indent}[red]-  {escape(view.value(ch['before']))}[/]")
     if "after" in ch:
-        say(f"{indent}[green]+  {escape(_clip(display_value(ch['after'])))}[/]")
+        say(f"{indent}[green]+  {escape(view.value(ch['after']))}[/]")
 
 
 def register_commands(app: typer.Typer) -> None:
@@ -273,6 +341,17 @@ def register_commands(app: typer.Typer) -> None:
                 "--max-cases", min=0, help="markdown: changed, added and removed cases shown."
             ),
         ] = 20,
+        full: Annotated[
+            bool, typer.Option("--full", help="Whole values, not cut around the change.")
+        ] = False,
+        color: Annotated[
+            bool | None,
+            typer.Option(
+                "--color/--no-color",
+                help="Mark changed words with colours (default: on a terminal) or as "
+                "[-old-]{+new+}.",
+            ),
+        ] = None,
     ) -> None:
         """What changed between two versions: changed (field by field), added, removed.
 
@@ -310,11 +389,12 @@ def register_commands(app: typer.Typer) -> None:
                 sys.stdout.write(line.decode() + "\n")
             sys.stdout.flush()
             return
+        view = DiffView(full=full, color=color)
         last: dict[str, Any] | None = None
         for n, page in enumerate(pages):  # one page held at a time
             last = wire(page)
             if n == 0:
-                _render_diff_head(last)
-            _render_diff_entries(last)
+                _render_diff_head(last, view)
+            _render_diff_entries(last, view)
         if last is not None:
             _render_diff_summary(last)

@@ -279,8 +279,14 @@ def register_commands(app: typer.Typer) -> None:
             result["skipped"] = []
         else:
             result = _register_tasks(path, format.value, options)
-        for skipped in result.get("skipped") or []:
-            note(f"skipped {skipped['task']}: {skipped['reason']}")
+        left_out = result.get("skipped") or []
+        if left_out:
+            n = len(left_out)
+            note(
+                f"skipped {n} task{'s' if n > 1 else ''}: {', '.join(s['task'] for s in left_out)}"
+            )
+            for skipped in left_out:
+                note(f"  {skipped['reason']}")
 
         def render(data: dict[str, Any]) -> None:
             verb = "registered" if data.get("created") else "already registered"

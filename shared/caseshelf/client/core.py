@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, TypeVar, cast, overload
 
 from caseshelf.client.refs import parse_ref, parse_version
 from caseshelf.client.transport import Answer, Http, InProcess, Request, Transport
@@ -505,6 +505,7 @@ class Client:
             raise Upstream("the API answered a page of cases without items")
         return data
 
+    @overload
     def cases(
         self,
         ref: str,
@@ -512,11 +513,45 @@ class Client:
         include_deleted: bool = False,
         page_size: int | None = None,
         progress: Progress | None = None,
+        raw: Literal[False] = False,
+    ) -> Iterator[Case]: ...
+
+    @overload
+    def cases(
+        self,
+        ref: str,
+        *,
+        include_deleted: bool = False,
+        page_size: int | None = None,
+        progress: Progress | None = None,
+        raw: Literal[True],
+    ) -> Iterator[dict[str, Any]]: ...
+
+    def cases(
+        self,
+        ref: str,
+        *,
+        include_deleted: bool = False,
+        page_size: int | None = None,
+        progress: Progress | None = None,
+        raw: bool = False,
+    ) -> Iterator[Case] | Iterator[dict[str, Any]]:
+        """A version's cases in dataset order, as the case model
+        (`caseshelf.domain.models.Case`, like every other read of the client; `raw=True`: the
+        canonical plain dicts, as stored, for speed), read lazily a page at a time (over HTTP
+        the next page is fetched while this one is read: `_pages_ahead`). The version is
+        pinned by its content digest first, so every page comes from the same content even if
+        a tag moves meanwhile. `progress(n)` is called with each page's size."""
+        plain = self._plain_cases(ref, include_deleted, page_size, progress)
+        if raw:
+            return plain
+        from caseshelf.domain.models import Case
+
+        return map(Case.model_validate, plain)
+
+    def _plain_cases(
+        self, ref: str, include_deleted: bool, page_size: int | None, progress: Progress | None
     ) -> Iterator[dict[str, Any]]:
-        """A version's cases in dataset order, read lazily a page at a time (over HTTP the next
-        page is fetched while this one is read: `_pages_ahead`). The version is pinned by its
-        content digest first, so every page comes from the same content even if a tag moves
-        meanwhile. `progress(n)` is called with each page's size."""
         name, _ = parse_ref(ref)
         pinned = f"{name}@{self.get(ref, include_deleted=include_deleted).content_digest}"
         size = page_size or self.page_size
@@ -530,9 +565,27 @@ class Client:
             for case in items:
                 yield self._whole_case(case, include_deleted)
 
-    def case(self, ref: str, position: int, *, include_deleted: bool = False) -> dict[str, Any]:
+    @overload
+    def case(
+        self,
+        ref: str,
+        position: int,
+        *,
+        include_deleted: bool = False,
+        raw: Literal[False] = False,
+    ) -> Case: ...
+
+    @overload
+    def case(
+        self, ref: str, position: int, *, include_deleted: bool = False, raw: Literal[True]
+    ) -> dict[str, Any]: ...
+
+    def case(
+        self, ref: str, position: int, *, include_deleted: bool = False, raw: bool = False
+    ) -> Case | dict[str, Any]:
         """The case at `position` (from 0, in dataset order) of a version, however large: one
-        too large for an answer comes from the presigned URL the API gives for it."""
+        too large for an answer comes from the presigned URL the API gives for it. The case
+        model (`raw=True`: the canonical plain dict)."""
         name, r = parse_ref(ref)
         query = {"include_deleted": include_deleted}
         data = self.call(
@@ -544,7 +597,11 @@ class Client:
             data = orjson.loads(self._fetch(data["url"], None, None))
         if not isinstance(data, dict):
             raise Upstream(f"the API answered the case at {position} with no case")
-        return data
+        if raw:
+            return data
+        from caseshelf.domain.models import Case
+
+        return Case.model_validate(data)
 
     def _whole_case(self, item: Any, include_deleted: bool = False) -> Any:
         """A case of a page as it is, or, for the stub of a case too large for a page
@@ -553,17 +610,13 @@ class Client:
         if not isinstance(link, dict) or not isinstance(link.get("href"), str):
             return item
         _, _, name, _, ref, _, position = link["href"].split("/", 6)
-        return self.case(f"{name}@{ref}", int(position), include_deleted=include_deleted)
+        return self.case(f"{name}@{ref}", int(position), include_deleted=include_deleted, raw=True)
 
     def case_models(
         self, ref: str, *, include_deleted: bool = False, page_size: int | None = None
     ) -> Iterator[Case]:
-        """`cases(ref)` as the case model (`caseshelf.domain.models.Case`: every field typed,
-        defaults filled in), for code that wants attributes rather than dicts."""
-        from caseshelf.domain.models import Case
-
-        for case in self.cases(ref, include_deleted=include_deleted, page_size=page_size):
-            yield Case.model_validate(case)
+        """The same as `cases(ref)` (kept for code written when `cases` gave dicts)."""
+        return self.cases(ref, include_deleted=include_deleted, page_size=page_size)
 
     def _pages(
         self, ref: str, size: int, include_deleted: bool, *, cursor: str | None = None
@@ -617,7 +670,7 @@ class Client:
         other fields as they are. Needs `caseshelf[pandas]`."""
         from caseshelf.client.frames import cases_frame
 
-        return cases_frame(self.cases(ref, include_deleted=include_deleted))
+        return cases_frame(self.cases(ref, include_deleted=include_deleted, raw=True))
 
     def to_hf(self, ref: str, *, include_deleted: bool = False) -> Any:
         """A version's cases as a Hugging Face `datasets.Dataset` (the columns of `to_pandas`),
@@ -634,7 +687,7 @@ class Client:
         digest = version.content_digest
         # One list per column, None where a case has no value: Arrow infers each column's type.
         built = datasets.Dataset.from_dict(
-            columns_of(self.cases(f"{name}@{digest}", include_deleted=include_deleted))
+            columns_of(self.cases(f"{name}@{digest}", include_deleted=include_deleted, raw=True))
         )
         info = hf_info(
             datasets.DatasetInfo,
@@ -681,6 +734,7 @@ class Client:
         data = self.call("GET", "datasets", name, "versions", r, "cases", query=query)
         return self._as(CaseSearchPageOut, data)
 
+    @overload
     def search(
         self,
         ref: str,
@@ -689,9 +743,49 @@ class Client:
         by: str = "any",
         include_deleted: bool = False,
         progress: Callable[[int], None] | None = None,
+        raw: Literal[False] = False,
+    ) -> Iterator[Case]: ...
+
+    @overload
+    def search(
+        self,
+        ref: str,
+        q: str,
+        *,
+        by: str = "any",
+        include_deleted: bool = False,
+        progress: Callable[[int], None] | None = None,
+        raw: Literal[True],
+    ) -> Iterator[dict[str, Any]]: ...
+
+    def search(
+        self,
+        ref: str,
+        q: str,
+        *,
+        by: str = "any",
+        include_deleted: bool = False,
+        progress: Callable[[int], None] | None = None,
+        raw: bool = False,
+    ) -> Iterator[Case] | Iterator[dict[str, Any]]:
+        """Every case of a version matching `q`, in dataset order, read lazily page by page, as
+        the case model (`raw=True`: plain dicts); `progress(n)` after each page with the number
+        of cases it searched."""
+        plain = self._plain_search(ref, q, by, include_deleted, progress)
+        if raw:
+            return plain
+        from caseshelf.domain.models import Case
+
+        return map(Case.model_validate, plain)
+
+    def _plain_search(
+        self,
+        ref: str,
+        q: str,
+        by: str,
+        include_deleted: bool,
+        progress: Callable[[int], None] | None,
     ) -> Iterator[dict[str, Any]]:
-        """Every case of a version matching `q`, in dataset order, read lazily page by page;
-        `progress(n)` after each page with the number of cases it searched."""
         name, _ = parse_ref(ref)
         pinned = f"{name}@{self.get(ref, include_deleted=include_deleted).content_digest}"
         cursor: str | None = None
@@ -1666,7 +1760,7 @@ def _rows_named(cases: Any) -> Iterator[None]:
     """The API names a bad case by its id, index and field; for `cases=` given as a table or a
     list, that index is the row (`row`), and for a table the field's column is named too
     (`column`: `inputs.user` for the field `inputs.user.str`)."""
-    from caseshelf.client.frames import FLAT, is_frame
+    from caseshelf.client.frames import is_frame
 
     try:
         yield
@@ -1679,7 +1773,9 @@ def _rows_named(cases: Any) -> Iterator[None]:
         if not is_frame(cases):
             raise BadRequest(exc.detail, **{**exc.fields, "row": index}) from None
         path = str(exc.fields.get("field") or "").split(".")
-        column = ".".join(path[:2]) if path[0] in FLAT and len(path) > 1 else path[0]
+        names = {str(c) for c in cases.columns}
+        prefixes = (".".join(path[:k]) for k in range(len(path), 0, -1))
+        column = next((name for name in prefixes if name in names), path[0])
         named = {**exc.fields, "row": index, "column": column}
         raise BadRequest(f"row {index}, column {column!r}: {exc.detail}", **named) from None
 

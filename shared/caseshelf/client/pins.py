@@ -43,6 +43,7 @@ from caseshelf.domain.lockfile import (
     pin_lines,
     render_lock,
 )
+from caseshelf.domain.words import DATASET_ID_RULE
 
 if TYPE_CHECKING:
     from caseshelf.api.refs_dto import RefResolvedOut
@@ -555,8 +556,7 @@ def _select(name: str, pin: Pin, got: Verified, where: str) -> list[dict[str, An
 def _check_name(name: str) -> None:
     if not isinstance(name, str) or not re.fullmatch(DATASET_ID_PATTERN, name):
         raise BadRequest(
-            f"invalid pin name {name!r}: 1-128 of [A-Za-z0-9._-], starting with a letter or "
-            "digit (the rule of dataset ids)",
+            f"invalid pin name {name!r}: pins are named as datasets are ({DATASET_ID_RULE})",
             field="name",
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from caseshelf.domain.errors import BadRequest
+from caseshelf.domain.words import DATASET_ID_RULE, DIGEST_RULE, REF_RULE
 
 # The patterns of `caseshelf.domain.models` (DATASET_ID_PATTERN, LABEL_PATTERN, DIGEST_PATTERN),
 # repeated here so that parsing a ref imports no pydantic; a unit test holds them equal.
@@ -24,24 +25,20 @@ def parse_ref(value: str, *, what: str = "ref") -> tuple[str, str]:
         raise BadRequest(f"{what}: a ref is a string like 'gsm8k@1.2.0'", field=what)
     name, at, ref = value.partition("@")
     if not _ID.match(name):
-        raise BadRequest(
-            f"{value!r}: the id must be 1-128 of [A-Za-z0-9._-], starting with a letter or digit",
-            field=what,
-        )
+        head, colon, tail = name.partition(":")
+        if colon and _ID.match(head) and _LABEL.match(tail) and not at:
+            raise BadRequest(
+                f"{value!r}: a version is named with '@', not ':': {head}@{tail}", field=what
+            )
+        raise BadRequest(f"{value!r}: {DATASET_ID_RULE}", field=what)
     if not at:
         return name, "latest"
     if ref.startswith("sha256:"):
         if not _DIGEST.match(ref):
-            raise BadRequest(
-                f"{value!r}: a digest ref is sha256: and 64 lowercase hex digits", field=what
-            )
+            raise BadRequest(f"{value!r}: {DIGEST_RULE}", field=what)
         return name, ref
     if not _LABEL.match(ref):
-        raise BadRequest(
-            f"{value!r}: the ref must be a version label, a version tag, latest or "
-            "sha256:<hex> (1-64 of [A-Za-z0-9._-])",
-            field=what,
-        )
+        raise BadRequest(f"{value!r}: {REF_RULE}", field=what)
     return name, ref
 
 

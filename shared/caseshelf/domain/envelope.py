@@ -8,7 +8,7 @@ only the envelope. `canonical_case` then fixes the bytes that are hashed and sto
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from itertools import accumulate, islice
 from types import UnionType
@@ -21,7 +21,8 @@ from pydantic_core import CoreSchema, SchemaValidator
 from caseshelf.domain.canonical import CANONICAL_OPTIONS, canonical_json, digest_of
 from caseshelf.domain.errors import BadRequest
 from caseshelf.domain.legacy import normalise_legacy_item
-from caseshelf.domain.models import Case
+from caseshelf.domain.models import DATASET_ID_PATTERN, DIGEST_PATTERN, LABEL_PATTERN, Case
+from caseshelf.domain.words import DATASET_ID_RULE, DIGEST_RULE, LABEL_RULE
 
 # The legacy-shape normaliser (`caseshelf.domain.legacy`) folds deprecated item shapes into the
 # envelope; it returns the envelope item and the notice codes it raised. Replaceable for tests.
@@ -39,14 +40,32 @@ def normalise_item(item: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return _normaliser(item)
 
 
+# The rules of the patterns the models hold, said in words (an error never shows a regex).
+PATTERN_RULES: Mapping[str, str] = {
+    DATASET_ID_PATTERN: DATASET_ID_RULE,
+    LABEL_PATTERN: LABEL_RULE,
+    DIGEST_PATTERN: DIGEST_RULE,
+}
+
+
+def error_message(err: Mapping[str, Any], rules: Mapping[str, str] = PATTERN_RULES) -> str:
+    """The message of one pydantic error: an unknown key named, a refused pattern said in words
+    (`rules`: pattern -> words), never as the regular expression."""
+    if err.get("type") == "extra_forbidden" and err.get("loc"):
+        return f"unknown key {err['loc'][-1]!r}"
+    if err.get("type") == "string_pattern_mismatch":
+        pattern = str((err.get("ctx") or {}).get("pattern", ""))
+        return (
+            rules.get(pattern) or PATTERN_RULES.get(pattern) or "has a character not allowed here"
+        )
+    return str(err.get("msg", "invalid value"))
+
+
 def validation_problem(exc: ValidationError) -> tuple[str, str]:
     """(field path, message) of a pydantic error, for error bodies that name the field."""
     err = exc.errors(include_url=False)[0]
     loc = ".".join(str(p) for p in err["loc"])
-    msg = err["msg"]
-    if err["type"] == "extra_forbidden":
-        msg = f"unknown key {err['loc'][-1]!r}"
-    return loc, msg
+    return loc, error_message(err)
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -417,3 +417,24 @@ def _fold_item(item: dict[str, Any], index: int | None) -> tuple[dict[str, Any],
     if expectations or exp_raw is not None:
         out["expectations"] = expectations
     return out, fold.codes
+
+
+# Every item-level key a dataset item may have: the envelope's, and the older ones folded in.
+ITEM_KEYS = frozenset(
+    _ENVELOPE_KEYS
+    | set(PROMPT_KEYS)
+    | set(ANSWER_KEYS)
+    | set(INPUT_KEYS)
+    | set(METADATA_KEYS)
+    | set(CASE_CAMEL)
+    | {"turns", "hitl_responses"}
+)
+
+
+def plain_row(item: dict[str, Any]) -> bool:
+    """True when `item` is a row of a benchmark's own fields rather than a dataset item: it has
+    no `inputs`, and either no `id` or a key no item shape has (`{"question", "answer"}`). Such
+    a file is imported through a recipe, not registered."""
+    if "inputs" in item:
+        return False
+    return "id" not in item or not item.keys() <= ITEM_KEYS

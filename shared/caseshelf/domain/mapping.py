@@ -17,7 +17,8 @@ Rules (architecture §6, issue "imports"):
 - the per-row image_field wins over the recipe-wide image; a container case (repo_path or
   placement set) without an image is an error naming the case;
 - tags from tag_fields, empty values dropped;
-- id from id_field, else `<recipe id>-<row index>`; colliding ids name both rows.
+- id from id_template, else id_field, else `<recipe id>-<row index>`; colliding ids name both
+  rows.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Mapping as AnyMapping
+from difflib import get_close_matches
 from typing import Any, NamedTuple
 
 import orjson
@@ -163,10 +165,15 @@ class _Fixed:
 ROW_ERRORS = (FieldMissing, FilterFailed, _Bad)
 
 
-def row_error(exc: Exception, index: int) -> BadRequest:
-    """The 400 for a row that does not map (one of ROW_ERRORS), naming the row and the field."""
+def row_error(exc: Exception, index: int, row: Row | None = None) -> BadRequest:
+    """The 400 for a row that does not map (one of ROW_ERRORS), naming the row and the field;
+    a missing field also lists the fields the row has, the closest to it first."""
     if isinstance(exc, FieldMissing):
-        return BadRequest(f"row {index}: missing field {exc.field!r}", row=index, field=exc.field)
+        return BadRequest(
+            f"row {index}: missing field {exc.field!r}{_fields_hint(exc.field, row)}",
+            row=index,
+            field=exc.field,
+        )
     if isinstance(exc, FilterFailed):
         return BadRequest(
             f"row {index}: field {exc.field!r}: {exc.message}", row=index, field=exc.field
@@ -175,13 +182,29 @@ def row_error(exc: Exception, index: int) -> BadRequest:
     return BadRequest(f"row {index}: {exc.target} {exc.message}", row=index, field=exc.target)
 
 
+def _fields_hint(name: str, row: Row | None) -> str:
+    if not row:
+        return ""
+    fields = [str(k) for k in row]
+    close = get_close_matches(name, fields, n=3, cutoff=0.6)
+    ordered = close + [f for f in fields if f not in close]
+    shown = ", ".join(repr(f) for f in ordered[:20])
+    more = f" and {len(ordered) - 20} more" if len(ordered) > 20 else ""
+    lead = f"; did you mean {close[0]!r}? " if close else "; "
+    return f"{lead}the row has {shown}{more}"
+
+
 class RowMapper:
     """A recipe compiled once; `mapper(row, index)` is the case's canonical plain form."""
 
     def __init__(self, recipe: Recipe) -> None:
         self.recipe = recipe
         m = recipe.mapping
-        self._id = _field(m.id_field) if m.id_field else None
+        self._id: Builder | None = None
+        if m.id_template is not None:
+            self._id = compile_render(m.id_template)
+        elif m.id_field:
+            self._id = _field(m.id_field).value
         self._id_prefix = f"{recipe.id}-"
         self._task: Builder | None = None
         self._task_key: str | None = None
@@ -280,7 +303,7 @@ class RowMapper:
     def case_id(self, row: Row, index: int) -> str:
         if self._id is None:
             return f"{self._id_prefix}{index}"
-        v = self._id.value(row, index)
+        v = self._id(row, index)
         if v is None or isinstance(v, list | dict):
             raise _Bad("id", "must be a string or a number")
         cid = _text(v, "id")
@@ -296,14 +319,14 @@ class RowMapper:
         try:
             return self.build(row, index)
         except ROW_ERRORS as exc:
-            raise row_error(exc, index) from None
+            raise row_error(exc, index, row) from None
 
     def _compile_build(self) -> Callable[[Row, int], dict[str, Any]]:
         """The row -> case function, with the recipe's settings bound as closure variables:
         every row of every import runs it, so it reads no attributes, skips what the recipe
         does not use, and takes strings (the common case) before the checks that only other
         values need."""
-        id_value = self._id.value if self._id is not None else None
+        id_value = self._id
         id_prefix = self._id_prefix
         case_id = self.case_id
         task, task_key = self._task, self._task_key
@@ -550,7 +573,7 @@ def record_batches(
             case = build(row, index)
             data = dumps(case, option=options)
         except ROW_ERRORS as exc:
-            error: CaseshelfError = row_error(exc, index)
+            error: CaseshelfError = row_error(exc, index, row)
         except orjson.JSONEncodeError as exc:  # an integer beyond 64 bits
             error = BadRequest(f"row {index}: case {case['id']!r}: {exc}", row=index)
         else:

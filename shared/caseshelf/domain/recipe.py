@@ -26,7 +26,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from caseshelf.domain.canonical import canonical_json, digest_of
+from caseshelf.domain.canonical import canonical_json, digest_of, json_problem
 from caseshelf.domain.envelope import validation_problem
 from caseshelf.domain.errors import BadRequest
 from caseshelf.domain.models import DatasetId, Grader, Label
@@ -64,10 +64,28 @@ class Origin(RecipeModel):
     task_type: str | None = None
 
 
+# The fields a source of several files adds to each row: the file's name without extensions,
+# and the row's number in that file.
+FILE_FIELD, ROW_FIELD = "_file", "_row"
+
+# A source's files: one URL, or a list of them read in the order given (as the `data_files` of
+# `datasets.load_dataset`); a local URL may be a directory (its files of the source's kind,
+# sorted by path) or a glob (`data/*.csv`, `**` for sub-directories; sorted).
+SourceUrl = str | Annotated[list[str], Field(min_length=1, max_length=10_000)]
+URL_HELP = (
+    "A local path, s3://bucket/key or https:// URL, or a list of them; a local path may be a "
+    "directory or a glob. Several files add `_file` (the name without extensions) and `_row` "
+    "(the row's number in its file) to every row."
+)
+
+
+def source_urls(url: str | list[str]) -> list[str]:
+    """A source's URL field as a list."""
+    return [url] if isinstance(url, str) else list(url)
+
+
 class _ByUrlOrText(RecipeModel):
-    url: str | None = Field(
-        default=None, description="A local path, s3://bucket/key or https:// URL."
-    )
+    url: SourceUrl | None = Field(default=None, description=URL_HELP)
     text: str | None = Field(default=None, description="The source's content, inline.")
 
     @model_validator(mode="after")
@@ -137,9 +155,7 @@ class JsonSource(_ByUrlOrText):
 
 class ParquetSource(RecipeModel):
     kind: Literal["parquet"]
-    url: str | None = Field(
-        default=None, description="A local path, s3://bucket/key or https:// URL."
-    )
+    url: SourceUrl | None = Field(default=None, description=URL_HELP)
 
 
 Source = Annotated[
@@ -158,6 +174,10 @@ class Mapping(RecipeModel):
 
     id_field: str | None = Field(
         default=None, description="Case id; default `<recipe id>-<row index>`."
+    )
+    id_template: str | None = Field(
+        default=None,
+        description="Case id from a template (`{_file}-{_row}`); wins over id_field.",
     )
     task_field: str | None = Field(default=None, description="inputs.user from one field.")
     task_template: str | None = Field(
@@ -243,6 +263,8 @@ class Mapping(RecipeModel):
             _check(lambda e=expr: compile_field(e), f"tag_fields.{i}")
         if self.task_template is not None:
             _check(lambda: compile_template(self.task_template or ""), "task_template")
+        if self.id_template is not None:
+            _check(lambda: compile_template(self.id_template or ""), "id_template")
         for path, tpl in (self.files_template or {}).items():
             _check(lambda t=tpl: compile_template(t), f"files_template.{path}")
         for i, tpl in enumerate(self.os_use_setup):
@@ -290,7 +312,11 @@ class Recipe(RecipeModel):
 
 
 def _check_value(value: Any, where: str) -> None:
-    if isinstance(value, str):
+    """Every template inside a value compiles, and every number is one canonical JSON holds."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if json_problem(value) is not None:
+            raise ValueError(f"{where}: NaN, Infinity and integers beyond 64 bits are not allowed")
+    elif isinstance(value, str):
         _check(lambda: compile_template(value), where)
     elif isinstance(value, dict):
         for k, v in value.items():
@@ -300,9 +326,11 @@ def _check_value(value: Any, where: str) -> None:
             _check_value(v, f"{where}.{i}")
 
 
-def display_url(url: str) -> str:
+def display_url(url: str | list[str]) -> str:
     """A source URL as errors and provenance show it: without query string or credentials
     (presigned URLs carry signatures there)."""
+    if isinstance(url, list):  # a list of files: shown as the list
+        return ", ".join(display_url(u) for u in url)
     parts = urlsplit(url)
     if parts.scheme in ("http", "https", "s3"):
         host = parts.hostname or ""

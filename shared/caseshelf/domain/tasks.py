@@ -15,8 +15,7 @@ Rules (architecture §6: reference images, never build):
 - the tests are what the format's own runner would run (docs/onramps.md): Terminal-Bench's
   `run-tests.sh`, else the harness's default pytest runner over `tests/test_outputs.py`;
   Harbor's `tests/test.sh`, per step `steps/<name>/tests/test.sh` else the shared one;
-- the case id is the task's `key` (`task_keys`: the directory name, or its relative path when
-  the name repeats in the tree).
+- the case id is the task's `key` (`task_keys`: its path below the folders all tasks share).
 """
 
 from __future__ import annotations
@@ -87,18 +86,17 @@ class Skipped:
 
 
 def task_keys(locations: list[str]) -> dict[str, str]:
-    """The case id (before any prefix) of each task directory, by its path relative to the tree
-    root: the directory name when no other task in the tree has that name, else the whole
-    relative path (`evoeval/24`), which is unique in the tree and gives the path back as it is.
-    Two task directories with the same name in different folders thus get distinct ids."""
-    names: dict[str, int] = {}
-    for loc in locations:
-        name = PurePosixPath(loc).name
-        names[name] = names.get(name, 0) + 1
-    return {
-        loc: loc if names[PurePosixPath(loc).name] > 1 else PurePosixPath(loc).name
-        for loc in locations
-    }
+    """The case id (before any prefix) of each task directory: its path below the folders
+    every task shares (`evoeval/24` for a tree of several collections, `24` for the collection
+    alone, or for one wrapped in a folder of an archive). Unique in the tree, it gives the path
+    back as it is, and a task keeps its id when a task of the same name is added elsewhere."""
+    parts = [PurePosixPath(loc).parts for loc in locations]
+    shared = 0
+    if parts:
+        parents = [p[:-1] for p in parts]
+        while all(len(p) > shared and p[shared] == parents[0][shared] for p in parents):
+            shared += 1
+    return {loc: "/".join(p[shared:]) for loc, p in zip(locations, parts, strict=True)}
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -11,10 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from difflib import get_close_matches
 from typing import Any
 
 from caseshelf.domain.errors import BadRequest, NotFound
 from caseshelf.domain.models import DATASET_ID_PATTERN, DIGEST_PATTERN, LABEL_PATTERN
+from caseshelf.domain.words import DATASET_ID_RULE, DIGEST_RULE, LABEL_RULE, REF_RULE, TAG_RULE
 
 _LABEL = re.compile(LABEL_PATTERN)
 _DATASET_ID = re.compile(DATASET_ID_PATTERN)
@@ -28,7 +30,7 @@ _SEMVER = re.compile(
 def check_label(label: str) -> str:
     if not isinstance(label, str) or not _LABEL.fullmatch(label) or label == "latest":
         raise BadRequest(
-            f"invalid version label {label!r}: 1-64 of [A-Za-z0-9._-], not 'latest'",
+            f"invalid version label {label!r}: {LABEL_RULE}, and not 'latest'",
             field="version",
         )
     return label
@@ -37,7 +39,7 @@ def check_label(label: str) -> str:
 def check_dataset_id(name: str) -> str:
     if not isinstance(name, str) or not _DATASET_ID.fullmatch(name):
         raise BadRequest(
-            f"invalid id {name!r}: 1-128 of [A-Za-z0-9._-], starting with a letter or digit",
+            f"invalid id {name!r}: {DATASET_ID_RULE}",
             field="id",
         )
     return name
@@ -48,8 +50,7 @@ def check_tags(tags: Iterable[str]) -> list[str]:
     for tag in tags:
         if not isinstance(tag, str) or not _LABEL.fullmatch(tag) or tag == "latest":
             raise BadRequest(
-                f"invalid version tag {tag!r}: a tag is 1-64 letters, digits, '.', '_' or "
-                "'-', and not 'latest'",
+                f"invalid version tag {tag!r}: {TAG_RULE}, and not 'latest'",
                 field="tags",
             )
         if tag not in out:
@@ -160,13 +161,13 @@ def resolve_ref(
         found = latest(pool)
     elif ref.startswith("sha256:"):
         if not _DIGEST.fullmatch(ref):
-            raise BadRequest(f"invalid digest ref {ref!r}", field="ref")
+            raise BadRequest(f"invalid digest ref {ref!r}: {DIGEST_RULE}", field="ref")
         matches = [r for r in pool if r.content_digest == ref]
         found = max(matches, key=order_key) if matches else None
     elif not _LABEL.fullmatch(ref):
         # Labels and version tags share one rule: a ref outside it cannot name anything.
         raise BadRequest(
-            f"invalid ref {ref!r}: a version label, a version tag, 'latest' or sha256:<64 hex>",
+            f"invalid ref {ref!r}: {REF_RULE}",
             field="ref",
         )
     else:
@@ -179,8 +180,33 @@ def resolve_ref(
             tagged = [r for r in pool if ref in r.version_tags and r.live]
             found = max(tagged, key=order_key) if tagged else None
     if found is None:
-        raise NotFound(f"no version {what}", ref=ref)
+        raise NotFound(missing_version(records, ref, what, include_deleted), ref=ref)
     return found
+
+
+def missing_version(
+    records: Sequence[VersionRecord], ref: str, what: str, include_deleted: bool
+) -> str:
+    """Why `ref` names no version, and what to do: a deleted one is said to be deleted (and how
+    to revive it); an unknown label lists the closest labels there are."""
+    name = what.rpartition("@")[0] or what
+    deleted = [r for r in records if not r.live and (r.version == ref or ref in r.version_tags)]
+    if deleted and not include_deleted:
+        label = deleted[0].version
+        return (
+            f"{name}@{label} is deleted: revive it (`caseshelf revive {name}@{label}`), or read "
+            "it as it was with --include-deleted (`include_deleted=true` over HTTP)"
+        )
+    live = [r.version for r in sorted(records, key=order_key, reverse=True) if r.live]
+    if not live:
+        return f"no version {what}: {name} has no live version"
+    if ref.startswith("sha256:"):
+        return f"no version {what}; its versions: {', '.join(live[:5])}"
+    close = get_close_matches(ref, live, n=3, cutoff=0.6)
+    if close:
+        return f"no version {what}; the closest: {', '.join(close)}"
+    more = f" ({len(live)} in all)" if len(live) > 5 else ""
+    return f"no version {what}; the latest: {', '.join(live[:5])}{more}"
 
 
 def _pointed(

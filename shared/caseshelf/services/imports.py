@@ -30,11 +30,13 @@ from caseshelf.domain.identity import Identity
 from caseshelf.domain.mapping import RecordBatch, RowMapper, record_batches, rows_to_cases
 from caseshelf.domain.models import BumpKind, DatasetId, Label, Strict
 from caseshelf.domain.recipe import (
+    URL_HELP,
     CsvSource,
     FileSource,
     HuggingFaceSource,
     JsonSource,
     Recipe,
+    SourceUrl,
     display_url,
     parse_recipe,
 )
@@ -56,7 +58,7 @@ class SourceOverride(Strict):
     coordinates."""
 
     kind: str | None = Field(default=None, pattern="^(huggingface|jsonl|json|csv|parquet)$")
-    url: str | None = None
+    url: SourceUrl | None = Field(default=None, description=URL_HELP)
     text: str | None = None
     dataset: str | None = None
     config: str | None = None
@@ -240,13 +242,13 @@ class ImportService:
             return base
         given = override.model_dump(exclude_none=True)
         url = given.get("url")
-        if url is not None and url.startswith(HF_SCHEME):
+        if isinstance(url, str) and url.startswith(HF_SCHEME):
             given.pop("url")
             given["dataset"] = url[len(HF_SCHEME) :].strip("/")
             given.setdefault("kind", "huggingface")
         kind = given.pop("kind", None)
         if kind is None and ("url" in given or "text" in given):
-            kind = base.kind if base.kind != "huggingface" else _kind_of(given.get("url"))
+            kind = base.kind if base.kind != "huggingface" else kind_of(given.get("url"))
         if kind is None and any(
             k in given for k in ("dataset", "config", "split", "revision", "file")
         ):
@@ -298,6 +300,8 @@ class ImportService:
             prov["records_path"] = source.records_path
         if getattr(source, "text", None) is not None:
             prov["inline"] = True
+        elif isinstance(source.url, list):
+            prov["url"] = [display_url(u) for u in source.url]
         elif source.url is not None:
             prov["url"] = display_url(source.url)
         offload = reader.offload(source, limit=limit, num_proc=self.num_proc)
@@ -421,7 +425,9 @@ class _Counter:
     rows = 0
 
 
-def _kind_of(url: str | None) -> str:
+def kind_of(url: str | list[str] | None) -> str:
+    if isinstance(url, list):
+        url = url[0]
     if url is None:
         raise BadRequest("give the source's kind (jsonl, json, csv, parquet)", field="source.kind")
     name = PurePosixPath(url.split("?", 1)[0]).name.lower()

@@ -59,6 +59,7 @@ from caseshelf.domain.identity import Identity
 from caseshelf.domain.keys import tenant_pk
 from caseshelf.domain.models import BumpKind, DatasetId, Label, Strict
 from caseshelf.domain.paths import relative_path_problem
+from caseshelf.domain.words import FILENAME_RULE
 from caseshelf.ports import BlobStore, Index
 from caseshelf.services.imports import (
     ImportRequest,
@@ -331,7 +332,7 @@ class JobService:
         filename = req.root.filename
         if not _FILENAME.match(filename):
             raise BadRequest(
-                f"filename {filename!r}: 1-128 of [A-Za-z0-9._-], starting with a letter or digit",
+                f"filename {filename!r}: {FILENAME_RULE}",
                 field="filename",
             )
         job_id = uuid.uuid4().hex

@@ -16,6 +16,7 @@ is reported once per file per notice code (`docs/migration.md`).
 from __future__ import annotations
 
 import re
+import shlex
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ import yaml
 from caseshelf.domain.boundedyaml import load_yaml
 from caseshelf.domain.envelope import normalise_item
 from caseshelf.domain.errors import BadRequest
+from caseshelf.domain.legacy import plain_row
 from caseshelf.domain.models import DATASET_ID_PATTERN
 from caseshelf.domain.notices import BARE_LIST, notice_message
 from caseshelf.domain.paths import check_relative_path
@@ -37,6 +39,8 @@ from caseshelf.domain.strictjson import parsed_exactly
 JSON_SUFFIXES = frozenset({".json"})
 JSONL_SUFFIXES = frozenset({".jsonl", ".ndjson"})
 YAML_SUFFIXES = frozenset({".yaml", ".yml"})
+# Files of a benchmark's rows, never dataset files: they are imported through a recipe.
+ROW_SUFFIXES = {".csv": "CSV", ".tsv": "TSV", ".parquet": "Parquet"}
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -104,9 +108,24 @@ def parse_yaml(path: Path, text: str) -> Any:
         raise BadRequest(f"{path}: invalid YAML: {exc}", field="file") from None
 
 
+def refuse_row_file(path: Path) -> None:
+    """A CSV, TSV or Parquet file is rows, not a dataset file: say so, and how to import it."""
+    kind = next((ROW_SUFFIXES[s] for s in map(str.lower, path.suffixes) if s in ROW_SUFFIXES), None)
+    if kind is None:
+        return
+    name = shlex.quote(str(path))
+    raise BadRequest(
+        f"{path} is a {kind} file of rows, not a dataset file (.json, .jsonl or .yaml of cases): "
+        f"import it through a recipe: `caseshelf preview {name}` writes one from its columns, "
+        f"then `caseshelf import {name} --recipe recipe.yaml`",
+        field="file",
+    )
+
+
 def read_document(path: str | Path) -> Any:
     """The parsed content of a JSON, JSONL or YAML file (chosen by suffix; JSON otherwise)."""
     p = Path(path)
+    refuse_row_file(p)
     return parse_document(p, _read_bytes(p))
 
 
@@ -114,6 +133,7 @@ def parse_document(path: str | Path, data: bytes) -> Any:
     """`data` parsed as the file `path` names (its suffix chooses JSON, JSONL or YAML), e.g. an
     uploaded dataset document; errors name `path`."""
     p = Path(path)
+    refuse_row_file(p)
     suffix = p.suffix.lower()
     if suffix in JSONL_SUFFIXES:
         return parse_jsonl(p, data)
@@ -191,6 +211,8 @@ def _normalise_items(
             continue
         if lab:
             item = lab_item_id(item)
+        elif plain_row(item):
+            raise rows_not_cases(path, item, index)
         try:
             plain, raised = normalise_item(item)
         except BadRequest as exc:
@@ -199,6 +221,20 @@ def _normalise_items(
         codes.add(raised)
         out.append(plain)
     return out
+
+
+def rows_not_cases(path: str | Path, item: dict[str, Any], index: int) -> BadRequest:
+    """The error for a file of plain rows given as cases, with the commands that import it."""
+    keys = ", ".join(list(item)[:12])
+    name = shlex.quote(str(path))
+    return BadRequest(
+        f"{path}: item {index} is a plain row ({keys}), not a case (a case has `id` and "
+        f"`inputs.user`); import rows through a recipe: `caseshelf preview {name}` writes one "
+        f"from the fields it finds (`--id-field NAME` names the id field; without one, ids are "
+        f"row numbers), then `caseshelf import {name} --recipe recipe.yaml`",
+        index=index,
+        field="items",
+    )
 
 
 def _stem_id(path: Path) -> str | None:
@@ -369,6 +405,7 @@ def stream_dataset_from(fh: IO[bytes], filename: str) -> DatasetStream:
     `filename`'s suffix. Nothing is read from disk besides `fh`: a lab Dataset must hold its
     items (`spec.items`), not name a file beside it (`spec.path`)."""
     p = Path(Path(filename).name)
+    refuse_row_file(p)
     if p.suffix.lower() in JSONL_SUFFIXES:
         return _jsonl_stream(p, fh)
     data = fh.read()

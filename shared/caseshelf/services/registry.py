@@ -15,7 +15,7 @@ from array import array
 from bisect import bisect_right
 from collections import ChainMap, Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Literal
@@ -306,10 +306,17 @@ class VersionHead:
     produced_by: dict[str, Any] | None = None
     shared_bodies: Mapping[str, bytes] = field(default_factory=dict)  # sent inline, by hex
     shared_refs: Mapping[str, tuple[str, str, int]] = field(default_factory=dict)  # by digest
+    # Which of INHERITED the input left out: a new version takes them from its base.
+    inherit: frozenset[str] = frozenset()
+
+
+# The metadata a new version of a dataset keeps from its base unless its input sets it.
+INHERITED: tuple[str, ...] = ("description", "tags", "produced_by")
 
 
 def head_of(body: DatasetVersionInput) -> VersionHead:
-    """A validated document's head (its shared files decoded)."""
+    """A validated document's head (its shared files decoded); the metadata it does not set
+    is named in `inherit`."""
     shared, bodies, refs = shared_part(body.shared_files)
     return VersionHead(
         name=body.id,
@@ -322,7 +329,23 @@ def head_of(body: DatasetVersionInput) -> VersionHead:
         produced_by=body.produced_by,
         shared_bodies=bodies,
         shared_refs=refs,
+        inherit=frozenset(f for f in INHERITED if f not in body.model_fields_set),
     )
+
+
+def inherited(head: VersionHead, base: VersionRecord | None) -> VersionHead:
+    """`head` with the metadata it left out taken from `base` (a cases-only file registered
+    as the next version keeps its dataset's description, tags and provenance)."""
+    if base is None or not head.inherit:
+        return head
+    taken: dict[str, Any] = {}
+    if "description" in head.inherit:
+        taken["description"] = base.description
+    if "tags" in head.inherit:
+        taken["tags"] = tuple(base.tags)
+    if "produced_by" in head.inherit and base.produced_by is not None:
+        taken["produced_by"] = dict(base.produced_by)
+    return replace(head, inherit=frozenset(), **taken)
 
 
 def parse_head(raw: Any) -> VersionHead:
@@ -749,6 +772,7 @@ class RegistryService:
         head = head_of(document.meta)
         batches = list(self._stage_document(document, head))
         records = self.index.list_versions(tenant, KIND, head.name)
+        head = inherited(head, self._base_version(head, records))
         base = self._base_root(head, records)
         cdigest = _content_digest(head, batches)
         self._check_refs(
@@ -763,6 +787,7 @@ class RegistryService:
         tenant = identity.check_can_write()
         _check_head(head)
         records = self.index.list_versions(tenant, KIND, head.name)
+        head = inherited(head, self._base_version(head, records))
         base = self._base_root(head, records)
         known = base.blob_locations() if base is not None else {}
         digester = _digester(head)
@@ -913,7 +938,9 @@ class RegistryService:
         stored already that the plan may point at besides the base version's; `dedup=False`:
         no base version (a derived version points at its parent's records)."""
         records = self.index.list_versions(tenant, KIND, head.name)
-        base = self._base_version(head, records) if dedup else None
+        previous = self._base_version(head, records)
+        head = inherited(head, previous)
+        base = previous if dedup else None
         ahead: frozenset[str] = frozenset()
         if buffered:
             staged = list(batches)

@@ -189,6 +189,14 @@ def read_store_prefix(store: BlobStore, prefix: str, where: str, limits: Limits 
 # --- tasks in a tree ------------------------------------------------------------------------------
 
 
+def _other_format(tree: Tree, marker: str) -> str:
+    """A hint when the tree holds the tasks of the other format: the `--format` that reads it."""
+    for fmt, other in MARKERS.items():
+        if other != marker and any(posixpath.basename(p) == other for p in tree.files):
+            return f"; it holds {other} files: import it with --format {fmt} (`format: {fmt}`)"
+    return ""
+
+
 def split_tasks(tree: Tree, marker: str) -> list[TaskSource]:
     """The task directories of a tree (each holds `marker`; a task inside a task is part of
     the outer one), in path order. The tree itself is a task when `marker` is at its root."""
@@ -204,7 +212,10 @@ def split_tasks(tree: Tree, marker: str) -> list[TaskSource]:
             if not parent:
                 roots.add(r)
     if not roots:
-        raise BadRequest(f"{tree.name}: no task found (no {marker} in the tree)", field="path")
+        raise BadRequest(
+            f"{tree.name}: no task found (no {marker} in the tree){_other_format(tree, marker)}",
+            field="path",
+        )
     by_root: dict[str, tuple[dict[str, bytes], dict[str, int]]] = {r: ({}, {}) for r in roots}
     for path, data in tree.files.items():
         parent = posixpath.dirname(path)
@@ -245,6 +256,28 @@ def registry_files(tree: Tree, tasks: list[TaskSource]) -> list[str]:
             continue
         found.append(path)
     return sorted(found, key=lambda p: (p.count("/"), p))
+
+
+# A failed import lists this many invalid tasks, then counts the rest.
+LISTED_FAILURES = 20
+
+
+def invalid_tasks_message(skipped: list[Skipped], total: int) -> str:
+    """Every invalid task's reason (the first `LISTED_FAILURES`, then a count), one a line, and
+    what to do next."""
+    n = len(skipped)
+    lines = [s.reason for s in skipped[:LISTED_FAILURES]]
+    if n > LISTED_FAILURES:
+        lines.append(f"… and {n - LISTED_FAILURES} more (every one is in `errors`)")
+    head = f"{n} of {total} tasks are invalid" if n > 1 else "a task is invalid"
+    if n < total:
+        then = (
+            "fix them, or import the others with --skip-invalid (`skip_invalid: true`): the "
+            "tasks left out are stamped in the version"
+        )
+    else:
+        then = "fix them: no task is valid, so --skip-invalid would leave nothing to import"
+    return f"{head}:\n  " + "\n  ".join(lines) + f"\n{then}"
 
 
 def _check_distinct_ids(tasks: list[TaskSource], id_prefix: str) -> None:
@@ -324,12 +357,10 @@ def build_task_dataset(
             failures.append((f"{id_prefix}{task.case_key}", exc))
     skipped = [Skipped(task=tid, reason=exc.detail) for tid, exc in failures]
     if failures and not skip_invalid:
-        first = failures[0][1]
-        more = f" (and {len(failures) - 1} more invalid task(s))" if len(failures) > 1 else ""
         raise BadRequest(
-            first.detail + more,
+            invalid_tasks_message(skipped, len(tasks)),
             case_ids=[tid for tid, _ in failures],
-            field=first.fields.get("field"),
+            field=failures[0][1].fields.get("field"),
             errors=[s.reason for s in skipped],
         )
     if not cases:

@@ -177,7 +177,9 @@ class VersionedStore:
         if current.content_digest != content_digest:
             raise Conflict(
                 f"{self.noun} {current.name}@{current.version} is already registered with "
-                f"{current.content_digest}; this content is {content_digest}",
+                f"{current.content_digest}; this content is {content_digest}. A version never "
+                "changes: register this as the next one (`--bump minor`, or `bump: minor` in "
+                "the request) or under another label",
                 digests=[current.content_digest, content_digest],
                 id=current.name,
                 version=current.version,
