@@ -116,7 +116,7 @@ def test_the_search_index_answers_what_the_scan_does_over_the_whole_version(
     def scanned(q: str, by: str) -> list[str]:
         browse.max_indexed_bytes = 0
         try:
-            return [c["id"] for c in local.search("idx@1.0.0", q, by=by)]
+            return [c["id"] for c in local.search("idx@1.0.0", q, by=by, raw=True)]
         finally:
             browse.max_indexed_bytes = 1 << 30
 
@@ -132,7 +132,7 @@ def test_the_search_index_answers_what_the_scan_does_over_the_whole_version(
         ("a\ttab", "text"),  # a control character: never the index
     ]:
         # When the same search runs from the index, then it finds what the scan finds
-        indexed = [c["id"] for c in local.search("idx@1.0.0", q, by=by)]
+        indexed = [c["id"] for c in local.search("idx@1.0.0", q, by=by, raw=True)]
         assert indexed == scanned(q, by), q
     # And a rare text is found in one page: the index covers every case at once
     page = local.search_cases("idx@1.0.0", "rare", by="text")

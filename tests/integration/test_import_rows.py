@@ -223,7 +223,7 @@ def test_the_first_problem_in_row_order_is_the_one_reported(svc, batch_rows):
     # batches end
     assert first_error(("a", "q"), ("a", big), ("b", big)).startswith("row 1: case 'a' is")
     # A row that does not map before any other problem
-    assert first_error(("a", None), ("a", big)) == "row 0: missing field 'q'"
+    assert first_error(("a", None), ("a", big)).startswith("row 0: missing field 'q'")
     # A repeated id right before a case over the limit or a row that does not map, in the
     # same batch as those or not
     assert first_error(("a", "q"), ("b", "q"), ("a", "q"), ("c", big)) == (
