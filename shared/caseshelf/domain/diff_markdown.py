@@ -28,11 +28,12 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from difflib import SequenceMatcher
 from typing import Any
 from urllib.parse import quote
 
 import orjson
+
+from caseshelf.domain import textdiff
 
 COMMENT_LIMIT = 65_536
 DEFAULT_MAX_CASES = 20
@@ -42,7 +43,6 @@ INPUT_MAX = 160
 # Room kept for the line saying what was left out.
 FOOTER_ROOM = 600
 
-_TOKENS = re.compile(r"\s+|\w+|[^\w\s]", re.UNICODE)
 _INDEX = re.compile(r"/\d+(?=/|$)")
 # Characters that mean something inline in a table cell (block syntax is not read there),
 # escaped with a backslash; `<`, `>` and `&` become entities.
@@ -302,18 +302,19 @@ def _whole(text: str, mark: str) -> str:
 def word_diff(before: str, after: str) -> tuple[str, str]:
     """Both texts as cell Markdown: the words only `before` has struck through, the words
     only `after` has in bold, each shown from about `CONTEXT` characters before its first change
-    to `CONTEXT` after its last (`…` where cut, between words), at most `CELL_MAX` characters."""
-    a, b = _TOKENS.findall(before), _TOKENS.findall(after)
-    ops = SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    to `CONTEXT` after its last (`…` where cut, between words), at most `CELL_MAX` characters.
+    The changes are `caseshelf.domain.textdiff.word_diff`'s."""
     left: list[tuple[str, bool]] = []
     right: list[tuple[str, bool]] = []
-    for tag, i1, i2, j1, j2 in ops:
-        if tag == "equal":  # word by word, so that a cut falls between words
-            left += [(t, False) for t in a[i1:i2]]
-            right += [(t, False) for t in b[j1:j2]]
+    for op, text in textdiff.word_diff(before, after):
+        if op == "=":  # word by word, so that a cut falls between words
+            words = [(t, False) for t in textdiff.tokens(text)]
+            left += words
+            right += words
+        elif op == "-":
+            left.append((text, True))
         else:
-            left += [("".join(a[i1:i2]), True)] if i2 > i1 else []
-            right += [("".join(b[j1:j2]), True)] if j2 > j1 else []
+            right.append((text, True))
     return _marked(left, "~~"), _marked(right, "**")
 
 
