@@ -7,7 +7,7 @@ so `put_if_absent` is the only write the registration path needs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,13 +50,6 @@ class BlobStore(Protocol):
     def put_file(self, key: str, path: Path, *, content_type: str | None = None) -> None:
         """`put` of a local file's bytes, streamed from disk (an export's manifest or row file
         can be larger than what a process should hold)."""
-
-    def put_stream(
-        self, key: str, pieces: Iterable[bytes], *, content_type: str | None = None
-    ) -> None:
-        """`put` of the bytes `pieces` yields, consumed as they come and never joined (a
-        multipart upload on S3): the object appears whole once they are all written, or not
-        at all."""
 
     def open_writer(self, key: str, *, content_type: str | None = None) -> ObjectWriter:
         """Write an object as a stream of pieces (transient areas only, as `put`)."""

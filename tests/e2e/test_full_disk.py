@@ -154,3 +154,20 @@ def test_the_index_keeps_room_to_release_what_a_full_disk_stopped(disk: Path) ->
     assert index.reserve.exists()
     with sqlite3.connect(disk / "index.sqlite") as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_a_streamed_object_on_a_full_disk_is_storage_full_and_leaves_nothing(disk: Path) -> None:
+    from caseshelf.adapters.localfs import LocalBlobStore
+    from caseshelf.services.objectio import write_pieces
+
+    # Given a store on a disk with little room left
+    store = LocalBlobStore(disk / "objects")
+    fill(disk, 64 << 10)
+    pieces = (b"x" * (256 << 10) for _ in range(64))  # 16 MiB, more than is free
+    # When an object is streamed into it (as a download document or an export part is)
+    with pytest.raises(StorageFull) as caught:
+        write_pieces(store, "t/acme/exports/downloads/big.json", pieces)
+    # Then the error names the object, and neither it nor a temporary file is left
+    assert "exports/downloads/big.json" in caught.value.detail
+    assert not store.exists("t/acme/exports/downloads/big.json")
+    assert [p.name for p in (disk / "objects").rglob("*") if p.is_file()] == []

@@ -25,10 +25,10 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
 import orjson
 
@@ -239,29 +239,6 @@ class LocalBlobStore:
             finally:
                 tmp.unlink(missing_ok=True)
 
-    def put_stream(
-        self, key: str, pieces: Iterable[bytes], *, content_type: str | None = None
-    ) -> None:
-        path = self._path(key)
-        tmp = self._tmp(path)
-        written = 0
-        try:
-            with tmp.open("wb") as fh:
-                for piece in pieces:
-                    fh.write(piece)
-                    written += len(piece)
-                fh.flush()
-                os.fsync(fh.fileno())
-            tmp.replace(path)
-            sync_dir(path.parent)
-        except OSError as exc:
-            # A stream's size is known only as it is written: what it had reached is named.
-            if disk_full(exc):
-                raise self.full(key, written) from None
-            raise
-        finally:
-            tmp.unlink(missing_ok=True)
-
     def put_file(self, key: str, path: Path, *, content_type: str | None = None) -> None:
         dest = self._path(key)
         with self._room(key, path.stat().st_size):
@@ -399,7 +376,8 @@ class LocalBlobStore:
 
 class FileWriter:
     """An object written into a temporary file beside its place, renamed into place at
-    `commit` (the store's own atomic write); `abort` removes it."""
+    `commit` (the store's own atomic write); `abort` removes it. A full disk is the store's
+    `StorageFull`, as for every other write, and leaves nothing behind."""
 
     def __init__(self, store: LocalBlobStore, tmp: Path, dest: Path) -> None:
         self.store = store
@@ -410,9 +388,20 @@ class FileWriter:
 
     def write(self, data: bytes) -> int:
         assert self.fh is not None, "written after commit or abort"
-        self.fh.write(data)
+        try:
+            self.fh.write(data)
+        except OSError as exc:
+            self._full(exc, len(data))
         self.size += len(data)
         return len(data)
+
+    def _full(self, exc: OSError, more: int) -> NoReturn:
+        if not disk_full(exc):
+            raise exc
+        self.abort()
+        raise self.store.full(
+            str(self.dest.relative_to(self.store.root)), self.size + more
+        ) from None
 
     def copy(self, key: str, size: int) -> None:
         with self.store._path(key).open("rb") as src:
@@ -426,13 +415,19 @@ class FileWriter:
 
     def commit(self) -> int:
         assert self.fh is not None, "committed twice"
-        self.fh.close()
+        try:
+            self.fh.close()
+        except OSError as exc:  # the last buffered bytes did not fit
+            self.fh = None
+            self._full(exc, 0)
         self.fh = None
         self.tmp.replace(self.dest)
         return self.size
 
     def abort(self) -> None:
         if self.fh is not None:
-            self.fh.close()
-            self.fh = None
+            fh, self.fh = self.fh, None
+            # A full disk refuses the last buffered bytes: they are dropped with the file.
+            with suppress(OSError):
+                fh.close()
         self.tmp.unlink(missing_ok=True)

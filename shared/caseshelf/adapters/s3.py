@@ -11,9 +11,8 @@ this tag instead.
 
 from __future__ import annotations
 
-import io
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -37,29 +36,6 @@ _MISCONFIGURED = frozenset({"RequestTimeTooSkewed", "NoSuchBucket", "AccessDenie
 _HEAD_FIRST_BYTES = 1024 * 1024
 # How many times one GET whose body was cut mid-stream is taken up again where it stopped.
 BODY_RESUMES = 8
-
-
-class PiecesReader(io.RawIOBase):
-    """A readable file over an iterator of byte pieces, consumed as it is read (what boto3's
-    `upload_fileobj` takes): at most one piece is held beyond what the reader asked for."""
-
-    def __init__(self, pieces: Iterable[bytes]) -> None:
-        self._pieces = iter(pieces)
-        self._left = memoryview(b"")
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._left:
-            piece = next(self._pieces, None)
-            if piece is None:
-                return 0
-            self._left = memoryview(piece)
-        n = min(len(buffer), len(self._left))
-        buffer[:n] = self._left[:n]
-        self._left = self._left[n:]
-        return n
 
 
 def area_of(key: str) -> str | None:
@@ -118,13 +94,6 @@ class S3BlobStore:
             self.client.put_object(Body=data, **self._write_args(key, content_type))
         except _FAILURES as exc:
             raise _translate(exc, key) from exc
-
-    def put_stream(
-        self, key: str, pieces: Iterable[bytes], *, content_type: str | None = None
-    ) -> None:
-        """A multipart upload (boto3's `upload_fileobj`) read from `pieces` as they come: the
-        object is completed once they are all sent, or aborted."""
-        self._upload(key, PiecesReader(pieces), content_type)
 
     def _upload(self, key: str, fileobj: Any, content_type: str | None) -> None:
         args = self._write_args(key, content_type)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from caseshelf.domain.errors import BackendUnavailable, NotFound
@@ -87,3 +87,19 @@ def open_object(store: BlobStore, key: str) -> io.BufferedReader:
     if info is None:
         raise NotFound(f"no object {key}")
     return io.BufferedReader(_ObjectRaw(store, key, info.size), buffer_size=READ_BYTES)
+
+
+def write_pieces(
+    store: BlobStore, key: str, pieces: Iterable[bytes], *, content_type: str | None = None
+) -> int:
+    """An object written from the bytes `pieces` yields, consumed as they come and never joined
+    (the store's streaming writer: a multipart upload on S3): it appears whole once they are all
+    written, or not at all. Its size."""
+    writer = store.open_writer(key, content_type=content_type)
+    try:
+        for piece in pieces:
+            writer.write(piece)
+        return writer.commit()
+    except BaseException:
+        writer.abort()
+        raise

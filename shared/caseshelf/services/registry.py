@@ -75,6 +75,7 @@ from caseshelf.domain.writeplan import plan_batch, record_spans
 from caseshelf.ports import BlobStore, Index, Page
 from caseshelf.services.fence import Lease, WriteFence
 from caseshelf.services.memo import DEFAULT_MEMORY_BYTES, ByteBoundedCache, cache_bytes_for
+from caseshelf.services.objectio import write_pieces
 from caseshelf.services.storage import (
     MAX_GAP_BYTES,
     BlobWriter,
@@ -1720,7 +1721,7 @@ class RegistryService:
         filename = f"{rec.name}-{rec.version}.json"
         if self.store.head(key) is None:
             # streamed (a multipart upload on S3): no more than a window of cases in memory
-            self.store.put_stream(key, self.render_pieces(rec), content_type="application/json")
+            write_pieces(self.store, key, self.render_pieces(rec), content_type="application/json")
         url = (
             self.store.presign_get(key, expires=self.presign_expiry)
             if (self.presign_downloads)
