@@ -267,7 +267,8 @@ class CaseshelfResolver(APIGatewayRestResolver):
     Powertools keeps the request being resolved (`current_event`, `lambda_context`, the routing
     `context`) on the router class and instance: one request at a time, as on Lambda. The local
     server resolves several at once in threads, so these are properties over per-thread state
-    (the pattern of Powertools' own `HttpResolver`); on Lambda nothing changes."""
+    (the pattern of Powertools' own `HttpResolver`), and a route's middleware stack is built
+    under a lock (`_call_route`); on Lambda nothing changes."""
 
     def __init__(self, **kwargs: Any) -> None:
         self._request = _RequestState()
@@ -356,6 +357,18 @@ class CaseshelfResolver(APIGatewayRestResolver):
             (path, kwargs), self._swagger = self._swagger, None
             self._apply_openapi_settings()
             super().enable_swagger(path=path, **kwargs)
+
+    def _call_route(self, route: Any, route_arguments: dict[str, str]) -> Any:
+        """Powertools builds a route's middleware stack on its first call, unguarded: two
+        threads calling a route for the first time at once wrap the stack twice over, and the
+        route answers 500 from then on. The local server builds it under the setup lock."""
+        if not route._middleware_stack_built:
+            with self._setup_lock:
+                if not route._middleware_stack_built:
+                    route._build_middleware_stack(
+                        router_middlewares=self._router_middlewares, app=self
+                    )
+        return super()._call_route(route, route_arguments)
 
     def get_openapi_schema(self, *args: Any, **kwargs: Any) -> Any:
         with self._setup_lock:
