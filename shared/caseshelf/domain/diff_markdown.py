@@ -51,9 +51,13 @@ _MARKDOWN = re.compile(r"([\\`*_~\[\]|])")
 
 @dataclass
 class _Section:
+    """A table: its rows made as they are taken (a comment holds a few hundred of thousands of
+    changed cases, and the word diff of each row is the costly part), and how many there are."""
+
     title: str
     header: Sequence[str]
-    rows: list[str] = field(default_factory=list)
+    rows: Iterable[str]
+    count: int
     right: Sequence[str] = ()
 
 
@@ -88,22 +92,26 @@ def render_diff_markdown(
             "Fields that changed",
             ("field", "cases"),
             [f"| `{_code(path)}` | {n:,} |" for path, n in _by_count(got.fields)],
+            len(got.fields),
             right=("cases",),
         ),
         _Section(
             _first("Changed cases", len(got.changed), summary["changed"]),
             ("case", "field", "before", "after"),
-            [row for entry in got.changed for row in _changed_rows(entry, links)],
+            (row for entry in got.changed for row in _changed_rows(entry, links)),
+            sum(_changed_row_count(entry) for entry in got.changed),
         ),
         _Section(
             _first("Added cases", len(got.added), summary["added"]),
             ("case", "input"),
-            [_brief_row(b, links.case(b["id"], "candidate")) for b in got.added],
+            (_brief_row(b, links.case(b["id"], "candidate")) for b in got.added),
+            len(got.added),
         ),
         _Section(
             _first("Removed cases", len(got.removed), summary["removed"]),
             ("case", "input"),
-            [_brief_row(b, links.case(b["id"], "base")) for b in got.removed],
+            (_brief_row(b, links.case(b["id"], "base")) for b in got.removed),
+            len(got.removed),
         ),
     ]
     return _fit(out, sections, limit, every_entry_hint)
@@ -130,17 +138,17 @@ def _fit(out: list[str], sections: Sequence[_Section], limit: int, hint: str | N
     size = sum(len(line) + 1 for line in out)
     left: dict[str, int] = {}
     for section in sections:
-        if not section.rows:
+        if not section.count:
             continue
         if left:
-            left[section.title] = len(section.rows)
+            left[section.title] = section.count
             continue
         top = [f"#### {section.title}", "", _header(section.header, section.right)]
         kept: list[str] = []
         used = sum(len(line) + 1 for line in top)
         for n, row in enumerate(section.rows):
             if size + used + len(row) + 1 + FOOTER_ROOM > limit:
-                left[section.title] = len(section.rows) - n
+                left[section.title] = section.count - n
                 break
             kept.append(row)
             used += len(row) + 1
@@ -251,6 +259,11 @@ def field_of(pointer: str) -> str:
 def _case_cell(case_id: str, url: str | None) -> str:
     text = f"`{_code(case_id)}`"
     return f"[{text}]({url})" if url else text
+
+
+def _changed_row_count(entry: Mapping[str, Any]) -> int:
+    """How many rows `_changed_rows` makes of `entry`, without making them."""
+    return 1 if entry.get("oversized") else len(entry.get("changes") or ())
 
 
 def _changed_rows(entry: Mapping[str, Any], links: _Links) -> list[str]:
