@@ -34,7 +34,7 @@ from tests.unit.test_domain_canonical import cases, json_values, with_defaults
 pytestmark = pytest.mark.integration
 
 PROPERTY = settings(
-    max_examples=200,
+    max_examples=100,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -146,7 +146,7 @@ plain_scalars = st.one_of(
 
 
 @given(plain_scalars)
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 def test_a_dataset_scalar_is_its_text_or_what_both_yaml_versions_read(text: str) -> None:
     doc = f"a: {text}\n"
     try:
@@ -169,7 +169,7 @@ json_values = st.recursive(
 
 
 @given(json_values)
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=75, deadline=None)
 def test_whatever_safe_dump_writes_loads_back_the_same(value: Any) -> None:
     assert load_yaml(yaml.safe_dump(value)) == yaml.safe_load(yaml.safe_dump(value)) == value
 

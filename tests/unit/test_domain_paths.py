@@ -171,7 +171,7 @@ def test_known_encodings_are_stable():
     assert case_dir_name("é") == "~%C3%A9"
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(case_id=st.text(min_size=1, max_size=256))
 def test_directory_names_are_safe_short_and_round_trip_for_any_unicode_id(case_id):
     name = case_dir_name(case_id)

@@ -112,7 +112,7 @@ _value = st.recursive(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(
     st.lists(
         st.fixed_dictionaries(

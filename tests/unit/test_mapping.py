@@ -174,7 +174,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(
     q=st.text(max_size=20) | st.lists(st.text(max_size=5), max_size=3),
     a=json_values,

@@ -32,7 +32,7 @@ values = st.recursive(
 
 
 @given(values, st.booleans())
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_what_json_writes_reads_back_equal(value: Any, ascii_only: bool) -> None:
     text = json.dumps(value, ensure_ascii=ascii_only)
     assert loads(text) == value
@@ -40,7 +40,7 @@ def test_what_json_writes_reads_back_equal(value: Any, ascii_only: bool) -> None
 
 
 @given(st.dictionaries(keys, values, min_size=1, max_size=4), st.data())
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_a_key_given_twice_is_always_refused(obj: dict[str, Any], data: st.DataObject) -> None:
     key = data.draw(st.sampled_from(sorted(obj)))
     body = json.dumps(obj)[:-1] + ", " + json.dumps(key) + ": " + json.dumps(data.draw(values))
@@ -56,7 +56,7 @@ EDGES = [-(2**63) - 2, -(2**63) - 1, -(2**63), -(10**18), 10**18, 2**63, 2**64 -
 
 
 @given(st.sampled_from(EDGES) | st.integers(-(2**66), 2**66), st.sampled_from(EDGES))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_every_integer_reads_back_as_that_integer(n: int, edge: int) -> None:
     # Given integers on both sides of the range orjson reads exactly (-2**63 .. 2**64 - 1)
     raws = [f'{{"n": {n}}}'.encode(), f"[{edge}, {n}]".encode()]

@@ -142,7 +142,7 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents)
 def test_what_it_writes_reads_back_to_the_same_value(doc: dict[str, Any]) -> None:
     # Given any JSON-shaped document
