@@ -21,7 +21,7 @@ from caseshelf.api.cors import CORS_ORIGIN_PATTERN
 from caseshelf.domain.answers import EVENT_BODY_LIMIT
 from caseshelf.domain.errors import BadRequest
 from caseshelf.extras import require
-from caseshelf.functions import EXPORT_QUEUE
+from caseshelf.functions import EXPORT_QUEUE, IMPORT_QUEUE
 from caseshelf.ports import BlobStore, Index, Queue
 from caseshelf.storehome import FROM_CALLER, StoreHome, find_home, given_home
 
@@ -108,6 +108,10 @@ class Settings(BaseModel):
     # in-process client (`caseshelf.adapters.queues.LocalQueue`).
     export_queue_url: str | None = None
     export_dead_letter_arn: str | None = None
+    # The import jobs' queue and its dead-letter queue (task imports through the API), as the
+    # export queue: in process without a URL.
+    import_queue_url: str | None = None
+    import_dead_letter_arn: str | None = None
 
     @property
     def sources_fenced(self) -> bool:
@@ -154,6 +158,8 @@ _ENV = {
     "num_proc": "CASESHELF_NUM_PROC",
     "export_queue_url": "CASESHELF_EXPORT_QUEUE_URL",
     "export_dead_letter_arn": "CASESHELF_EXPORT_DEAD_LETTER_ARN",
+    "import_queue_url": "CASESHELF_IMPORT_QUEUE_URL",
+    "import_dead_letter_arn": "CASESHELF_IMPORT_DEAD_LETTER_ARN",
 }
 # Set by the Lambda runtime in every function.
 LAMBDA_ENV = "AWS_LAMBDA_FUNCTION_NAME"
@@ -283,7 +289,14 @@ class Services:
         client."""
         if name == EXPORT_QUEUE and self.settings.export_queue_url:
             return self._export_sqs
+        if name == IMPORT_QUEUE and self.settings.import_queue_url:
+            return self._import_sqs
         return self.local_queues[name]
+
+    @cached_property
+    def _import_sqs(self) -> Queue:
+        assert self.settings.import_queue_url
+        return sqs_queue(self.settings, self.settings.import_queue_url)
 
     @cached_property
     def _export_sqs(self) -> Queue:
@@ -334,7 +347,12 @@ class Services:
         self,
     ) -> tuple[RecipeService, ImportService, Callable[[], JobService]]:
         return build_import_services(
-            self.settings, self.store, self.index, self.registry, lambda: self.tasks
+            self.settings,
+            self.store,
+            self.index,
+            self.registry,
+            lambda: self.tasks,
+            queue=lambda: self.queue(IMPORT_QUEUE),
         )
 
     @property
@@ -387,7 +405,7 @@ def build_adapters(settings: Settings) -> tuple[BlobStore, Index]:
 
 def sqs_queue(settings: Settings, url: str) -> Queue:
     """The SQS queue at `url`, with the settings' region and endpoint."""
-    require("boto3", "the export queue (CASESHELF_EXPORT_QUEUE_URL)")
+    require("boto3", f"the queue {url}")
     import boto3
     from botocore.config import Config
 
@@ -457,6 +475,8 @@ def build_import_services(
     index: Index,
     registry: RegistryService,
     tasks: Callable[[], TaskImportService],
+    *,
+    queue: Callable[[], Queue] | None = None,
 ) -> tuple[RecipeService, ImportService, Callable[[], JobService]]:
     """Recipes, imports, and how to build import jobs (on first use: a plain import needs neither
     the job service nor the task on-ramps). From the CLI on the embedded store an import may read
@@ -504,6 +524,7 @@ def build_import_services(
             object_url=object_url,
             object_reader=SourceReader(remote),
             presign_expiry=settings.presign_expiry,
+            queue=queue,
         )
 
     return recipes, imports, jobs

@@ -57,7 +57,7 @@ def test_the_queue_table_and_the_templates_queues_say_the_same() -> None:
     declared = {
         name: res.get("Properties") or {}
         for name, res in resources.items()
-        if res.get("Type") == "AWS::SQS::Queue" and name.startswith("Export")
+        if res.get("Type") == "AWS::SQS::Queue" and name.startswith(("Export", "ImportJob"))
     }
     assert {q.name for q in QUEUES} == set(declared)
     for q in QUEUES:

@@ -1,5 +1,6 @@
 """The task on-ramp Lambda (`POST /datasets/terminal-bench`, `POST /datasets/harbor`), fed API
-Gateway events, on the embedded store and on moto."""
+Gateway events, on the embedded store and on moto: the route starts an import job (202), whose
+queued message the importer's handler runs, and the job is read back with `GET /jobs/{id}`."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ import orjson
 import pytest
 
 from caseshelf import bootstrap
+from caseshelf.api.errors import STATUS
 from caseshelf.api.openapi import load_function
 from caseshelf.domain import layout
-from tests.helpers import EVENTS, lambda_context, tar_gz
+from tests.helpers import EVENTS, importer_api, lambda_context, run_queued, tar_gz
 
 pytestmark = [
     pytest.mark.integration,
@@ -43,9 +45,29 @@ def services(installed_services: bootstrap.Services) -> bootstrap.Services:
 
 
 def call(path: str, body: dict[str, Any], tenant: str = "acme") -> SimpleNamespace:
+    """The route, then its job run by the importer and read back: the job's result with the
+    status the version's registration answers (201 new, 200 existing), or its error with the
+    status of the error's class. An answer other than 202 as it is."""
     handler = load_function("caseshelf.functions.tasks").lambda_handler
     out = handler(event(path, body, tenant), lambda_context("TasksFunction", 2048))
-    return SimpleNamespace(status=out["statusCode"], json=orjson.loads(out["body"]))
+    answer = orjson.loads(out["body"])
+    if out["statusCode"] != 202:
+        return SimpleNamespace(status=out["statusCode"], json=answer, job=None)
+    location = out["multiValueHeaders"]["Location"]
+    assert location == [f"/jobs/{answer['id']}"] and answer["state"] == "pending"
+    assert run_queued() >= 1
+    got, job = importer_api("GET", answer["url"], tenant=tenant)
+    assert got == 200, job
+    if job["state"] == "succeeded":
+        p = job["progress"]
+        assert p["tasks_read"] == p["tasks_total"] >= p["tasks_mapped"]
+        assert p["tasks_mapped"] == job["result"]["case_count"]
+        return SimpleNamespace(
+            status=201 if job["result"]["created"] else 200, json=job["result"], job=job
+        )
+    assert job["state"] == "failed", job
+    status = next(s[0] for c, s in STATUS.items() if c.__name__ == job["error"]["code"])
+    return SimpleNamespace(status=status, json=job["error"], job=job)
 
 
 def test_terminal_bench_archive_inline_registers(services, shared_data):

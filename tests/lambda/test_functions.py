@@ -14,9 +14,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import boto3
 import httpx
 import pytest
 
+from caseshelf.gateway import sqs_event
 from tests.helpers import tar_gz
 from tests.lambda_emulation import (
     REQUEST_LIMIT,
@@ -149,7 +151,32 @@ def test_tasks(emulation: Emulation, shared_data: Path) -> None:
         "version": "1.0.0",
     }
     answer = call(emulation, "TasksFunction", "POST", "/datasets/terminal-bench", body=body)
-    assert ok(answer, 201, 202)
+    job = ok(answer, 202)
+    assert job["state"] == "pending" and answer.headers["Location"] == f"/jobs/{job['id']}"
+    # The job's message, received from the import job queue as the importer's event source
+    # mapping receives it, runs the import in the importer.
+    sqs = boto3.client(
+        "sqs",
+        endpoint_url=emulation.endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    got = sqs.receive_message(
+        QueueUrl=emulation.refs["ImportJobQueue"], AttributeNames=["All"], MaxNumberOfMessages=1
+    )["Messages"]
+    assert len(got) == 1 and json.loads(got[0]["Body"]) == {"job": job["id"]}
+    event = sqs_event("ImportJobQueue", got[0]["Body"], 1)
+    event["Records"][0]["eventSourceARN"] = emulation.refs["ImportJobQueue.Arn"]
+    outcome = emulation.invoke("ImporterFunction", event)
+    assert outcome.kind == "ok", (outcome.error, outcome.log[-4000:])
+    assert outcome.json()["records"] == [{"job_id": job["id"], "status": "succeeded"}]
+    done = ok(call(emulation, "ImporterFunction", "GET", "/jobs/{id}", params={"id": job["id"]}))
+    assert done["state"] == "succeeded", done
+    assert done["result"]["case_count"] == 4 and [s["task"] for s in done["result"]["skipped"]] == [
+        "5"
+    ]
+    assert done["progress"] == {"tasks_total": 5, "tasks_read": 5, "tasks_mapped": 4}
 
 
 # -- the importer: API, EventBridge, S3 notifications, the schedule ------------------------------

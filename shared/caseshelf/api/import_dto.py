@@ -135,6 +135,15 @@ class JobProgressOut(Wire):
     bytes_written: int = Field(ge=0)
 
 
+class TaskProgressOut(Wire):
+    """How far a task import job is: the tasks found, those read and checked (the first pass
+    over the tree) and those mapped into the version (the second)."""
+
+    tasks_total: int = Field(ge=0)
+    tasks_read: int = Field(ge=0)
+    tasks_mapped: int = Field(ge=0)
+
+
 class JobOut(Wire):
     id: str
     kind: Literal["import", "export"] = Field(
@@ -158,8 +167,10 @@ class JobOut(Wire):
         description="While running: until when the worker's lease holds (it renews it as it "
         "works); a job whose lease expired is resumed or failed by the next delivery or sweep.",
     )
-    progress: JobProgressOut | None = Field(
-        default=None, description="An export job's parts and what they wrote."
+    progress: JobProgressOut | TaskProgressOut | None = Field(
+        default=None,
+        description="An export job's parts and what they wrote; a task import's tasks read "
+        "and mapped.",
     )
 
 
@@ -259,7 +270,9 @@ def upload_out(u: Upload) -> UploadOut:
 
 
 def job_out(job: dict[str, Any]) -> JobOut:
-    progress = None
+    progress: JobProgressOut | TaskProgressOut | None = None
+    if isinstance(job.get("progress"), dict):
+        progress = TaskProgressOut.model_validate(job["progress"])
     if job.get("kind") == "export":
         progress = JobProgressOut(
             parts_total=job["parts_total"],

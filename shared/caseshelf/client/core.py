@@ -1389,15 +1389,36 @@ class Client:
     # -- tasks -----------------------------------------------------------------------------------
 
     def import_tasks(
-        self, format: str, body: Mapping[str, Any] | BaseModel | None = None, **fields: Any
+        self,
+        format: str,
+        body: Mapping[str, Any] | BaseModel | None = None,
+        *,
+        wait: float = 3600.0,
+        **fields: Any,
     ) -> TaskImportOut:
         """Register Terminal-Bench or Harbor tasks (`format`: `terminal-bench` | `harbor`) from
-        `s3=...`, `upload_id=...` or `archive_base64=...`."""
+        `s3=...`, `upload_id=...` or `archive_base64=...`. The API imports them as a job: this
+        follows it (at most `wait` seconds) and answers what it registered, or raises the
+        error it failed with (an invalid task named, a limit)."""
         from caseshelf.api.dto import TaskImportOut
 
         request = dict(_body(body) or {})
         request.update(fields)
-        return self._as(TaskImportOut, self.call("POST", "datasets", format, body=request))
+        return self._as(TaskImportOut, self._job_result(("datasets", format), request, wait))
+
+    def _job_result(self, path: tuple[str, ...], body: Mapping[str, Any], wait: float) -> Any:
+        """POST `body` to a route that answers a job (202, or an answer at once): the job
+        followed to its end (`follow_job`) and its result, or the error it failed with."""
+        from caseshelf.api.import_dto import JobOut
+        from caseshelf.client.transport import job_error
+
+        answer = self.transport.send(Request("POST", path, {}, _body(body)))
+        if answer.status != 202:
+            return answer.json()
+        job = self.follow_job(self._as(JobOut, answer.json()).id, wait=wait)
+        if job.state == "failed":
+            raise job_error(job.id, job.error)
+        return job.result
 
     # -- imports and recipes ---------------------------------------------------------------------
 
@@ -1605,12 +1626,14 @@ class Client:
         delivers the queued parts to the worker function, one at a time between looks at the
         job; over HTTP the server's workers run them and this looks every
         `JOB_POLL_SECONDS`."""
+        from caseshelf.api.import_dto import JobProgressOut
+
         deadline = time.monotonic() + wait
         told: tuple[int, int, int] | None = None
         while True:
             job = self.job(job_id)
             p = job.progress
-            if progress is not None and p is not None:
+            if progress is not None and isinstance(p, JobProgressOut):
                 now = (p.cases_written, p.files_written, p.bytes_written)
                 if told is None:
                     progress.start(p.cases_total, 0, 0)

@@ -48,10 +48,15 @@ class QueueSpec:
 
 EXPORT_QUEUE = "ExportQueue"
 EXPORT_DEAD_LETTER_QUEUE = "ExportDeadLetterQueue"
+# Import jobs started through the API (task imports): one message a job, for the importer.
+IMPORT_QUEUE = "ImportJobQueue"
+IMPORT_DEAD_LETTER_QUEUE = "ImportJobDeadLetterQueue"
 
 QUEUES: tuple[QueueSpec, ...] = (
     QueueSpec(EXPORT_QUEUE, dead_letter=EXPORT_DEAD_LETTER_QUEUE, max_receive_count=3),
     QueueSpec(EXPORT_DEAD_LETTER_QUEUE),
+    QueueSpec(IMPORT_QUEUE, dead_letter=IMPORT_DEAD_LETTER_QUEUE, max_receive_count=3),
+    QueueSpec(IMPORT_DEAD_LETTER_QUEUE),
 )
 
 
@@ -132,11 +137,12 @@ FUNCTIONS: tuple[Function, ...] = (
         ),
         object_keys=({"wildcard": "t/*/uploads/*"}, {"wildcard": "t/*/imports/*"}),
         scheduled=True,
+        queues=(IMPORT_QUEUE, IMPORT_DEAD_LETTER_QUEUE),
     ),
     Function(
         "TasksFunction",
         "caseshelf.functions.tasks",
-        memory_mb=2048,
+        memory_mb=1024,
         routes=(
             ("POST", "/datasets/terminal-bench"),
             ("POST", "/datasets/harbor"),
@@ -148,6 +154,8 @@ __all__ = [
     "EXPORT_DEAD_LETTER_QUEUE",
     "EXPORT_QUEUE",
     "FUNCTIONS",
+    "IMPORT_DEAD_LETTER_QUEUE",
+    "IMPORT_QUEUE",
     "QUEUES",
     "Function",
     "QueueSpec",

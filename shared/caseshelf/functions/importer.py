@@ -5,7 +5,9 @@ Each route parses its input (the resolver validates it against the models), call
 method and returns a wire model. Status codes for errors come from `caseshelf.api.errors`.
 An S3 event (a bucket notification, or the same delivered through EventBridge) is handed to the
 job service object by object; its keys are URL-encoded, so each is `unquote_plus`ed first. A
-scheduled event runs the jobs' sweep (`JobService.recover`). A worker that raises is retried by
+scheduled event runs the jobs' sweep (`JobService.recover`). A message of the import queue is a
+job started through the API (a task import): run it (`JobService.run_queued`), or, from the
+dead-letter queue, fail it (`JobService.dead_letter`). A worker that raises is retried by
 Lambda, then its event goes to the dead-letter queue (infra/template.yaml).
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 from urllib.parse import unquote_plus
 
+import orjson
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Query
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -43,6 +46,7 @@ from caseshelf.api.routes import (
     page_out,
 )
 from caseshelf.domain.recipe import Recipe
+from caseshelf.functions import IMPORT_DEAD_LETTER_QUEUE
 from caseshelf.services.bulk import gc_paused
 from caseshelf.services.imports import ImportRequest
 from caseshelf.services.jobs import UploadRequest
@@ -384,6 +388,37 @@ def is_s3_event(event: dict[str, Any]) -> bool:
     return bool(event.get("Records")) or event.get("source") == "aws.s3"
 
 
+def is_queue_event(event: dict[str, Any]) -> bool:
+    """Messages of the import queue (its SQS event source, batch size 1)."""
+    records = event.get("Records") or []
+    return bool(records) and all(r.get("eventSource") == "aws:sqs" for r in records)
+
+
+def handle_queue_record(record: dict[str, Any]) -> dict[str, Any]:
+    """One queued import job: run it; from the dead-letter queue, fail it saying why. A worker
+    that dies leaves the message to the queue (delivered again, then dead-lettered)."""
+    jobs = svc().jobs
+    try:
+        doc = orjson.loads(record.get("body") or "")
+        job_id = doc["job"]
+        if not isinstance(job_id, str):
+            raise TypeError(job_id)
+    except (orjson.JSONDecodeError, TypeError, KeyError):
+        logger.warning("import worker: not a job message", extra={"id": record.get("messageId")})
+        return {"status": "ignored"}
+    arn = str(record.get("eventSourceARN") or "")
+    configured = svc().settings.import_dead_letter_arn
+    if (configured and arn == configured) or arn.endswith(":" + IMPORT_DEAD_LETTER_QUEUE):
+        receives = int((record.get("attributes") or {}).get("ApproximateReceiveCount") or 1)
+        outcome = jobs.dead_letter(job_id, receives)
+    else:
+        with gc_paused():
+            outcome = jobs.run_queued(job_id)
+    logger.info("import job handled", extra={"job_id": job_id, "status": outcome.status})
+    count(f"ImportJobs{outcome.status.capitalize()}")
+    return {"job_id": job_id, "status": outcome.status}
+
+
 def is_sweep_event(event: dict[str, Any]) -> bool:
     """The template's scheduled sweep (an EventBridge `Scheduled Event`)."""
     return event.get("source") == "aws.events" and event.get("detail-type") == "Scheduled Event"
@@ -404,6 +439,8 @@ def sweep_jobs() -> dict[str, Any]:
 
 @instrumented
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if is_queue_event(event):
+        return {"records": [handle_queue_record(r) for r in event["Records"]]}
     if is_s3_event(event):
         return handle_s3_event(event)
     if is_sweep_event(event):

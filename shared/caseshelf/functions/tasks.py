@@ -1,8 +1,9 @@
 """The container-task on-ramps: Terminal-Bench and Harbor task trees -> a dataset version.
 
 `POST /datasets/terminal-bench` and `POST /datasets/harbor` take where the tasks are (an upload,
-an S3 prefix, or a small inline archive) and how to map them; the service reads the tree (archives
-are checked before anything is used), maps every task and registers the version.
+an S3 prefix, or a small inline archive) and how to map them, check that place, and start an
+import job (202, `Location: /jobs/{id}`): the importer's worker reads the tree member by member,
+maps every task and registers the version (`caseshelf.services.jobs.JobService.run_queued`).
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ from aws_lambda_powertools.event_handler.openapi.params import Body
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from caseshelf import bootstrap
-from caseshelf.api import dto
-from caseshelf.api.app import count, current_identity, instrumented, make_resolver
-from caseshelf.api.routes import created_response, created_responses
+from caseshelf.api.app import count, current_identity, instrumented, make_resolver, problems
+from caseshelf.api.import_dto import JobOut, job_out
 from caseshelf.domain.tasks import HARBOR, TERMINAL_BENCH
 from caseshelf.services.tasks import TaskImportRequest
 
@@ -28,16 +28,27 @@ app = make_resolver(
 TAGS = ["tasks"]
 
 
-def _run(fmt: str, body: TaskImportRequest) -> Response[dto.TaskImportOut]:
-    res = bootstrap.services().tasks.import_tasks(current_identity(app), fmt, body)
-    if res.created:
-        count("DatasetVersionsRegistered")
-        count("CasesRegistered", res.case_count)
-    return created_response(res.created, dto.task_import_out(res))
+def _run(fmt: str, body: TaskImportRequest) -> Response[JobOut]:
+    job = job_out(bootstrap.services().jobs.start_tasks(current_identity(app), fmt, body))
+    count("TaskImportJobsStarted")
+    return Response(
+        status_code=202, content_type="application/json", body=job, headers={"Location": job.url}
+    )
 
 
-_RESPONSES = created_responses(
-    dto.TaskImportOut, 400, 403, 404, 409, 413, description="A new version was created."
+_RESPONSES: dict[int, Any] = {
+    202: {
+        "description": "The import's job, started: follow it with `GET /jobs/{id}`; once "
+        "`succeeded` its `result` is the version registered (`TaskImportOut`: id, version, "
+        "content_digest, case_count, created, skipped), once `failed` its `error` names the "
+        "invalid tasks (and `skip_invalid`) or the limit.",
+        "content": {"application/json": {"model": JobOut}},
+    },
+    **problems(400, 403, 404, 413),
+}
+_JOB = (
+    " The import runs as a job (202, `Location: /jobs/{id}`): the archive is read member by "
+    "member, the tasks mapped one at a time; `progress` counts the tasks read and mapped."
 )
 
 
@@ -49,14 +60,14 @@ _RESPONSES = created_responses(
     "`image_template`), a `tests-pass` grader (the task's run-tests.sh, else the harness's "
     "default pytest runner over tests/test_outputs.py) and every file. A task without an image, "
     "or without tests, fails the import naming it, unless `skip_invalid` (then it is listed in "
-    "`skipped`). Task directories with the same name get their relative paths as ids.",
+    "`skipped`). Task directories with the same name get their relative paths as ids." + _JOB,
     tags=TAGS,
-    status_code=201,
+    status_code=202,
     responses=_RESPONSES,
 )
 def import_terminal_bench(
     body: Annotated[TaskImportRequest, Body()],
-) -> Response[dto.TaskImportOut]:
+) -> Response[JobOut]:
     return _run(TERMINAL_BENCH, body)
 
 
@@ -67,12 +78,12 @@ def import_terminal_bench(
     "becomes a case with `[environment].docker_image` (else `image_template`), resources, "
     "network, a `reward-file` grader and every file; multi-step tasks are carried step by step, "
     "each step pointing at the test.sh its verifier runs. A `registry.json` anywhere in the "
-    "tree fills `metadata.catalog`.",
+    "tree fills `metadata.catalog`." + _JOB,
     tags=TAGS,
-    status_code=201,
+    status_code=202,
     responses=_RESPONSES,
 )
-def import_harbor(body: Annotated[TaskImportRequest, Body()]) -> Response[dto.TaskImportOut]:
+def import_harbor(body: Annotated[TaskImportRequest, Body()]) -> Response[JobOut]:
     return _run(HARBOR, body)
 
 

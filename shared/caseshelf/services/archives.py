@@ -15,19 +15,23 @@ entries of one name, and keeping the last would lose the first without a word.
 from __future__ import annotations
 
 import bz2
+import errno
 import gzip
 import io
 import lzma
 import posixpath
+import shutil
 import stat
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any, BinaryIO
 
-from caseshelf.domain.errors import BadRequest, TooLarge
+from caseshelf.domain.errors import BadRequest, StorageFull, TooLarge
 from caseshelf.domain.paths import relative_path_problem
 
 MAX_MEMBERS = 200_000
@@ -262,38 +266,85 @@ def resolve_links(tree: Tree, links: dict[str, str], where: str) -> None:
         tree.links[member] = target
 
 
-def _once(path: str, tree: Tree, links: dict[str, str], where: str) -> None:
-    if path in tree.files or path in links:
-        raise BadRequest(
-            f"{where}: entry {path!r} appears twice in the archive; keeping either would lose "
-            "the other",
-            field="archive",
-            path=path,
-        )
+class _Seen:
+    """Member paths already given (a tar or zip may hold two entries of one name: keeping the
+    last would lose the first without a word)."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.paths: set[str] = set()
+
+    def once(self, path: str) -> None:
+        if path in self.paths:
+            raise BadRequest(
+                f"{self.where}: entry {path!r} appears twice in the archive; keeping either "
+                "would lose the other",
+                field="archive",
+                path=path,
+            )
+        self.paths.add(path)
 
 
-def _read_member(handle: IO[bytes], size: int, path: str, budget: Budget) -> bytes:
-    """A member's bytes, read in chunks and never past its declared size."""
-    out = bytearray()
-    while len(out) < size:
-        chunk = handle.read(min(_CHUNK, size - len(out)))
-        if not chunk:
-            break
-        out += chunk
-    if len(out) != size:
-        raise BadRequest(
-            f"{budget.where}: entry {path!r} is truncated ({len(out)} of {size} bytes)",
-            path=path,
-        )
-    return bytes(out)
+@dataclass
+class Member:
+    """One file of an archive as it streams by: its checked path, permission bits and size;
+    `link`, for a link, the in-tree path it points at (checked, not yet resolved); else
+    `handle`, its bytes, readable until the next member is asked for (`copy_member`)."""
+
+    path: str
+    mode: int
+    size: int
+    link: str | None = None
+    handle: IO[bytes] | None = None
 
 
-def read_tar(fileobj: BinaryIO, name: str, limits: Limits = Limits()) -> Tree:
-    """A `.tar`, `.tar.gz`/`.tgz`, `.tar.bz2` or `.tar.xz`, streamed once through the limits."""
-    tree = Tree(name)
-    budget = Budget(limits, name)
-    links: dict[str, str] = {}
+@contextmanager
+def archive_errors(name: str) -> Iterator[None]:
+    """A broken archive's errors (from the decompressor, tarfile or zipfile, raised wherever
+    its bytes are read) as a `BadRequest` naming it."""
     try:
+        yield
+    except tarfile.TarError as exc:
+        raise BadRequest(f"{name}: not a readable tar archive: {exc}", field="archive") from None
+    except (zipfile.BadZipFile, NotImplementedError) as exc:
+        raise BadRequest(f"{name}: a zip entry is corrupt: {exc}", field="archive") from None
+    except (EOFError, lzma.LZMAError, zlib.error) as exc:
+        raise BadRequest(f"{name}: truncated or corrupt archive: {exc}", field="archive") from None
+    except OSError as exc:
+        if exc.errno is not None:  # the disk's (a full scratch area), not the archive's
+            raise
+        raise BadRequest(f"{name}: truncated or corrupt archive: {exc}", field="archive") from None
+
+
+def copy_member(member: Member, where: str, write: Callable[[bytes], Any]) -> None:
+    """Hand a member's bytes to `write` a chunk at a time, never past its declared size; a
+    member shorter than it declares is refused, and so is one that goes on past it (a zip
+    entry whose header lies)."""
+    assert member.handle is not None
+    left = member.size
+    while left > 0:
+        chunk = member.handle.read(min(_CHUNK, left))
+        if not chunk:
+            raise BadRequest(
+                f"{where}: entry {member.path!r} is truncated "
+                f"({member.size - left} of {member.size} bytes)",
+                path=member.path,
+            )
+        write(chunk)
+        left -= len(chunk)
+    if member.handle.read(1):
+        raise TooLarge(
+            f"{where}: entry {member.path!r} inflates past its declared size", field="size"
+        )
+
+
+def iter_tar(fileobj: BinaryIO, name: str, limits: Limits = Limits()) -> Iterator[Member]:
+    """The members of a `.tar`, `.tar.gz`/`.tgz`, `.tar.bz2` or `.tar.xz`, streamed once
+    through the limits (count, each member's size, the total, the inflation ratio), each path
+    checked as it comes. Directories are left out."""
+    budget = Budget(limits, name)
+    seen = _Seen(name)
+    with archive_errors(name):
         stream = _uncompressed(fileobj, name, limits)
         with tarfile.open(fileobj=stream, mode="r|") as tar:
             for member in tar:
@@ -305,15 +356,15 @@ def read_tar(fileobj: BinaryIO, name: str, limits: Limits = Limits()) -> Tree:
                     raise BadRequest(
                         f"{name}: entry {member.name!r} is not a file", path=member.name
                     )
-                _once(path, tree, links, name)
+                seen.once(path)
                 if member.issym():
-                    links[path] = link_target(path, member.linkname, name)
+                    yield Member(path, 0o644, 0, link=link_target(path, member.linkname, name))
                     continue
                 if member.islnk():
                     target = clean_member(member.linkname, name)
                     if target is None:
                         raise BadRequest(f"{name}: bad hard link {member.name!r}", path=path)
-                    links[path] = target
+                    yield Member(path, 0o644, 0, link=target)
                     continue
                 if not member.isfile():
                     raise BadRequest(
@@ -322,81 +373,183 @@ def read_tar(fileobj: BinaryIO, name: str, limits: Limits = Limits()) -> Tree:
                     )
                 budget.member(path, member.size)
                 budget.size(member.size)
-                handle = tar.extractfile(member)
-                data = _read_member(handle, member.size, path, budget) if handle else b""
-                tree.files[path] = data
-                tree.modes[path] = member.mode
-    except tarfile.TarError as exc:
-        raise BadRequest(f"{name}: not a readable tar archive: {exc}", field="archive") from None
-    except (EOFError, OSError, lzma.LZMAError, zlib.error) as exc:
-        raise BadRequest(f"{name}: truncated or corrupt archive: {exc}", field="archive") from None
-    resolve_links(tree, links, name)
-    return tree
+                handle = tar.extractfile(member) or io.BytesIO()
+                yield Member(path, member.mode, member.size, handle=handle)
 
 
-def read_zip(fileobj: BinaryIO, name: str, limits: Limits = Limits()) -> Tree:
-    """A `.zip`: the whole central directory is checked (names, twice-given names, links,
-    declared sizes and ratios, count) before one byte is inflated; inflating then stops at the
-    declared size."""
-    tree = Tree(name)
+def _zip_plan(
+    archive: zipfile.ZipFile, name: str, limits: Limits
+) -> list[tuple[str, zipfile.ZipInfo, bool]]:
+    """Every file of a zip's central directory, checked (names, twice-given names, links,
+    declared sizes and ratios, count) before one byte is inflated."""
+    budget = Budget(limits, name)
+    seen = _Seen(name)
+    plan: list[tuple[str, zipfile.ZipInfo, bool]] = []
+    for info in archive.infolist():
+        budget.entry()
+        path = clean_member(info.filename, name)
+        if info.is_dir() or path is None:
+            continue
+        seen.once(path)
+        is_link = stat.S_ISLNK(info.external_attr >> 16)
+        if not is_link:
+            budget.member(path, info.file_size)
+            budget.size(info.file_size)
+            if (
+                info.file_size > limits.ratio_floor_bytes
+                and info.file_size > limits.max_ratio * max(info.compress_size, 1)
+            ):
+                raise TooLarge(
+                    f"{name}: entry {path!r} inflates more than {limits.max_ratio:g} times "
+                    f"({info.file_size} bytes from {info.compress_size}): refused as a bomb",
+                    field="size",
+                    path=path,
+                )
+        plan.append((path, info, is_link))
+    return plan
+
+
+def iter_zip(fileobj: BinaryIO, name: str, limits: Limits = Limits()) -> Iterator[Member]:
+    """The members of a `.zip`: the whole central directory is checked first (`_zip_plan`),
+    then each member is inflated on its own, never past its declared size."""
     try:
         archive = zipfile.ZipFile(fileobj)
     except zipfile.BadZipFile as exc:
         raise BadRequest(f"{name}: not a readable zip archive: {exc}", field="archive") from None
     with archive:
-        infos = archive.infolist()
-        budget = Budget(limits, name)
-        plan: list[tuple[str, zipfile.ZipInfo, bool]] = []
-        seen: set[str] = set()
-        for info in infos:
-            budget.entry()
-            path = clean_member(info.filename, name)
-            if info.is_dir() or path is None:
-                continue
-            if path in seen:
-                raise BadRequest(
-                    f"{name}: entry {path!r} appears twice in the archive; keeping either "
-                    "would lose the other",
-                    field="archive",
-                    path=path,
-                )
-            seen.add(path)
-            mode = info.external_attr >> 16
-            is_link = stat.S_ISLNK(mode)
-            if not is_link:
-                budget.member(path, info.file_size)
-                budget.size(info.file_size)
-                if (
-                    info.file_size > limits.ratio_floor_bytes
-                    and info.file_size > limits.max_ratio * max(info.compress_size, 1)
-                ):
-                    raise TooLarge(
-                        f"{name}: entry {path!r} inflates more than {limits.max_ratio:g} times "
-                        f"({info.file_size} bytes from {info.compress_size}): refused as a bomb",
-                        field="size",
-                        path=path,
-                    )
-            plan.append((path, info, is_link))
-        links: dict[str, str] = {}
+        plan = _zip_plan(archive, name, limits)
         for path, info, is_link in plan:
-            cap = 4096 if is_link else info.file_size
-            try:
-                with archive.open(info) as handle:
-                    data = handle.read(cap + 1)
-            except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
-                raise BadRequest(
-                    f"{name}: entry {info.filename!r} is corrupt: {exc}", path=info.filename
-                ) from None
-            if len(data) > cap:
-                raise TooLarge(
-                    f"{name}: entry {info.filename!r} inflates past its declared size",
-                    field="size",
-                )
-            if is_link:
-                links[path] = link_target(path, data.decode("utf-8", "replace"), name)
+            with archive_errors(name), archive.open(info) as handle:
+                if is_link:
+                    data = handle.read(4097)
+                    if len(data) > 4096:
+                        raise TooLarge(
+                            f"{name}: entry {info.filename!r} inflates past its declared size",
+                            field="size",
+                        )
+                    target = link_target(path, data.decode("utf-8", "replace"), name)
+                    yield Member(path, 0o644, 0, link=target)
+                    continue
+                mode = info.external_attr >> 16
+                yield Member(path, mode if mode else 0o644, info.file_size, handle=handle)
+
+
+def iter_members(
+    fileobj: BinaryIO, name: str, kind: str, limits: Limits = Limits()
+) -> Iterator[Member]:
+    """`iter_zip` or `iter_tar` of an archive of `kind` (`zip` or `tar`)."""
+    return iter_zip(fileobj, name, limits) if kind == "zip" else iter_tar(fileobj, name, limits)
+
+
+def _read_tree(members: Iterator[Member], name: str) -> Tree:
+    tree = Tree(name)
+    links: dict[str, str] = {}
+    with archive_errors(name):
+        for member in members:
+            if member.link is not None:
+                links[member.path] = member.link
                 continue
-            tree.files[path] = data
-            mode = info.external_attr >> 16
-            tree.modes[path] = mode if mode else 0o644
-        resolve_links(tree, links, name)
+            out = bytearray()
+            copy_member(member, name, out.extend)
+            tree.files[member.path] = bytes(out)
+            tree.modes[member.path] = member.mode
+    resolve_links(tree, links, name)
     return tree
+
+
+def read_tar(fileobj: BinaryIO, name: str, limits: Limits = Limits()) -> Tree:
+    """A tar archive (`iter_tar`) as a tree held in memory."""
+    return _read_tree(iter_tar(fileobj, name, limits), name)
+
+
+def read_zip(fileobj: BinaryIO, name: str, limits: Limits = Limits()) -> Tree:
+    """A zip archive (`iter_zip`) as a tree held in memory."""
+    return _read_tree(iter_zip(fileobj, name, limits), name)
+
+
+# A scratch area keeps this much free besides what a member needs (the worker's own writes).
+SCRATCH_RESERVE_BYTES = 16 * 1024 * 1024
+
+
+@dataclass
+class Extracted:
+    """An archive written out under `root` member by member: the mode of every file by its
+    relative path (links included, as copies of their targets) and the links themselves."""
+
+    name: str
+    root: Path
+    modes: dict[str, int] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
+
+    def read(self, path: str) -> bytes:
+        return (self.root / path).read_bytes()
+
+
+def _room(dest: Path, need: int, where: str, path: str) -> None:
+    free = shutil.disk_usage(dest).free
+    if free < need + SCRATCH_RESERVE_BYTES:
+        raise StorageFull(
+            f"{where}: entry {path!r} needs {need} bytes and the scratch space at {dest} has "
+            f"{free} bytes free: split the tasks into several smaller archives, or give the "
+            "worker more scratch space (its EphemeralStorage)",
+            path=path,
+        )
+
+
+def _write_member(member: Member, target: Path, where: str) -> None:
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("xb") as out:
+            copy_member(member, where, out.write)
+    except (FileExistsError, NotADirectoryError, IsADirectoryError):
+        raise BadRequest(
+            f"{where}: entry {member.path!r} is both a file and a directory in the archive",
+            field="archive",
+            path=member.path,
+        ) from None
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise StorageFull(
+                f"{where}: the scratch space ran out writing entry {member.path!r}: split the "
+                "tasks into several smaller archives, or give the worker more scratch space",
+                path=member.path,
+            ) from None
+        raise
+
+
+def extract(members: Iterator[Member], name: str, dest: Path) -> Extracted:
+    """Write an archive's members under `dest` (a private, empty directory) one at a time:
+    memory holds one chunk of one member, never the archive. Paths were checked as the members
+    came (no absolute path, no `..`); links are never made on disk: once every member is
+    written, each in-tree file link becomes a copy of its target (`resolve_links`'s rules).
+    The free space is checked before each member (`StorageFull` naming the member and the way
+    around)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    out = Extracted(name, dest)
+    links: dict[str, str] = {}
+    with archive_errors(name):
+        for member in members:
+            if member.link is not None:
+                links[member.path] = member.link
+                continue
+            _room(dest, member.size, name, member.path)
+            _write_member(member, dest / member.path, name)
+            out.modes[member.path] = member.mode
+    for path in links:
+        seen = {path}
+        target = links[path]
+        while target in links:
+            if target in seen:
+                raise BadRequest(f"{name}: link cycle at {path!r}", path=path)
+            seen.add(target)
+            target = links[target]
+        if target not in out.modes:
+            raise BadRequest(
+                f"{name}: link {path!r} does not point at a file in the tree", path=path
+            )
+        _room(dest, (dest / target).stat().st_size, name, path)
+        (dest / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(dest / target, dest / path)
+        out.modes[path] = out.modes[target]
+        out.links[path] = target
+    return out

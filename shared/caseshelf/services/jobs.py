@@ -60,7 +60,7 @@ from caseshelf.domain.keys import tenant_pk
 from caseshelf.domain.models import BumpKind, DatasetId, Label, Strict
 from caseshelf.domain.paths import relative_path_problem
 from caseshelf.domain.words import FILENAME_RULE
-from caseshelf.ports import BlobStore, Index
+from caseshelf.ports import BlobStore, Index, Queue
 from caseshelf.services.imports import (
     ImportRequest,
     ImportService,
@@ -68,11 +68,12 @@ from caseshelf.services.imports import (
     RowReader,
     SourceOverride,
 )
+from caseshelf.services.tasks import TaskOptions, TaskProgress, TaskSourceRef
 from caseshelf.services.versioned import Clock, iso, utc_now
 
 if TYPE_CHECKING:
     from caseshelf.services.registry import RegisterResult, RegistryService
-    from caseshelf.services.tasks import TaskImportResult, TaskImportService
+    from caseshelf.services.tasks import TaskImportRequest, TaskImportResult, TaskImportService
 
 log = logging.getLogger("caseshelf.jobs")
 
@@ -87,6 +88,7 @@ RESUME_WITHIN_SECONDS = 120
 SWEEP_EVERY_SECONDS = 60
 LEASE_SECONDS = 45  # a worker that has not renewed its lease for this long is taken for dead
 MAX_ATTEMPTS = 3  # attempts of one job (the first and two resumptions) before it fails
+QUEUED_TASKS = "tasks"  # a job's `work`: a task import started through the tasks API
 _FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _UPLOAD_KEY = re.compile(r"^t/([^/]+)/uploads/([0-9a-f]{32})/([^/]+)$")
 _DROP_KEY = re.compile(r"^t/([^/]+)/imports/((?:[^/]+/)*)([^/]+)$")
@@ -266,6 +268,7 @@ class JobService:
         lease_seconds: float = LEASE_SECONDS,
         max_attempts: int = MAX_ATTEMPTS,
         registry: RegistryService | None = None,
+        queue: Callable[[], Queue] | None = None,
     ) -> None:
         # Dataset uploads register through the same registry service the imports write to.
         self.registry = registry if registry is not None else imports.registry
@@ -279,6 +282,8 @@ class JobService:
         self.object_reader = object_reader
         self.presign_expiry = presign_expiry
         self.clock = clock
+        self.queue = queue
+        self.progress: dict[str, TaskProgress] = {}  # of the jobs this process runs
 
     # -- creating --------------------------------------------------------------------------
 
@@ -343,6 +348,90 @@ class JobService:
         url = self.store.presign_put(key, expires=self.presign_expiry)
         return Upload(job=job, url=url, key=key, expires_in=self.presign_expiry)
 
+    def start_tasks(self, identity: Identity, fmt: str, req: TaskImportRequest) -> dict[str, Any]:
+        """`POST /datasets/terminal-bench|harbor`: check where the tasks are (an inline archive
+        is written to the job's own object), write the job (`pending`, via `api`) and queue it
+        for the import worker (`run_queued`). The route answers the job at once: the work,
+        which grows with the tasks, is the worker's."""
+        if self.queue is None:
+            raise RuntimeError("task import jobs need the import queue")
+        tenant = identity.check_can_write()
+        job_id = uuid.uuid4().hex
+        ref = self.tasks.locate(identity, req, f"{layout.root(tenant)}jobs/{job_id}/{req.filename}")
+        request = {
+            "kind": "tasks",
+            "format": fmt,
+            "source": ref.origin,
+            **req.model_dump(
+                mode="json", exclude_none=True, exclude={"archive_base64", "upload_id", "s3"}
+            ),
+        }
+        now = self.clock()
+        job = {
+            "id": job_id,
+            "tenant": tenant,
+            "principal": identity.principal,
+            "roles": sorted(identity.roles),
+            "state": "pending",
+            "via": "api",
+            "work": QUEUED_TASKS,
+            "key": ref.key if ref.bucket is None else None,
+            "source": ref.plain(),
+            "filename": ref.name,
+            "request": request,
+            "created_at": iso(now),
+            "updated_at": iso(now),
+            "expires_at": int((now + JOB_TTL).timestamp()),
+            "attempts": 0,
+            "lease_until": None,
+            "worker": None,
+            "result": None,
+            "error": None,
+        }
+        self.index.put_item(job_pk(job_id), JOB_SK, job, if_absent=True)
+        self.queue().send([{"job": job_id}])
+        return job
+
+    def run_queued(self, job_id: str) -> Outcome:
+        """A queued job's message (the import queue, batch size 1): run it unless it is done
+        or running under a live lease (a duplicate delivery). A worker that dies leaves the
+        message to the queue, which delivers it again once its visibility timeout is past (the
+        lease has expired by then: the job is resumed as a new attempt)."""
+        job = self.index.get_item(job_pk(job_id), JOB_SK)
+        if job is None or job.get("work") != QUEUED_TASKS:
+            return Outcome("rejected", job_id, "no such queued job")
+        return self._run(job)
+
+    def dead_letter(self, job_id: str, receives: int) -> Outcome:
+        """A queued job whose every delivery failed (its worker stopped each time: a timeout
+        or out of memory): the job fails, saying so; nothing was registered."""
+        job = self.index.get_item(job_pk(job_id), JOB_SK)
+        if job is None or job.get("work") != QUEUED_TASKS:
+            return Outcome("rejected", job_id, "no such queued job")
+        if job.get("state") in ("succeeded", "failed"):
+            return Outcome("duplicate", job_id, "the job has ended")
+        detail = (
+            f"the import's worker stopped without finishing on each of its {receives} "
+            "deliveries (a timeout or out of memory); nothing was registered. Split the tasks "
+            "into smaller archives and import each"
+        )
+        error = {
+            "title": "Worker Stopped",
+            "code": "LeaseExpired",
+            "detail": detail,
+            "attempts": int(job.get("attempts") or 0),
+        }
+        try:
+            self.index.update_item(
+                job_pk(job_id),
+                JOB_SK,
+                {"state": "failed", "updated_at": iso(self.clock()), "error": error},
+                expect={"state": job.get("state"), "updated_at": job.get("updated_at")},
+            )
+        except Conflict:
+            return Outcome("duplicate", job_id, "the job changed meanwhile")
+        return Outcome("failed", job_id, detail)
+
     # -- reading ---------------------------------------------------------------------------
 
     def get(self, identity: Identity, job_id: str) -> dict[str, Any]:
@@ -352,9 +441,8 @@ class JobService:
         job = self.index.get_item(job_pk(job_id), JOB_SK)
         if job is None or job.get("tenant") != identity.tenant:
             raise NotFound(f"no job {job_id!r}", id=job_id)
-        if (
-            job.get("kind") == "export"
-        ):  # its parts are the queue's (caseshelf.services.export_jobs)
+        if job.get("kind") == "export" or job.get("work"):
+            # Its deliveries are the queue's (caseshelf.services.export_jobs, `run_queued`).
             return job
         if self._expired(job) and not self.store.exists(job["key"]):
             # Nothing can resume it: its input is gone (a finished upload is removed only
@@ -547,8 +635,9 @@ class JobService:
         job_id = job["id"]
         worker = job["worker"]
         try:
-            spec = parse_upload(job["request"]).root
-            if isinstance(spec, TasksUpload):
+            if job.get("work") == QUEUED_TASKS:
+                result = self._queued_tasks(job, identity)
+            elif isinstance(spec := parse_upload(job["request"]).root, TasksUpload):
                 result = self._import_tasks(job, identity, spec)
             elif isinstance(spec, DatasetUpload):
                 result = self._register_dataset(job, identity, spec)
@@ -629,27 +718,53 @@ class JobService:
     def _import_tasks(
         self, job: dict[str, Any], identity: Identity, spec: TasksUpload
     ) -> dict[str, Any]:
-        res = self.tasks.import_object(
-            identity,
-            spec.format,
-            job["key"],
+        options = TaskOptions(
             image_template=spec.image_template,
             skip_invalid=spec.skip_invalid,
             id_prefix=spec.id_prefix,
             dataset=spec.dataset,
             version=spec.version,
             bump=spec.bump,
-            via=job.get("via", "upload"),
         )
-        return {
-            **_registered(res),
-            "skipped": [{"task": s.task, "reason": s.reason} for s in res.skipped],
-            "warnings": list(res.warnings),
-        }
+        res = self.tasks.import_object(
+            identity,
+            spec.format,
+            job["key"],
+            options,
+            via=job.get("via", "upload"),
+            progress=self.progress.setdefault(job["id"], TaskProgress()),
+        )
+        return _task_result(res)
+
+    def _queued_tasks(self, job: dict[str, Any], identity: Identity) -> dict[str, Any]:
+        """A task import started through the tasks API: the result is that route's answer
+        (`TaskImportOut`)."""
+        req = job["request"]
+        options = TaskOptions(
+            image_template=req.get("image_template"),
+            skip_invalid=bool(req.get("skip_invalid")),
+            id_prefix=req.get("id_prefix", ""),
+            dataset=req.get("dataset"),
+            version=req.get("version"),
+            bump=req.get("bump"),
+        )
+        ref = TaskSourceRef(**job["source"])
+        progress = self.progress.setdefault(job["id"], TaskProgress())
+        try:
+            res = self.tasks.run(identity, req["format"], ref, options, progress=progress)
+        finally:
+            if job["source"].get("key", "").startswith(f"{layout.root(job['tenant'])}jobs/"):
+                self._remove_upload(job["source"]["key"])  # the inline archive, served
+        out = _task_result(res)
+        out.pop("warnings", None)
+        return out
 
     def _finish(self, job_id: str, worker: str, state: str, **changes: Any) -> bool:
         """Record the end, only while this worker holds the job; False when another attempt
         took it over (this worker was taken for dead: its result is that attempt's to give)."""
+        done = self.progress.pop(job_id, None)
+        if done is not None:
+            changes["progress"] = _progress_item(done)
         try:
             self.index.update_item(
                 job_pk(job_id),
@@ -668,7 +783,7 @@ class JobService:
             self.index.update_item(
                 job_pk(job_id),
                 JOB_SK,
-                {"lease_until": self._lease_until(self.clock())},
+                {"lease_until": self._lease_until(self.clock()), **self._progress_of(job_id)},
                 expect={"state": "running", "worker": worker},
             )
         except Conflict:
@@ -676,6 +791,23 @@ class JobService:
         except CaseshelfError:
             log.warning("could not renew an import job's lease", extra={"job_id": job_id})
         return True
+
+    def _progress_of(self, job_id: str) -> dict[str, Any]:
+        """The job's progress as its lease renewal records it (each beat), if it tells any."""
+        now = self.progress.get(job_id)
+        return {} if now is None else {"progress": _progress_item(now)}
+
+
+def _progress_item(p: TaskProgress) -> dict[str, int]:
+    return {"tasks_total": p.total, "tasks_read": p.read, "tasks_mapped": p.mapped}
+
+
+def _task_result(res: TaskImportResult) -> dict[str, Any]:
+    return {
+        **_registered(res),
+        "skipped": [{"task": s.task, "reason": s.reason} for s in res.skipped],
+        "warnings": list(res.warnings),
+    }
 
 
 class _Heartbeat:

@@ -52,6 +52,18 @@ class _ObjectRaw(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._at
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Move where the next ranged read starts (a zip's directory is read from its end)."""
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: self._size}[whence]
+        self._at = max(0, base + offset)
+        return self._at
+
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         want = min(len(buffer), self._size - self._at)
         if want <= 0:
@@ -81,8 +93,8 @@ class _ObjectRaw(io.RawIOBase):
 
 
 def open_object(store: BlobStore, key: str) -> io.BufferedReader:
-    """The object at `key` as a binary file (lines, `read(n)`), read `READ_BYTES` at a time;
-    `NotFound` when absent."""
+    """The object at `key` as a binary file (lines, `read(n)`, `seek`), read `READ_BYTES` at
+    a time; `NotFound` when absent."""
     info = store.head(key)
     if info is None:
         raise NotFound(f"no object {key}")

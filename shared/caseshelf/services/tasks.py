@@ -19,10 +19,10 @@ import posixpath
 import re
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol, cast
 
 from pydantic import Field, model_validator
 
@@ -46,8 +46,18 @@ from caseshelf.domain.tasks import (
 )
 from caseshelf.ports import BlobStore
 from caseshelf.services.archives import Budget as _Budget
-from caseshelf.services.archives import Limits, Tree, read_tar, read_zip
+from caseshelf.services.archives import (
+    Extracted,
+    Limits,
+    Member,
+    Tree,
+    extract,
+    iter_members,
+    read_tar,
+    read_zip,
+)
 from caseshelf.services.archives import clean_member as _clean_member
+from caseshelf.services.objectio import open_object
 
 FORMATS = (TERMINAL_BENCH, HARBOR)
 CASE_DIRS = "case-dirs"
@@ -155,52 +165,39 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     return bucket, prefix
 
 
-def read_store_prefix(store: BlobStore, prefix: str, where: str, limits: Limits = Limits()) -> Tree:
-    """Every object under `prefix` of a store as a tree (keys relative to the prefix); a single
-    archive object (`.tar.gz`, `.zip`) is read as that archive."""
-    exact = store.head(prefix) if prefix and not prefix.endswith("/") else None
-    if exact is not None and archive_kind(prefix) is not None:
-        if exact.size > limits.max_total_bytes:
-            raise TooLarge(f"{where}: {exact.size} bytes is over the limit", field="size")
-        tree = read_archive_bytes(store.get(prefix), posixpath.basename(prefix), limits)
-        tree.name = _archive_stem(prefix)
-        return tree
-    if prefix and not prefix.endswith("/"):
-        prefix += "/"
-    tree = Tree(posixpath.basename(prefix.rstrip("/")) or "tasks")
-    budget = _Budget(limits, where)
-    keys: list[tuple[str, str]] = []
-    for obj in store.list(prefix):
-        if obj.key.endswith("/"):
-            continue
-        budget.entry()
-        budget.size(obj.size)
-        rel = _clean_member(obj.key[len(prefix) :], where)
-        if rel is not None:
-            keys.append((obj.key, rel))
-    if not keys:
-        raise BadRequest(f"{where}: no objects under this prefix", field="s3")
-    for key, rel in keys:
-        tree.files[rel] = store.get(key)
-        tree.modes[rel] = 0o644
-    return tree
-
-
 # --- tasks in a tree ------------------------------------------------------------------------------
 
 
-def _other_format(tree: Tree, marker: str) -> str:
+def _other_format(paths: Iterable[str], marker: str) -> str:
     """A hint when the tree holds the tasks of the other format: the `--format` that reads it."""
+    names = {posixpath.basename(p) for p in paths}
     for fmt, other in MARKERS.items():
-        if other != marker and any(posixpath.basename(p) == other for p in tree.files):
+        if other != marker and other in names:
             return f"; it holds {other} files: import it with --format {fmt} (`format: {fmt}`)"
     return ""
 
 
-def split_tasks(tree: Tree, marker: str) -> list[TaskSource]:
-    """The task directories of a tree (each holds `marker`; a task inside a task is part of
-    the outer one), in path order. The tree itself is a task when `marker` is at its root."""
-    found = {posixpath.dirname(p) for p in tree.files if posixpath.basename(p) == marker}
+@dataclass(frozen=True)
+class TaskPlace:
+    """Where one task directory sits in a tree: its root (`""` for the tree itself), its name,
+    its case key (`task_keys`) and the tree paths of its files, sorted."""
+
+    root: str
+    name: str
+    key: str
+    paths: tuple[str, ...]
+
+    @property
+    def location(self) -> str:
+        return self.root or self.name
+
+
+def place_tasks(name: str, paths: Iterable[str], marker: str) -> list[TaskPlace]:
+    """The task directories of a tree of `paths` (each holds `marker`; a task inside a task is
+    part of the outer one), in path order. The tree itself is a task when `marker` is at its
+    root. Only paths are read: a tree on disk is placed before any of its files is."""
+    paths = list(paths)
+    found = {posixpath.dirname(p) for p in paths if posixpath.basename(p) == marker}
     if "" in found:
         roots = {""}
     else:
@@ -213,43 +210,61 @@ def split_tasks(tree: Tree, marker: str) -> list[TaskSource]:
                 roots.add(r)
     if not roots:
         raise BadRequest(
-            f"{tree.name}: no task found (no {marker} in the tree){_other_format(tree, marker)}",
+            f"{name}: no task found (no {marker} in the tree){_other_format(paths, marker)}",
             field="path",
         )
-    by_root: dict[str, tuple[dict[str, bytes], dict[str, int]]] = {r: ({}, {}) for r in roots}
-    for path, data in tree.files.items():
+    by_root: dict[str, list[str]] = {r: [] for r in roots}
+    for path in paths:
         parent = posixpath.dirname(path)
         while True:
             if parent in by_root:
-                rel = path[len(parent) + 1 :] if parent else path
-                files, modes = by_root[parent]
-                files[rel] = data
-                modes[rel] = tree.modes.get(path, 0o644)
+                by_root[parent].append(path)
                 break
             if not parent:
                 break
             parent = posixpath.dirname(parent)
-    out = []
     roots_sorted = sorted(by_root)
     keys = task_keys([r for r in roots_sorted if r])
-    for root in roots_sorted:
-        files, modes = by_root[root]
-        name = posixpath.basename(root) if root else tree.name
-        out.append(
-            TaskSource(
-                name=name, files=files, modes=modes, location=root or name, key=keys.get(root, "")
-            )
+    return [
+        TaskPlace(
+            root,
+            posixpath.basename(root) if root else name,
+            keys.get(root, ""),
+            tuple(sorted(by_root[root])),
         )
-    return out
+        for root in roots_sorted
+    ]
 
 
-def registry_files(tree: Tree, tasks: list[TaskSource]) -> list[str]:
+def task_source(
+    place: TaskPlace, read: Callable[[str], bytes], modes: Mapping[str, int]
+) -> TaskSource:
+    """The files of one placed task, read now (`read(tree path)`), by their path in the task."""
+    cut = len(place.root) + 1 if place.root else 0
+    return TaskSource(
+        name=place.name,
+        files={p[cut:]: read(p) for p in place.paths},
+        modes={p[cut:]: modes.get(p, 0o644) for p in place.paths},
+        location=place.location,
+        key=place.key,
+    )
+
+
+def split_tasks(tree: Tree, marker: str) -> list[TaskSource]:
+    """The task directories of a tree held in memory (`place_tasks`), with their files."""
+    return [
+        task_source(place, tree.files.__getitem__, tree.modes)
+        for place in place_tasks(tree.name, tree.files, marker)
+    ]
+
+
+def registry_files(name: str, paths: Iterable[str], places: list[TaskPlace]) -> list[str]:
     """Every Harbor `registry.json` of the tree outside the task directories, wherever it sits
     (the root first, then by path): a registry sits beside the tasks it lists, not always at the
     top of the tree given."""
-    roots = [t.location for t in tasks if t.location != tree.name or len(tasks) > 1]
+    roots = [t.location for t in places if t.location != name or len(places) > 1]
     found = []
-    for path in tree.files:
+    for path in paths:
         if posixpath.basename(path) != "registry.json":
             continue
         if any(path.startswith(f"{r}/") for r in roots if r):
@@ -280,10 +295,10 @@ def invalid_tasks_message(skipped: list[Skipped], total: int) -> str:
     return f"{head}:\n  " + "\n  ".join(lines) + f"\n{then}"
 
 
-def _check_distinct_ids(tasks: list[TaskSource], id_prefix: str) -> None:
+def _check_distinct_ids(places: list[TaskPlace], id_prefix: str) -> None:
     seen: dict[str, str] = {}
-    for task in tasks:
-        cid = f"{id_prefix}{task.case_key}"
+    for task in places:
+        cid = f"{id_prefix}{task.key or task.name}"
         if cid in seen:
             raise BadRequest(
                 f"tasks {seen[cid]!r} and {task.location!r} both map to case id {cid!r}",
@@ -300,39 +315,48 @@ class TaskDataset:
     skipped: list[Skipped]
 
 
-def _default_dataset_id(tree: Tree, fmt: str) -> str:
-    return tree.name if re.match(DATASET_ID_PATTERN, tree.name) else fmt
+def _default_dataset_id(name: str, fmt: str) -> str:
+    return name if re.match(DATASET_ID_PATTERN, name) else fmt
 
 
-def build_task_dataset(
-    tree: Tree,
+@dataclass
+class TaskPlan:
+    """How the tasks of a tree become cases: where each task is, the mapper, and what the
+    tree says of the dataset (Harbor's `dataset.toml` and `registry.json`). Built from the
+    tree's paths and a reader of its few dataset-wide files, so a tree on disk is planned
+    before any task's files are read."""
+
+    name: str
+    fmt: str
+    places: list[TaskPlace]
+    mapper: Callable[[TaskSource], dict[str, Any]]
+    facts: dict[str, Any]
+
+
+def plan_tasks(
+    name: str,
+    paths: Iterable[str],
+    read: Callable[[str], bytes],
     fmt: str,
     *,
     image_template: str | None = None,
-    skip_invalid: bool = False,
-    dataset: str | None = None,
-    version: str | None = None,
-    bump: BumpKind | None = None,
     id_prefix: str = "",
-    origin: str | None = None,
-) -> TaskDataset:
-    """Map every task of `tree` to a case. An invalid task fails the whole import with every
-    failure listed, unless `skip_invalid`: then each is reported and the skip is stamped in
-    `produced_by`."""
+) -> TaskPlan:
     if fmt not in MARKERS:
         raise BadRequest(f"unknown task format {fmt!r}; use one of {list(FORMATS)}", field="format")
-    tasks = split_tasks(tree, MARKERS[fmt])
-    _check_distinct_ids(tasks, id_prefix)
+    paths = list(paths)
+    places = place_tasks(name, paths, MARKERS[fmt])
+    _check_distinct_ids(places, id_prefix)
     catalog: dict[str, Any] = {}
     facts: dict[str, Any] = {}
     if fmt == HARBOR:
-        toml = tree.files.get("dataset.toml")
+        toml = read("dataset.toml") if "dataset.toml" in paths else None
         catalog, facts = harbor_catalog(None, toml.decode("utf-8") if toml else None)
-        for path in registry_files(tree, tasks):
-            reg_doc = strict_loads(tree.files[path], where=path)  # a repeated key is refused
+        for path in registry_files(name, paths, places):
+            reg_doc = strict_loads(read(path), where=path)  # a repeated key is refused
             listed, listed_facts = harbor_catalog(reg_doc, None)
-            for name, entry in listed.items():
-                catalog.setdefault(name, {}).update(entry)
+            for entry_name, entry in listed.items():
+                catalog.setdefault(entry_name, {}).update(entry)
             for key, value in listed_facts.items():
                 facts.setdefault(key, value)
 
@@ -348,27 +372,47 @@ def build_task_dataset(
                 t, image_template=image_template, id_prefix=id_prefix, catalog=catalog
             )
 
-    cases: list[dict[str, Any]] = []
-    failures: list[tuple[str, BadRequest]] = []
-    for task in tasks:
-        try:
-            cases.append(mapper(task))
-        except BadRequest as exc:
-            failures.append((f"{id_prefix}{task.case_key}", exc))
+    return TaskPlan(name, fmt, places, mapper, facts)
+
+
+def check_mapped(
+    failures: list[tuple[str, BadRequest]], total: int, valid: int, name: str, skip_invalid: bool
+) -> list[Skipped]:
+    """The tasks left out; an invalid task fails the import (every failure listed) unless
+    `skip_invalid`, and so does a tree with no valid task."""
     skipped = [Skipped(task=tid, reason=exc.detail) for tid, exc in failures]
     if failures and not skip_invalid:
         raise BadRequest(
-            invalid_tasks_message(skipped, len(tasks)),
+            invalid_tasks_message(skipped, total),
             case_ids=[tid for tid, _ in failures],
             field=failures[0][1].fields.get("field"),
             errors=[s.reason for s in skipped],
         )
-    if not cases:
-        raise BadRequest(
-            f"{tree.name}: no valid task to import", case_ids=[s.task for s in skipped]
-        )
+    if not valid:
+        raise BadRequest(f"{name}: no valid task to import", case_ids=[s.task for s in skipped])
+    return skipped
 
-    source: dict[str, Any] = {"kind": fmt, "origin": origin or tree.name, "tasks": len(tasks)}
+
+def dataset_head(
+    plan: TaskPlan,
+    skipped: list[Skipped],
+    *,
+    image_template: str | None = None,
+    skip_invalid: bool = False,
+    dataset: str | None = None,
+    version: str | None = None,
+    bump: BumpKind | None = None,
+    id_prefix: str = "",
+    origin: str | None = None,
+) -> dict[str, Any]:
+    """The registration body of a planned tree without its cases: id, version or bump,
+    description and `produced_by` (the source, and with `skip_invalid` the tasks left out)."""
+    facts = plan.facts
+    source: dict[str, Any] = {
+        "kind": plan.fmt,
+        "origin": origin or plan.name,
+        "tasks": len(plan.places),
+    }
     if image_template:
         source["image_template"] = image_template
     if id_prefix:
@@ -382,8 +426,7 @@ def build_task_dataset(
     body: dict[str, Any] = {
         "id": dataset
         or (facts.get("name") if isinstance(facts.get("name"), str) else None)
-        or _default_dataset_id(tree, fmt),
-        "cases": cases,
+        or _default_dataset_id(plan.name, plan.fmt),
         "produced_by": produced_by,
     }
     if "/" in body["id"]:
@@ -398,11 +441,59 @@ def build_task_dataset(
         body["bump"] = "minor"
     if isinstance(facts.get("description"), str):
         body["description"] = facts["description"]
+    return body
+
+
+def build_task_dataset(
+    tree: Tree,
+    fmt: str,
+    *,
+    image_template: str | None = None,
+    skip_invalid: bool = False,
+    dataset: str | None = None,
+    version: str | None = None,
+    bump: BumpKind | None = None,
+    id_prefix: str = "",
+    origin: str | None = None,
+) -> TaskDataset:
+    """Map every task of a tree held in memory to a case. An invalid task fails the whole
+    import with every failure listed, unless `skip_invalid`: then each is reported and the
+    skip is stamped in `produced_by`."""
+    plan = plan_tasks(
+        tree.name,
+        tree.files,
+        tree.files.__getitem__,
+        fmt,
+        image_template=image_template,
+        id_prefix=id_prefix,
+    )
+    cases: list[dict[str, Any]] = []
+    failures: list[tuple[str, BadRequest]] = []
+    for place in plan.places:
+        try:
+            cases.append(plan.mapper(task_source(place, tree.files.__getitem__, tree.modes)))
+        except BadRequest as exc:
+            failures.append((f"{id_prefix}{place.key or place.name}", exc))
+    skipped = check_mapped(failures, len(plan.places), len(cases), tree.name, skip_invalid)
+    body = dataset_head(
+        plan,
+        skipped,
+        image_template=image_template,
+        skip_invalid=skip_invalid,
+        dataset=dataset,
+        version=version,
+        bump=bump,
+        id_prefix=id_prefix,
+        origin=origin,
+    )
+    body["cases"] = cases
     return TaskDataset(body, skipped)
 
 
 class Registry(Protocol):
     def register(self, identity: Identity, body: Any) -> Any: ...
+
+    def register_stream(self, identity: Identity, head: Any, cases: Iterable[Any]) -> Any: ...
 
 
 def import_task_tree(
@@ -417,6 +508,105 @@ def import_task_tree(
 
     built = build_task_dataset(tree, fmt, **options)
     return registry.register(identity, parse_dataset(built.body)), built.skipped
+
+
+# --- a tree on disk, a task at a time ----------------------------------------------------------
+
+# The cases handed to the registry at once: a batch ends at this many, or past these bytes of
+# task files (a case holds its files inline until the registry stores them).
+STREAM_BATCH_CASES = 64
+STREAM_BATCH_BYTES = 8 << 20
+
+
+@dataclass
+class TaskProgress:
+    """How far a task import is: the tasks found, those read and checked (the first pass over
+    the tree), and those mapped into the version (the second)."""
+
+    total: int = 0
+    read: int = 0
+    mapped: int = 0
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    image_template: str | None = None
+    skip_invalid: bool = False
+    id_prefix: str = ""
+    dataset: str | None = None
+    version: str | None = None
+    bump: BumpKind | None = None
+
+
+def _placed_cases(
+    plan: TaskPlan, tree: Extracted, places: list[TaskPlace], progress: TaskProgress
+) -> Iterator[list[dict[str, Any]]]:
+    """The cases of `places`, mapped again from the files on disk, in batches
+    (`STREAM_BATCH_CASES`, `STREAM_BATCH_BYTES`)."""
+    batch: list[dict[str, Any]] = []
+    held = 0
+    for place in places:
+        task = task_source(place, tree.read, tree.modes)
+        held += sum(len(b) for b in task.files.values())
+        batch.append(plan.mapper(task))
+        progress.mapped += 1
+        if len(batch) >= STREAM_BATCH_CASES or held >= STREAM_BATCH_BYTES:
+            yield batch
+            batch, held = [], 0
+    if batch:
+        yield batch
+
+
+def register_extracted(
+    registry: Registry,
+    identity: Identity,
+    tree: Extracted,
+    fmt: str,
+    options: TaskOptions,
+    *,
+    origin: str,
+    via: str | None = None,
+    upload: Mapping[str, Any] | None = None,
+    progress: TaskProgress | None = None,
+) -> TaskImportResult:
+    """Register the tasks of a tree written out on disk (`caseshelf.services.archives.extract`)
+    one task at a time: memory holds the task being mapped and a batch of cases, never the
+    tree. A first pass maps every task to find the invalid ones (the version's head says which
+    were left out, and an invalid task fails the import before anything is written); the
+    second maps the valid ones again and streams them into the registry in path order, so the
+    version is the one the same tree held in memory registers. `via` (how it came) and `upload`
+    (the uploaded file's name and digest) are stamped in `produced_by`."""
+    from caseshelf.services.registry import parse_head
+
+    progress = progress if progress is not None else TaskProgress()
+    plan = plan_tasks(
+        tree.name,
+        tree.modes,
+        tree.read,
+        fmt,
+        image_template=options.image_template,
+        id_prefix=options.id_prefix,
+    )
+    progress.total = len(plan.places)
+    failures: list[tuple[str, BadRequest]] = []
+    valid: list[TaskPlace] = []
+    for place in plan.places:
+        try:
+            plan.mapper(task_source(place, tree.read, tree.modes))
+            valid.append(place)
+        except BadRequest as exc:
+            failures.append((f"{options.id_prefix}{place.key or place.name}", exc))
+        progress.read += 1
+    skipped = check_mapped(failures, len(plan.places), len(valid), tree.name, options.skip_invalid)
+    head = dataset_head(plan, skipped, origin=origin, **asdict(options))
+    if via:
+        head["produced_by"]["via"] = via
+    if upload is not None:
+        head["produced_by"]["source"]["upload"] = dict(upload)
+    res = registry.register_stream(
+        identity, parse_head(head), _placed_cases(plan, tree, valid, progress)
+    )
+    return TaskImportResult(res.record, res.created, skipped, len(valid))
 
 
 # --- the use case behind POST /datasets/terminal-bench|harbor and `import-tasks` -------------
@@ -546,6 +736,49 @@ def object_digest(store: BlobStore, key: str) -> dict[str, Any]:
     return {"sha256": "sha256:" + h.hexdigest(), "size": info.size}
 
 
+@dataclass(frozen=True)
+class TaskSourceRef:
+    """Where a task import reads, checked: one archive object (`key`, its file name `name`) or
+    the task directories under `prefix`, in the registry's store (`bucket` None) or in another
+    bucket; `origin` is what the version's `produced_by` names."""
+
+    origin: str
+    name: str
+    bucket: str | None = None
+    key: str | None = None
+    prefix: str | None = None
+
+    def plain(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def extract_prefix(
+    store: BlobStore, prefix: str, where: str, dest: Path, limits: Limits = Limits()
+) -> Extracted:
+    """Every object under `prefix` written out under `dest`, an object at a time (keys
+    relative to the prefix, checked as archive members are)."""
+    tree = Extracted(posixpath.basename(prefix.rstrip("/")) or "tasks", dest)
+    budget = _Budget(limits, where)
+    keys: list[tuple[str, str, int]] = []
+    for obj in store.list(prefix):
+        if obj.key.endswith("/"):
+            continue
+        budget.entry()
+        budget.member(obj.key[len(prefix) :], obj.size)
+        budget.size(obj.size)
+        rel = _clean_member(obj.key[len(prefix) :], where)
+        if rel is not None:
+            keys.append((obj.key, rel, obj.size))
+    if not keys:
+        raise BadRequest(f"{where}: no objects under this prefix", field="s3")
+    for key, rel, size in keys:
+        with open_object(store, key) as fh:
+            member = Member(rel, 0o644, size, handle=fh)
+            extracted = extract(iter([member]), where, dest)
+        tree.modes.update(extracted.modes)
+    return tree
+
+
 class TaskImportService:
     def __init__(
         self,
@@ -562,9 +795,11 @@ class TaskImportService:
         self.store_for_bucket = store_for_bucket
         self.limits = limits
 
-    def read(self, identity: Identity, req: TaskImportRequest) -> tuple[Tree, str]:
-        """The tree a request points at, and a description of where it came from."""
-        tenant = identity.tenant
+    def locate(self, identity: Identity, req: TaskImportRequest, inline_key: str) -> TaskSourceRef:
+        """Check where a request's tasks are, before any work: an inline archive is decoded and
+        written to `inline_key` (the job's own object), an upload must be there and within the
+        limit, an S3 place must be the caller's (or a bucket the deployment lists)."""
+        tenant = identity.check_can_write()
         if req.archive_base64 is not None:
             try:
                 data = base64.b64decode(req.archive_base64, validate=True)
@@ -572,9 +807,10 @@ class TaskImportService:
                 raise BadRequest(
                     "archive_base64 is not valid base64", field="archive_base64"
                 ) from None
-            tree = read_archive_bytes(data, req.filename, self.limits)
-            tree.name = _archive_stem(req.filename)
-            return tree, f"inline:{req.filename}"
+            if archive_kind(req.filename, data[:4]) is None:
+                raise BadRequest(f"{req.filename}: not a .tar.gz or .zip archive", field="archive")
+            self.store.put(inline_key, data)
+            return TaskSourceRef(f"inline:{req.filename}", req.filename, key=inline_key)
         if req.upload_id is not None:
             prefix = f"{layout.root(tenant)}uploads/{req.upload_id}/"
             objects = [o for o in self.store.list(prefix) if not o.key.endswith("/")]
@@ -586,9 +822,7 @@ class TaskImportService:
             if obj.size > self.limits.max_total_bytes:
                 raise TooLarge(f"upload {req.upload_id!r} is {obj.size} bytes", field="size")
             name = posixpath.basename(obj.key)
-            tree = read_archive_bytes(self.store.get(obj.key), name, self.limits)
-            tree.name = _archive_stem(name)
-            return tree, f"upload:{req.upload_id}"
+            return TaskSourceRef(f"upload:{req.upload_id}", name, key=obj.key)
         assert req.s3 is not None
         bucket, prefix = parse_s3_url(req.s3)
         if prefix and relative_path_problem(prefix.rstrip("/")):
@@ -598,54 +832,115 @@ class TaskImportService:
             root = layout.root(tenant)
             if not prefix.startswith(root):
                 raise Forbidden(f"{req.s3}: outside your tenant's prefix {root}", field="s3")
-            store = self.store
+            store, where = self.store, None
         else:
             if self.store_for_bucket is None:
                 raise BadRequest("reading another bucket is not available here", field="s3")
-            store = self.store_for_bucket(bucket)
-        return read_store_prefix(store, prefix, req.s3, self.limits), req.s3
+            store, where = self.store_for_bucket(bucket), bucket
+        exact = store.head(prefix) if prefix and not prefix.endswith("/") else None
+        if exact is not None and archive_kind(prefix) is not None:
+            if exact.size > self.limits.max_total_bytes:
+                raise TooLarge(f"{req.s3}: {exact.size} bytes is over the limit", field="size")
+            return TaskSourceRef(req.s3, posixpath.basename(prefix), bucket=where, key=prefix)
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        name = posixpath.basename(prefix.rstrip("/")) or "tasks"
+        return TaskSourceRef(req.s3, name, bucket=where, prefix=prefix)
 
-    def import_tasks(
-        self, identity: Identity, fmt: str, req: TaskImportRequest
+    def _store_of(self, ref: TaskSourceRef) -> BlobStore:
+        if ref.bucket is None:
+            return self.store
+        assert self.store_for_bucket is not None
+        return self.store_for_bucket(ref.bucket)
+
+    def _extract(self, ref: TaskSourceRef, dest: Path) -> Extracted:
+        """The source written out under `dest`, a member (or an object) at a time."""
+        store = self._store_of(ref)
+        if ref.key is None:
+            assert ref.prefix is not None
+            return extract_prefix(store, ref.prefix, ref.origin, dest, self.limits)
+        with open_object(store, ref.key) as fh:
+            kind = archive_kind(ref.name, fh.peek(4)[:4])
+            if kind is None:
+                raise BadRequest(f"{ref.name}: not a .tar.gz or .zip archive", field="archive")
+            members = iter_members(cast(BinaryIO, fh), ref.name, kind, self.limits)
+            tree = extract(members, ref.name, dest)
+        tree.name = _archive_stem(ref.name)
+        return tree
+
+    def run(
+        self,
+        identity: Identity,
+        fmt: str,
+        ref: TaskSourceRef,
+        options: TaskOptions,
+        *,
+        via: str | None = None,
+        upload: Mapping[str, Any] | None = None,
+        progress: TaskProgress | None = None,
+    ) -> TaskImportResult:
+        """Import the tasks at `ref` as `fmt` (`terminal-bench`, `harbor` or `case-dirs`): the
+        source is written out to a private scratch directory member by member, then registered
+        a task at a time (`register_extracted`). The version is registered whole or not at
+        all."""
+        identity.check_can_write()
+        with tempfile.TemporaryDirectory(prefix="caseshelf-tasks-") as tmp:
+            tree = self._extract(ref, Path(tmp) / "tree")
+            if fmt == CASE_DIRS:
+                return self._case_dirs(identity, tree, options, via=via, upload=upload)
+            return register_extracted(
+                self.registry,
+                identity,
+                tree,
+                fmt,
+                options,
+                origin=ref.origin,
+                via=via,
+                upload=upload,
+                progress=progress,
+            )
+
+    def _case_dirs(
+        self,
+        identity: Identity,
+        tree: Extracted,
+        options: TaskOptions,
+        *,
+        via: str | None,
+        upload: Mapping[str, Any] | None,
     ) -> TaskImportResult:
         from caseshelf.services.registry import parse_dataset
 
-        identity.check_can_write()
-        tree, origin = self.read(identity, req)
-        built = build_task_dataset(
-            tree,
-            fmt,
-            image_template=req.image_template,
-            skip_invalid=req.skip_invalid,
-            dataset=req.dataset,
-            version=req.version,
-            bump=req.bump,
-            id_prefix=req.id_prefix,
-            origin=origin,
+        held = Tree(tree.name, links=dict(tree.links))
+        for path, mode in tree.modes.items():
+            held.files[path] = tree.read(path)
+            held.modes[path] = mode
+        body, warnings = case_dirs_from_tree(
+            held, dataset=options.dataset, version=options.version, bump=options.bump
         )
-        body = parse_dataset(built.body)
-        res = self.registry.register(identity, body)
-        return TaskImportResult(res.record, res.created, built.skipped, len(body.plain_cases))
+        source = body["produced_by"]["source"]
+        source["origin"] = upload["filename"] if upload else tree.name
+        if via:
+            body["produced_by"]["via"] = via
+        if upload is not None:
+            source["upload"] = dict(upload)
+        parsed = parse_dataset(body)
+        res = self.registry.register(identity, parsed)
+        return TaskImportResult(res.record, res.created, [], len(parsed.plain_cases), warnings)
 
     def import_object(
         self,
         identity: Identity,
         fmt: str,
         key: str,
+        options: TaskOptions,
         *,
-        image_template: str | None = None,
-        skip_invalid: bool = False,
-        id_prefix: str = "",
-        dataset: str | None = None,
-        version: str | None = None,
-        bump: BumpKind | None = None,
         via: str | None = None,
+        progress: TaskProgress | None = None,
     ) -> TaskImportResult:
         """Import one archive object of the caller's tenant (an upload or a drop) as `fmt`:
-        `terminal-bench`, `harbor` or `case-dirs`. The version is registered whole or not at
-        all; `via` is stamped in `produced_by`."""
-        from caseshelf.services.registry import parse_dataset
-
+        `terminal-bench`, `harbor` or `case-dirs`. `via` is stamped in `produced_by`, with the
+        uploaded file's name and digest (never its storage key)."""
         tenant = identity.check_can_write()
         if not key.startswith(layout.root(tenant)):
             raise Forbidden(f"{key}: outside your tenant's prefix", field="key")
@@ -655,35 +950,6 @@ class TaskImportService:
         if info.size > self.limits.max_total_bytes:
             raise TooLarge(f"{key}: {info.size} bytes is over the limit", field="size")
         name = posixpath.basename(key)
-        data = self.store.get(key)
-        tree = read_archive_bytes(data, name, self.limits)
-        tree.name = _archive_stem(name)
-        skipped: list[Skipped] = []
-        warnings: list[str] = []
-        if fmt == CASE_DIRS:
-            body, warnings = case_dirs_from_tree(tree, dataset=dataset, version=version, bump=bump)
-            body["produced_by"]["source"]["origin"] = name
-        else:
-            built = build_task_dataset(
-                tree,
-                fmt,
-                image_template=image_template,
-                skip_invalid=skip_invalid,
-                dataset=dataset,
-                version=version,
-                bump=bump,
-                id_prefix=id_prefix,
-                origin=name,
-            )
-            body, skipped = built.body, built.skipped
-        if via:
-            body["produced_by"]["via"] = via
-        # The uploaded file as the user sent it: its name and digest, never the storage key.
-        body["produced_by"]["source"]["upload"] = {
-            "filename": name,
-            "sha256": "sha256:" + hashlib.sha256(data).hexdigest(),
-            "size": len(data),
-        }
-        parsed = parse_dataset(body)
-        res = self.registry.register(identity, parsed)
-        return TaskImportResult(res.record, res.created, skipped, len(parsed.plain_cases), warnings)
+        upload = {"filename": name, **object_digest(self.store, key)}
+        ref = TaskSourceRef(name, name, key=key)
+        return self.run(identity, fmt, ref, options, via=via, upload=upload, progress=progress)
