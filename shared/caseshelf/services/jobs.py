@@ -352,10 +352,8 @@ class JobService:
         job = self.index.get_item(job_pk(job_id), JOB_SK)
         if job is None or job.get("tenant") != identity.tenant:
             raise NotFound(f"no job {job_id!r}", id=job_id)
-        if (
-            job.get("kind") == "export"
-        ):  # its parts are the queue's (caseshelf.services.export_jobs)
-            return job
+        if job.get("kind") in ("export", "download"):
+            return job  # its parts are the queue's (caseshelf.services.export_jobs)
         if self._expired(job) and not self.store.exists(job["key"]):
             # Nothing can resume it: its input is gone (a finished upload is removed only
             # after the job is done, so this is a worker that died and an expired upload).
