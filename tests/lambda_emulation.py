@@ -1219,6 +1219,46 @@ class Emulation:
         """An API request through API Gateway to the function: its answer, with the Outcome."""
         return api_answer(self.invoke(logical_id, event))
 
+    def deliver(self, queue: str, logical_id: str) -> list[Outcome]:
+        """Each message of the template's queue `queue` received from the moto server and
+        handed to the function as its SQS event source would (batch size 1), until the queue
+        is empty: deleted when the invocation succeeds, left to come back (after its
+        visibility timeout) when it fails. The invocations' outcomes, in order."""
+        import boto3
+
+        sqs = boto3.client(
+            "sqs",
+            endpoint_url=self.endpoint_url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        url, arn = self.refs[queue], self.refs[f"{queue}.Arn"]
+        outcomes: list[Outcome] = []
+        while True:
+            got = sqs.receive_message(
+                QueueUrl=url, MaxNumberOfMessages=1, AttributeNames=["All"]
+            ).get("Messages", [])
+            if not got:
+                return outcomes
+            msg = got[0]
+            record = {
+                "messageId": msg["MessageId"],
+                "receiptHandle": msg["ReceiptHandle"],
+                "body": msg["Body"],
+                "attributes": msg["Attributes"],
+                "messageAttributes": {},
+                "md5OfBody": msg["MD5OfBody"],
+                "eventSource": "aws:sqs",
+                "eventSourceARN": arn,
+                "awsRegion": "us-east-1",
+            }
+            outcome = self.invoke(logical_id, {"Records": [record]})
+            outcomes.append(outcome)
+            if outcome.kind != "ok":
+                return outcomes  # the message comes back after its visibility timeout
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=msg["ReceiptHandle"])
+
     def close(self) -> None:
         for env in self.envs.values():
             env.stop()

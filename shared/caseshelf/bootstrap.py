@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     # Services are imported where they are built, so importing a handler stays cheap (cold start).
     from caseshelf.services.browse import BrowseService
     from caseshelf.services.diff import DiffService
+    from caseshelf.services.download_jobs import DownloadJobService
     from caseshelf.services.export_jobs import ExportJobService
     from caseshelf.services.exports import ExportService
     from caseshelf.services.imports import ImportService
@@ -282,6 +283,12 @@ class Services:
             lambda: self.queue(EXPORT_QUEUE),
             render=lambda res: export_out(res).model_dump(mode="json"),
         )
+
+    @cached_property
+    def download_jobs(self) -> DownloadJobService:
+        from caseshelf.services.download_jobs import DownloadJobService
+
+        return DownloadJobService(self.registry, self.index, lambda: self.queue(EXPORT_QUEUE))
 
     def queue(self, name: str) -> Queue:
         """The template's queue `name`: SQS when the deployment names its URL, else this

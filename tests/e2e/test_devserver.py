@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import caseshelf
 from caseshelf.devserver import DevServer
 from tests.helpers import dev_server, http_call
 
@@ -77,7 +78,19 @@ def test_register_list_get_and_page_cases_over_http(server: DevServer) -> None:
 
 def test_download_streams_the_document_from_the_embedded_store(server: DevServer) -> None:
     call(server, "POST", "/datasets", dataset(n=2))
-    doc = call(server, "GET", "/datasets/demo/versions/latest/download")
+    # The first download is a job (202), its parts delivered by the server's own queue
+    started = call(server, "GET", "/datasets/demo/versions/latest/download")
+    assert started.status == 202 and started.json["kind"] == "download", started.body
+    assert started.headers["Location"] == started.json["url"]
+    # The client follows that job (joined while it runs) over HTTP to the document
+    with caseshelf.connect(server.url, env={}) as cs:
+        got = cs.download("demo@latest")
+    assert got.body is not None and json.loads(got.body)["id"] == "demo"
+    job = call(server, "GET", started.json["url"])
+    assert job.json["state"] == "succeeded", job.json
+    assert job.json["progress"]["cases_written"] == 2
+    doc = call(server, "GET", job.json["result"]["url"])
+    assert doc.body == got.body
     assert doc.status == 200 and "attachment" in doc.headers["Content-Disposition"]
     assert 'filename="demo-1.0.0.json"' in doc.headers["Content-Disposition"]
     assert [c["id"] for c in doc.json["cases"]] == ["c0", "c1"]

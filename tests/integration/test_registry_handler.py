@@ -21,7 +21,7 @@ import pytest
 from caseshelf import bootstrap
 from caseshelf.api.openapi import load_function
 from caseshelf.domain.answers import EVENT_BODY_LIMIT, LAMBDA_PAYLOAD_BYTES, escaped_size
-from tests.helpers import EVENTS, lambda_context
+from tests.helpers import EVENTS, importer_api, lambda_context, run_queued
 
 pytestmark = [
     pytest.mark.integration,
@@ -428,6 +428,17 @@ def test_cases_page_in_dataset_order(api: Api) -> None:
 
 def test_download_gives_a_document_that_registers_to_the_same_digest(api: Api) -> None:
     reg = api("POST", "/datasets", body=dataset(description="d")).json
+    # The first download renders the document as a job (202), followed with GET /jobs/{id}
+    started = api("GET", "/datasets/demo/versions/latest/download")
+    assert started.status == 202 and started.json["kind"] == "download", started.body
+    assert started.headers["location"] == f"/jobs/{started.json['id']}"
+    assert_matches_openapi("/datasets/{id}/versions/{ref}/download", started.json, status="202")
+    assert run_queued(api.services) >= 1
+    status, job = importer_api("GET", started.json["url"])
+    assert status == 200 and job["state"] == "succeeded", job
+    assert job["result"]["url"] == "/datasets/demo/versions/1.0.0/download"
+    assert job["result"]["content_digest"] == reg["content_digest"]
+    # Then the route answers the document (as it does from now on)
     resp = api("GET", "/datasets/demo/versions/latest/download")
     assert resp.status == 200
     if api.backend == "embedded":

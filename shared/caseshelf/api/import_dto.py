@@ -9,6 +9,9 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field
 
 from caseshelf.api.dto import RegisterOut, Wire, registered_as
+from caseshelf.api.job_dto import JobOut as JobOut  # re-exported: the importer answers jobs
+from caseshelf.api.job_dto import JobProgressOut as JobProgressOut
+from caseshelf.api.job_dto import job_out as job_out
 from caseshelf.domain.recipe import Recipe, recipe_plain
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.services.bundles import BundleItem, BundlePlan
@@ -123,57 +126,6 @@ class UploadOut(Wire):
     state: Literal["pending"] = "pending"
 
 
-class JobProgressOut(Wire):
-    """How far an export job is: its parts (each a range of cases, written by one worker
-    invocation) and what they wrote."""
-
-    parts_total: int = Field(ge=0)
-    parts_done: int = Field(ge=0)
-    cases_total: int = Field(ge=0)
-    cases_written: int = Field(ge=0)
-    files_written: int = Field(ge=0)
-    bytes_written: int = Field(ge=0)
-
-
-class TaskProgressOut(Wire):
-    """How far a task import job is: the tasks found, those read and checked (the first pass
-    over the tree) and those mapped into the version (the second)."""
-
-    tasks_total: int = Field(ge=0)
-    tasks_read: int = Field(ge=0)
-    tasks_mapped: int = Field(ge=0)
-
-
-class JobOut(Wire):
-    id: str
-    kind: Literal["import", "export"] = Field(
-        default="import",
-        description="`import`: an upload or drop being imported; `export`: an export's parts.",
-    )
-    state: Literal["pending", "running", "succeeded", "failed"]
-    via: str
-    url: str = Field(default="", description="Where to follow it: `/jobs/{id}`.")
-    filename: str | None = Field(default=None, description="An import's uploaded file.")
-    created_at: str
-    updated_at: str
-    request: dict[str, Any]
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    attempts: int = Field(
-        default=0, ge=0, description="Workers that took the job (more than one: resumed)."
-    )
-    lease_until: str | None = Field(
-        default=None,
-        description="While running: until when the worker's lease holds (it renews it as it "
-        "works); a job whose lease expired is resumed or failed by the next delivery or sweep.",
-    )
-    progress: JobProgressOut | TaskProgressOut | None = Field(
-        default=None,
-        description="An export job's parts and what they wrote; a task import's tasks read "
-        "and mapped.",
-    )
-
-
 def import_out(done: ImportResult) -> ImportOut:
     return registered_as(
         ImportOut,
@@ -267,37 +219,6 @@ def benchmark_out(r: Recipe) -> BenchmarkOut:
 
 def upload_out(u: Upload) -> UploadOut:
     return UploadOut(job_id=u.job["id"], upload_url=u.url, key=u.key, expires_in=u.expires_in)
-
-
-def job_out(job: dict[str, Any]) -> JobOut:
-    progress: JobProgressOut | TaskProgressOut | None = None
-    if isinstance(job.get("progress"), dict):
-        progress = TaskProgressOut.model_validate(job["progress"])
-    if job.get("kind") == "export":
-        progress = JobProgressOut(
-            parts_total=job["parts_total"],
-            parts_done=len(job["parts_done"]),
-            cases_total=job["plan"]["case_count"],
-            cases_written=job["cases_written"],
-            files_written=job["files_written"],
-            bytes_written=job["bytes_written"],
-        )
-    return JobOut(
-        id=job["id"],
-        kind=job.get("kind", "import"),
-        state=job["state"],
-        via=job.get("via", "upload"),
-        url=f"/jobs/{job['id']}",
-        filename=job.get("filename"),
-        progress=progress,
-        created_at=job["created_at"],
-        updated_at=job["updated_at"],
-        request=job["request"],
-        result=job.get("result"),
-        error=job.get("error"),
-        attempts=int(job.get("attempts") or 0),
-        lease_until=job.get("lease_until"),
-    )
 
 
 class BundleItemOut(Wire):

@@ -853,6 +853,7 @@ class Client:
         include_deleted: bool = False,
         progress: Progress | None = None,
         total: Progress | None = None,
+        wait: float = 3600.0,
     ) -> Downloaded:
         """The whole version as one dataset document that `register` takes as it is. With
         `to` (a file path, or a directory for the server's file name) it is written there,
@@ -860,12 +861,17 @@ class Client:
         of its own), a piece at a time, and `path` says where; `to` may also be a binary
         stream (`sys.stdout.buffer`), written as the pieces come. Else `body` holds it.
         `progress(n)` is called with bytes as they arrive, `total(n)` with the size once it is
-        known."""
+        known.
+
+        The API renders a document once, as a job (202): this follows the job to its end
+        (`follow_job`; `wait` bounds the wait in seconds), raises the error of the part that
+        failed, or asks again for the document it rendered."""
         name, r = parse_ref(ref)
         query = {"include_deleted": include_deleted}
-        answer = self.transport.send(
-            Request("GET", ("datasets", name, "versions", r, "download"), query)
-        )
+        request = Request("GET", ("datasets", name, "versions", r, "download"), query)
+        answer = self.transport.send(request)
+        if answer.status == 202:
+            answer = self._rendered(answer, request, wait)
         default = f"{name}-{r.replace(':', '-')}.json"
         # The document itself comes as an attachment; a presigned URL as a small JSON answer.
         disposition = answer.header("content-disposition")
@@ -901,6 +907,23 @@ class Client:
             return Downloaded(filename, body=answer.body, size=len(answer.body))
         _write_whole(target, [answer.body])
         return Downloaded(filename, path=target, size=len(answer.body))
+
+    def _rendered(self, started: Answer, request: Request, wait: float) -> Answer:
+        """The download route's answer once the job its 202 answered has rendered the
+        document."""
+        from caseshelf.api.job_dto import JobOut
+        from caseshelf.client.transport import job_error
+
+        job = self.follow_job(self._as(JobOut, started.json()).id, wait=wait)
+        if job.state == "failed":
+            raise job_error(job.id, job.error)
+        answer = self.transport.send(request)
+        if answer.status == 202:
+            raise Upstream(
+                f"job {job.id} rendered the document, but it was gone when asked for; ask again",
+                job_id=job.id,
+            )
+        return answer
 
     def _fetch(
         self,

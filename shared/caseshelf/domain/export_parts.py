@@ -143,3 +143,19 @@ def check_bounds(
     # One part's row piece at a time (a parquet piece is read whole to rewrite its groups).
     finish_memory = 3 * STREAM_BUFFER_BYTES + cases * case_bytes * IN_MEMORY_FACTOR
     return Bounds(part_seconds, int(part_memory), finish_seconds, int(finish_memory))
+
+
+# A version's download document (`caseshelf.services.download_jobs`) is rendered in parts of
+# this many cases: each part's records are read a window at a time and streamed to its piece, so
+# a part's memory is a window whatever its range. Cases without file bodies are copied as they
+# are stored; a case with files has its bodies read and inlined, which costs more per case.
+DOWNLOAD_PART_CASES = 50_000
+DOWNLOAD_PART_CASES_WITH_FILES = 2_000
+
+
+def plan_download(case_count: int, *, file_bodies: int = 0) -> PartPlan:
+    """The parts of a download document: ranges of `DOWNLOAD_PART_CASES` cases (fewer when the
+    version has file bodies), never more than `MAX_PARTS` of them."""
+    size = DOWNLOAD_PART_CASES_WITH_FILES if file_bodies else DOWNLOAD_PART_CASES
+    size = max(size, -(-case_count // MAX_PARTS))
+    return PartPlan(case_count, size, file_bodies / case_count if case_count else 0.0)

@@ -25,7 +25,7 @@ from caseshelf.api.app import (
     make_resolver,
     problems,
 )
-from caseshelf.api.import_dto import JobOut, job_out
+from caseshelf.api.job_dto import JobOut, job_out
 from caseshelf.api.routes import DatasetIdPath, RefPath
 from caseshelf.services.exports import ExportRequest
 

@@ -1,6 +1,8 @@
-"""The export worker Lambda: one part of an export job per SQS message (batch size 1).
+"""The export worker Lambda: one part of an export job per SQS message (batch size 1), or of a
+download job (the message's `kind`: `caseshelf.services.download_jobs`).
 
-A message from the export queue is a part to write (`ExportJobService.run_part`); a failure is
+A message from the export queue is a part to write (`ExportJobService.run_part`,
+`DownloadJobService.run_part`); a failure is
 raised, so SQS delivers the message again after its visibility timeout, up to the queue's
 `maxReceiveCount`, then moves it to the dead-letter queue. A message from the dead-letter queue
 (`CASESHELF_EXPORT_DEAD_LETTER_ARN`) fails its job, naming the part
@@ -17,7 +19,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from caseshelf import bootstrap
 from caseshelf.api.app import count, instrumented, logger
 from caseshelf.functions import EXPORT_DEAD_LETTER_QUEUE
-from caseshelf.services.export_jobs import message_of
+from caseshelf.services.export_jobs import PartJobs, message_of
 
 
 def is_dead_letter(arn: str) -> bool:
@@ -28,22 +30,31 @@ def is_dead_letter(arn: str) -> bool:
 
 
 def handle_record(record: dict[str, Any]) -> dict[str, Any]:
-    jobs = bootstrap.services().export_jobs
+    services = bootstrap.services()
     try:
-        job_id, part = message_of(record.get("body") or "")
+        job_id, part, kind = message_of(record.get("body") or "")
     except ValueError:
         logger.warning("export worker: not a part message", extra={"id": record.get("messageId")})
         return {"status": "ignored"}
+    jobs: PartJobs = services.download_jobs if kind == "download" else services.export_jobs
     receives = int((record.get("attributes") or {}).get("ApproximateReceiveCount") or 1)
     if is_dead_letter(str(record.get("eventSourceARN") or "")):
         outcome = jobs.dead_letter(job_id, part, receives)
-        logger.warning("export part dead-lettered", extra={"job_id": job_id, "part": part})
+        logger.warning(
+            "export part dead-lettered", extra={"job_id": job_id, "kind": kind, "part": part}
+        )
         count("ExportPartsDeadLettered")
     else:
         outcome = jobs.run_part(job_id, part)
         logger.debug(
             "export part handled",
-            extra={"job_id": job_id, "part": part, "status": outcome.status, "receives": receives},
+            extra={
+                "job_id": job_id,
+                "kind": kind,
+                "part": part,
+                "status": outcome.status,
+                "receives": receives,
+            },
         )
         count(f"ExportParts{outcome.status.capitalize()}")
     return {"job_id": job_id, "part": part, "status": outcome.status}

@@ -19,6 +19,7 @@ from caseshelf import bootstrap
 from caseshelf.api import browse_dto, dto, refs_dto
 from caseshelf.api.app import count, current_identity, instrumented, make_resolver, problems
 from caseshelf.api.errors import PROBLEM_JSON, problem_of
+from caseshelf.api.job_dto import JobOut, job_out
 from caseshelf.api.routes import (
     Cursor,
     DatasetIdPath,
@@ -260,13 +261,23 @@ def get_case(
     description="200 `{url, filename, expires_in}` with a presigned GET URL of the document "
     "(S3 on AWS; a URL on the local server itself on the embedded store it serves). A "
     "store no server publishes answers the document itself, as an attachment. Either way the "
-    "document registers as it is, with the same content digest.",
+    "document registers as it is, with the same content digest. The document is rendered "
+    "once per content digest, as a job: when it is not rendered yet the answer is that job "
+    "(202, `Location: /jobs/{id}`, kind `download`), whose parts (ranges of cases) the export "
+    "workers render; follow it with `GET /jobs/{id}` (`progress` counts the parts and cases "
+    "rendered) and, once it has `succeeded`, ask this route again (its `result.url`), which "
+    "then answers the document. Asked again while the job runs, the route answers the same "
+    "job; a `failed` job's `error` names the part and the reason, and asking again resumes it.",
     tags=TAGS,
     responses={
         200: {
             "description": "A presigned URL (`DownloadOut`), or the document itself where the "
             "store has no URLs (a `DatasetVersionInput`, sent as an attachment).",
             "content": {"application/json": {"model": dto.DownloadOut | DatasetVersionInput}},
+        },
+        202: {
+            "description": "The document's job, started (or under way already).",
+            "content": {"application/json": {"model": JobOut}},
         },
         **problems(400, 403, 404, ok=None),
     },
@@ -275,7 +286,20 @@ def download(
     id: DatasetIdPath, ref: RefPath, include_deleted: IncludeDeleted = False
 ) -> Response[Any]:
     svc = registry()
-    got = svc.download(current_identity(app), id, ref, include_deleted=include_deleted)
+    started = bootstrap.services().download_jobs.start(
+        current_identity(app), id, ref, include_deleted=include_deleted
+    )
+    if started.job is not None:
+        job = job_out(started.job)
+        count("DownloadJobsStarted")
+        return Response(
+            status_code=202,
+            content_type="application/json",
+            body=job,
+            headers={"Location": job.url},
+        )
+    got = started.download
+    assert got is not None
     if got.url is not None:
         out = dto.DownloadOut(url=got.url, filename=got.filename, expires_in=svc.presign_expiry)
         return Response(status_code=200, content_type="application/json", body=out.model_dump())

@@ -89,7 +89,127 @@ def _plan(job: dict[str, Any]) -> PartPlan:
     return PartPlan(p["case_count"], p["cases_per_part"], p["files_per_case"])
 
 
-class ExportJobService:
+class PartJobs:
+    """The job item of a job of parts on the export queue, whatever the parts write: its parts
+    recorded with compare-and-set on `rev`, a part's last error kept, the end, and the dead
+    letter that fails it naming the part. `kind` is the job's kind (the worker routes a
+    message to the service of its `kind`); `incomplete` says, in a failed job's error, what
+    is not there and how to resume."""
+
+    kind = "export"
+    incomplete = (
+        "Nothing of the export is complete (it has no manifest); ask for the export again to "
+        "resume it: the parts written are reused"
+    )
+
+    def __init__(self, index: Index, queue: Callable[[], Queue], *, clock: Clock) -> None:
+        self.index = index
+        self.queue = queue
+        self.clock = clock
+
+    def _job(self, job_id: str) -> dict[str, Any] | None:
+        """The job `job_id` when it is one of this service's kind."""
+        job = self.index.get_item(job_pk(job_id), JOB_SK)
+        return job if job is not None and job.get("kind") == self.kind else None
+
+    def run_part(self, job_id: str, number: int) -> PartOutcome:
+        """Write part `number` of the job, record it, and finish the job when it was the last
+        (each kind writes its own parts)."""
+        raise NotImplementedError
+
+    # -- the job item ------------------------------------------------------------------------
+
+    def _cas(
+        self, job_id: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]
+    ) -> dict[str, Any]:
+        """Apply `change(job)` (the changes, or None for none) as a conditional update on the
+        job's `rev`, again on a lost race."""
+        for _ in range(CAS_TRIES):
+            job = self.index.get_item(job_pk(job_id), JOB_SK)
+            if job is None:
+                raise NotFound(f"no job {job_id!r}", id=job_id)
+            changes = change(job)
+            if changes is None:
+                return job
+            changes.update(rev=int(job.get("rev") or 0) + 1, updated_at=iso(self.clock()))
+            try:
+                return self.index.update_item(
+                    job_pk(job_id), JOB_SK, changes, expect={"rev": job.get("rev")}
+                )
+            except Conflict:
+                continue
+        raise Conflict(f"job {job_id}: too many concurrent updates", job_id=job_id)
+
+    def _record(self, job_id: str, meta: PartMeta) -> dict[str, Any]:
+        def change(job: dict[str, Any]) -> dict[str, Any] | None:
+            if meta.number in job["parts_done"]:
+                return None
+            return {
+                "parts_done": sorted([*job["parts_done"], meta.number]),
+                "cases_written": job["cases_written"] + (meta.stop - meta.start),
+                "files_written": job["files_written"] + meta.files,
+                "bytes_written": job["bytes_written"] + meta.nbytes,
+            }
+
+        return self._cas(job_id, change)
+
+    def _note_error(self, job_id: str, number: int, reason: str) -> None:
+        """Keep a part's last error on the job (what its dead letter will name)."""
+        try:
+            self._cas(
+                job_id,
+                lambda job: {
+                    "part_errors": {**job.get("part_errors", {}), str(number): reason[:500]}
+                },
+            )
+        except CaseshelfError:
+            log.warning("could not note an export part's error", extra={"job_id": job_id})
+
+    def _fail(self, job_id: str, number: int, rng: tuple[int, int], exc: CaseshelfError) -> None:
+        error: dict[str, Any] = {
+            "title": exc.title,
+            "code": type(exc).__name__,
+            "detail": f"part {number} (cases {rng[0]}-{rng[1] - 1}): {exc.detail}",
+            "part": number,
+        }
+        error.update({k: v for k, v in exc.fields.items() if isinstance(v, str | int)})
+        self._end(job_id, "failed", error=error)
+
+    def _end(self, job_id: str, state: str, **changes: Any) -> None:
+        def change(job: dict[str, Any]) -> dict[str, Any] | None:
+            if job["state"] != "running":
+                return None
+            return {"state": state, **changes}
+
+        self._cas(job_id, change)
+        log.debug("part job ended", extra={"job_id": job_id, "kind": self.kind, "state": state})
+
+    def dead_letter(self, job_id: str, number: int, receives: int) -> PartOutcome:
+        """A part's message that every delivery failed: the job fails, naming the part, its
+        cases and its last error."""
+        job = self._job(job_id)
+        if job is None:
+            return PartOutcome("ignored", job_id, number, f"no such {self.kind} job")
+        lo, hi = _plan(job).part(number)
+        last = (job.get("part_errors") or {}).get(str(number)) or (
+            "the worker stopped without an answer (a timeout or out of memory)"
+        )
+        what = f"the finish of the {self.kind}" if job.get("finishing") else f"part {number}"
+        self._end(
+            job_id,
+            "failed",
+            error={
+                "title": f"{self.kind.capitalize()} Part Failed",
+                "code": "PartFailed",
+                "detail": f"{what} (cases {lo}-{hi - 1}) failed on each of its {receives} "
+                f"deliveries; the last error: {last}. {self.incomplete}",
+                "part": number,
+            },
+        )
+        return PartOutcome("failed", job_id, number, last)
+
+
+class ExportJobService(PartJobs):
     def __init__(
         self,
         exports: ExportService,
@@ -101,11 +221,9 @@ class ExportJobService:
     ) -> None:
         """`queue` opens the export queue (on first use); `render` turns an export's result
         into the route's answer (kept on the job as its `result`)."""
+        super().__init__(index, queue, clock=clock)
         self.exports = exports
-        self.index = index
-        self.queue = queue
         self.render = render
-        self.clock = clock
 
     # -- starting ----------------------------------------------------------------------------
 
@@ -217,8 +335,8 @@ class ExportJobService:
         """Write part `number` of the job (unless written), record it, and finish the job when
         it was the last. An error of the request fails the job; any other error is raised, for
         the queue to deliver the message again."""
-        job = self.index.get_item(job_pk(job_id), JOB_SK)
-        if job is None or job.get("kind") != "export":
+        job = self._job(job_id)
+        if job is None:
             log.warning("export part for no job", extra={"job_id": job_id, "part": number})
             return PartOutcome("ignored", job_id, number, "no such export job")
         if job["state"] != "running":
@@ -256,97 +374,6 @@ class ExportJobService:
             return PartOutcome("finished", job_id, number)
         return PartOutcome(status, job_id, number)
 
-    def _cas(
-        self, job_id: str, change: Callable[[dict[str, Any]], dict[str, Any] | None]
-    ) -> dict[str, Any]:
-        """Apply `change(job)` (the changes, or None for none) as a conditional update on the
-        job's `rev`, again on a lost race."""
-        for _ in range(CAS_TRIES):
-            job = self.index.get_item(job_pk(job_id), JOB_SK)
-            if job is None:
-                raise NotFound(f"no job {job_id!r}", id=job_id)
-            changes = change(job)
-            if changes is None:
-                return job
-            changes.update(rev=int(job.get("rev") or 0) + 1, updated_at=iso(self.clock()))
-            try:
-                return self.index.update_item(
-                    job_pk(job_id), JOB_SK, changes, expect={"rev": job.get("rev")}
-                )
-            except Conflict:
-                continue
-        raise Conflict(f"job {job_id}: too many concurrent updates", job_id=job_id)
-
-    def _record(self, job_id: str, meta: PartMeta) -> dict[str, Any]:
-        def change(job: dict[str, Any]) -> dict[str, Any] | None:
-            if meta.number in job["parts_done"]:
-                return None
-            return {
-                "parts_done": sorted([*job["parts_done"], meta.number]),
-                "cases_written": job["cases_written"] + (meta.stop - meta.start),
-                "files_written": job["files_written"] + meta.files,
-                "bytes_written": job["bytes_written"] + meta.nbytes,
-            }
-
-        return self._cas(job_id, change)
-
-    def _note_error(self, job_id: str, number: int, reason: str) -> None:
-        """Keep a part's last error on the job (what its dead letter will name)."""
-        try:
-            self._cas(
-                job_id,
-                lambda job: {
-                    "part_errors": {**job.get("part_errors", {}), str(number): reason[:500]}
-                },
-            )
-        except CaseshelfError:
-            log.warning("could not note an export part's error", extra={"job_id": job_id})
-
-    def _fail(self, job_id: str, number: int, rng: tuple[int, int], exc: CaseshelfError) -> None:
-        error: dict[str, Any] = {
-            "title": exc.title,
-            "code": type(exc).__name__,
-            "detail": f"part {number} (cases {rng[0]}-{rng[1] - 1}): {exc.detail}",
-            "part": number,
-        }
-        error.update({k: v for k, v in exc.fields.items() if isinstance(v, str | int)})
-        self._end(job_id, "failed", error=error)
-
-    def _end(self, job_id: str, state: str, **changes: Any) -> None:
-        def change(job: dict[str, Any]) -> dict[str, Any] | None:
-            if job["state"] != "running":
-                return None
-            return {"state": state, **changes}
-
-        self._cas(job_id, change)
-        log.debug("export job ended", extra={"job_id": job_id, "state": state})
-
-    def dead_letter(self, job_id: str, number: int, receives: int) -> PartOutcome:
-        """A part's message that every delivery failed: the job fails, naming the part, its
-        cases and its last error."""
-        job = self.index.get_item(job_pk(job_id), JOB_SK)
-        if job is None or job.get("kind") != "export":
-            return PartOutcome("ignored", job_id, number, "no such export job")
-        lo, hi = _plan(job).part(number)
-        last = (job.get("part_errors") or {}).get(str(number)) or (
-            "the worker stopped without an answer (a timeout or out of memory)"
-        )
-        what = "the finish of the export" if job.get("finishing") else f"part {number}"
-        self._end(
-            job_id,
-            "failed",
-            error={
-                "title": "Export Part Failed",
-                "code": "PartFailed",
-                "detail": f"{what} (cases {lo}-{hi - 1}) failed on each of its {receives} "
-                f"deliveries; the last error: {last}. Nothing of the export is complete (it has "
-                "no manifest); ask for the export again to resume it: the parts written are "
-                "reused",
-                "part": number,
-            },
-        )
-        return PartOutcome("failed", job_id, number, last)
-
     # -- the finish --------------------------------------------------------------------------
 
     def _finish(self, job: dict[str, Any], prepared: Prepared, request: ExportRequest) -> None:
@@ -375,12 +402,16 @@ def _summary(request: ExportRequest) -> dict[str, Any]:
     return out
 
 
-def message_of(body: str) -> tuple[str, int]:
-    """(job id, part) of a part's message; `ValueError` for anything else."""
+def message_of(body: str) -> tuple[str, int, str]:
+    """(job id, part, the job's kind) of a part's message (kind `export` when it names none);
+    `ValueError` for anything else."""
     doc = orjson.loads(body)
     if not isinstance(doc, dict) or not isinstance(doc.get("job"), str):
-        raise ValueError("not an export part message")
+        raise ValueError("not a part message")
     part = doc.get("part")
     if not isinstance(part, int) or isinstance(part, bool) or part < 0:
-        raise ValueError("not an export part message")
-    return doc["job"], part
+        raise ValueError("not a part message")
+    kind = doc.get("kind", "export")
+    if not isinstance(kind, str):
+        raise ValueError("not a part message")
+    return doc["job"], part, kind

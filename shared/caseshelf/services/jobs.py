@@ -441,7 +441,7 @@ class JobService:
         job = self.index.get_item(job_pk(job_id), JOB_SK)
         if job is None or job.get("tenant") != identity.tenant:
             raise NotFound(f"no job {job_id!r}", id=job_id)
-        if job.get("kind") == "export" or job.get("work"):
+        if job.get("kind") in ("export", "download") or job.get("work"):
             # Its deliveries are the queue's (caseshelf.services.export_jobs, `run_queued`).
             return job
         if self._expired(job) and not self.store.exists(job["key"]):

@@ -1715,20 +1715,31 @@ class RegistryService:
         self, identity: Identity, name: str, ref: str, *, include_deleted: bool = False
     ) -> Download:
         """The whole version as one dataset JSON document that `register` accepts as it is:
-        file bodies inline, so registering it anywhere gives the same content digest."""
+        file bodies inline, so registering it anywhere gives the same content digest. Rendered
+        here, in this call, when it is not stored yet (the API renders it as a job instead:
+        `caseshelf.services.download_jobs`)."""
         rec = self.get_version(identity, name, ref, include_deleted=include_deleted)
+        found = self.stored_download(rec)
+        if found is not None:
+            return found
         key = layout.download_key(rec.tenant, rec.content_digest)
-        filename = f"{rec.name}-{rec.version}.json"
+        # streamed (a multipart upload on S3): no more than a window of cases in memory
+        write_pieces(self.store, key, self.render_pieces(rec), content_type="application/json")
+        found = self.stored_download(rec)
+        assert found is not None
+        return found
+
+    def stored_download(self, rec: VersionRecord) -> Download | None:
+        """The version's download document when it is stored already (a presigned URL where
+        the store gives one, else its bytes); None when it is not rendered yet."""
+        key = layout.download_key(rec.tenant, rec.content_digest)
         if self.store.head(key) is None:
-            # streamed (a multipart upload on S3): no more than a window of cases in memory
-            write_pieces(self.store, key, self.render_pieces(rec), content_type="application/json")
-        url = (
-            self.store.presign_get(key, expires=self.presign_expiry)
-            if (self.presign_downloads)
-            else None
-        )
-        if url is not None:
-            return Download(filename=filename, url=url)
+            return None
+        filename = f"{rec.name}-{rec.version}.json"
+        if self.presign_downloads:
+            url = self.store.presign_get(key, expires=self.presign_expiry)
+            if url is not None:
+                return Download(filename=filename, url=url)
         return Download(filename=filename, body=self.store.get(key))
 
     def render_version(self, rec: VersionRecord) -> bytes:
@@ -1741,10 +1752,17 @@ class RegistryService:
         of `{id, version, description, tags, cases, shared_files, produced_by}` with every file
         body inline, byte for byte what `canonical_json` makes of the whole document (so it
         registers with the same content digest), without holding more than a window of cases
-        and their file bodies. Canonical JSON sorts keys, so `cases` comes first: the document
-        is its head, the cases, and the rest of the document rendered with no case."""
-        from caseshelf.services.windowread import window_cases
+        and their file bodies: `render_ends`' head, `render_cases` of every case, its tail."""
+        head, tail = self.render_ends(rec)
+        yield head
+        yield from self.render_cases(rec, 0, len(self.root(rec)))
+        yield tail
 
+    def render_ends(self, rec: VersionRecord) -> tuple[bytes, bytes]:
+        """The download document without its cases, as (what comes before the first case,
+        what comes after the last). Canonical JSON sorts keys, so `cases` comes first: the
+        document is `{"cases":[`, the cases joined by commas, and the rest of the document
+        rendered with no case."""
         root = self.root(rec)
         blobs = root.blob_locations()
         doc: dict[str, Any] = {
@@ -1753,39 +1771,50 @@ class RegistryService:
             "description": root.description,
             "tags": root.tags,
             "cases": [],
-            "shared_files": [],
+            "shared_files": [
+                {"dest": f["dest"], **inline_body(body)}
+                for f, body in zip(
+                    root.shared_files,
+                    self._bodies(rec, blobs, [f["digest"] for f in root.shared_files]),
+                    strict=True,
+                )
+            ],
             "produced_by": rec.produced_by,
         }
         if rec.produced_by is None:
             del doc["produced_by"]
         head = b'{"cases":['
+        rest = canonical_json(doc, checked=True)
+        if not rest.startswith(head + b"]"):
+            raise AssertionError("canonical JSON no longer sorts `cases` first")
+        return head, rest[len(head) :]
+
+    def render_cases(self, rec: VersionRecord, start: int, stop: int) -> Iterator[bytes]:
+        """The canonical JSON of the cases at positions [start, stop), file bodies inline,
+        joined by commas (no comma before the first): a window of cases at a time, chunk by
+        chunk, each chunk read once and not cached (a pass over many cases keeps none)."""
+        from caseshelf.services.windowread import window_cases
+
+        root = self.root(rec)
+        blobs = root.blob_locations()
         window = RENDER_WINDOW_FILES if blobs else RENDER_WINDOW_CASES
         starts = root.chunk_starts()
-        yield head
-        # chunk by chunk, read once and not cached: a pass over every case keeps none of them
-        for first, chunk in self.iter_chunks(rec):
+        numbers = [n for n in range(len(starts) - 1) if starts[n] < stop and starts[n + 1] > start]
+        first_piece = True
+        for n, chunk in zip(numbers, self.read_chunks(rec, numbers), strict=True):
             held = _held(chunk)
-            for at in range(first, first + len(chunk), window):
-                wanted = range(at, min(at + window, first + len(chunk)))
-                records = window_cases(self, rec, starts, wanted, chunk_of=held)
-                if at:
+            lo, hi = max(start, starts[n]), min(stop, starts[n + 1])
+            for at in range(lo, hi, window):
+                records = window_cases(
+                    self, rec, starts, range(at, min(at + window, hi)), chunk_of=held
+                )
+                if not first_piece:
                     yield b","
+                first_piece = False
                 if not blobs:  # the stored records are the cases' canonical JSON already
                     yield b",".join(records.records)
                 else:
                     yield b",".join(self._inlined(rec, blobs, records.cases()))
-        doc["shared_files"] = [
-            {"dest": f["dest"], **inline_body(body)}
-            for f, body in zip(
-                root.shared_files,
-                self._bodies(rec, blobs, [f["digest"] for f in root.shared_files]),
-                strict=True,
-            )
-        ]
-        rest = canonical_json(doc, checked=True)
-        if not rest.startswith(head + b"]"):
-            raise AssertionError("canonical JSON no longer sorts `cases` first")
-        yield rest[len(head) :]
 
     def _bodies(
         self, rec: VersionRecord, blobs: Mapping[str, Location], digests: Sequence[str]

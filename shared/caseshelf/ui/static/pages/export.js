@@ -6,7 +6,7 @@
 // reference) are read from the API's own OpenAPI document, so both offer what the export route
 // takes.
 
-import { get, getConfig, paths, post } from "../api.js";
+import { get, getConfig, paths, post, request } from "../api.js";
 import { copyButton, field, fmtBytes, fmtInt, h, replace } from "../dom.js";
 import { codeBlock } from "../highlight.js";
 import { errorBox } from "../app.js";
@@ -22,12 +22,13 @@ async function exported(answer, status) {
   let job = answer.data;
   while (job.state !== "succeeded" && job.state !== "failed") {
     const p = job.progress;
-    if (status) replace(status, h("p", { class: "muted", role: "status" }, p ? `Exporting… ${fmtInt(p.cases_written)} of ${fmtInt(p.cases_total)} cases (${fmtInt(p.parts_done)} of ${fmtInt(p.parts_total)} parts)` : "Exporting…"));
+    const doing = job.kind === "download" ? "Rendering the document" : "Exporting";
+    if (status) replace(status, h("p", { class: "muted", role: "status" }, p ? `${doing}… ${fmtInt(p.cases_written)} of ${fmtInt(p.cases_total)} cases (${fmtInt(p.parts_done)} of ${fmtInt(p.parts_total)} parts)` : `${doing}…`));
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
     job = await get(job.url);
   }
   if (job.state === "failed") {
-    throw new Error((job.error && job.error.detail) || "the export failed");
+    throw new Error((job.error && job.error.detail) || `the ${job.kind || "export"} failed`);
   }
   return job.result;
 }
@@ -74,7 +75,12 @@ export function downloadMenu(id, v, includeDeleted) {
     }
   };
   const documentButton = h("button", { type: "button", class: "secondary", "data-download-format": "document", onclick: () => run("the dataset document", async () => {
-    const got = await get(`${paths.version(id, v.version)}/download`, { include_deleted: includeDeleted || undefined });
+    const path = `${paths.version(id, v.version)}/download`;
+    const query = { include_deleted: includeDeleted || undefined };
+    // The first download renders the document as a job (202): followed, then asked again.
+    const first = await request("GET", path, { query });
+    if (first.status === 202) await exported(first, status);
+    const got = first.status === 202 ? await get(path, query) : first.data;
     if (got && got.url) startDownload(got.url, got.filename);
     else {
       const url = URL.createObjectURL(new Blob([JSON.stringify(got)], { type: "application/json" }));
