@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from caseshelf.domain import export_parquet
 from caseshelf.domain.canonical import digest_of
 from caseshelf.domain.errors import BadRequest
 from caseshelf.domain.export import (
@@ -483,9 +484,7 @@ def plan_row_window(
 def _window_table(cases: CaseWindow, raw: bytes) -> Any:
     """The parquet rows of a window without companion files: built by Arrow from the records
     where it can (`export_parquet.arrow_rows`), else case by case."""
-    from caseshelf.domain.export_parquet import arrow_rows
-
-    table = arrow_rows(raw, len(cases), parquet_schema())
+    table = export_parquet.arrow_rows(raw, len(cases), parquet_schema())
     if table is None:
         columns: dict[str, list[Any]] = {c: [] for c in ROW_COLUMNS}
         add_parquet_rows(columns, cases.cases(), {})
