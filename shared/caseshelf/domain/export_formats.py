@@ -258,7 +258,7 @@ PARQUET_SCHEMA_FIELDS: tuple[tuple[str, str], ...] = (
 
 
 def parquet_schema() -> Any:
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: pyarrow takes ~0.35 s to import
 
     files = pa.list_(
         pa.struct(
@@ -280,7 +280,7 @@ def parquet_table(columns: Mapping[str, list[Any]]) -> Any:
     """Rows given column by column (`ROW_COLUMNS` -> values) as an Arrow table of
     `parquet_schema()`. Each column is converted with its type given (`Table.from_pydict` with a
     schema infers first, then casts: several times slower)."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: pyarrow takes ~0.35 s to import
 
     schema = parquet_schema()
     arrays = [pa.array(columns[f.name], type=f.type) for f in schema]
@@ -289,7 +289,7 @@ def parquet_table(columns: Mapping[str, list[Any]]) -> Any:
 
 def _parquet_bytes(table: Any) -> bytes:
     """The rows as one parquet file (zstd)."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # lazy: pyarrow takes ~0.35 s to import
 
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd")
