@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from caseshelf.domain import layout
+from caseshelf.domain.chunks import Root
 from caseshelf.domain.diff import ChangeAgainstBase
 from caseshelf.domain.manifest import PENDING_PACK, Location, Manifest, ManifestBuilder
 from caseshelf.domain.versions import VersionRecord
@@ -97,6 +98,31 @@ def _run_bytes(view: memoryview, start: int, stop: int) -> memoryview:
     """A copy of `view[start:stop]`, as a view of the copy (a pack slices it without copying
     again)."""
     return memoryview(bytes(view[start:stop]))
+
+
+def _place(
+    packs: PackWriter, batch: Staged, reusable: Mapping[str, Location], pending: list[str]
+) -> tuple[int, tuple[list[str], list[int], list[int]]]:
+    """A batch's plan (`plan_batch`) applied: its new records appended to the packs. Answers
+    how many records are new, and the batch's manifest columns (containers, offsets,
+    lengths)."""
+    plan = plan_batch(batch.digests, reusable)
+    containers, offsets, lengths = _reused_columns(plan.reused, batch.lengths)
+    if plan.runs:
+        if batch.data is None:
+            raise ValueError("a batch with new records that does not hold them")
+        _write_runs(packs, batch, plan.runs, pending, containers, offsets)
+    return plan.new_count, (containers, offsets, lengths)
+
+
+def _stats(packs: PackWriter, blobs: BlobWriter, copied: _Copied, reused: int) -> WriteStats:
+    return WriteStats(
+        case_bytes_written=packs.bytes_written + copied.bytes_written,
+        pack_objects_written=packs.objects_written + copied.objects_written,
+        blob_bytes_written=blobs.bytes_written,
+        cases_reused=reused,
+        superseded_copied=copied.records,
+    )
 
 
 @dataclass(frozen=True)
@@ -210,16 +236,7 @@ class RegistryWriter(RegistryStaging):
         )
         chunks = ManifestWriter(self.store, tenant, workers=self.read_workers)
         held = _HeldCases(chunks)
-        change = (
-            ChangeAgainstBase(
-                root.content_digest,
-                root.count,
-                self.iter_chunks(base),
-                lambda: self.manifest(base),
-            )
-            if base is not None and root is not None
-            else None
-        )
+        change = self._change_against(base, root)
         seen = SeenIds()
         digester = _digester(head)
         named: dict[str, None] = {}  # every body the version names, in order
@@ -227,14 +244,7 @@ class RegistryWriter(RegistryStaging):
         reused = 0
         try:
             for batch in batches:
-                for hex_digest, data in batch.bodies.items():
-                    blobs.add(hex_digest, data)
-                self._check_refs(
-                    tenant,
-                    batch.refs,
-                    lambda h: blobs.has(h) or h in inline_ahead,
-                    blobs.locate_standalone,
-                )
+                self._take_bodies(tenant, blobs, batch, inline_ahead)
                 named.update(dict.fromkeys(batch.files))
                 if not batch.ids:
                     continue
@@ -244,13 +254,8 @@ class RegistryWriter(RegistryStaging):
                 if change is not None:
                     matched = change.match(batch.ids, batch.digests)
                     reusable = ChainMap(known, matched) if known else matched
-                plan = plan_batch(batch.digests, reusable)
-                reused += len(batch.ids) - plan.new_count
-                containers, offsets, lengths = _reused_columns(plan.reused, batch.lengths)
-                if plan.runs:
-                    if batch.data is None:
-                        raise ValueError("a batch with new records that does not hold them")
-                    _write_runs(packs, batch, plan.runs, pending, containers, offsets)
+                new, (containers, offsets, lengths) = _place(packs, batch, reusable, pending)
+                reused += len(batch.ids) - new
                 if change is not None:
                     change.place(containers, offsets, lengths)
                 held.add(batch, containers, offsets, lengths, len(pending))
@@ -258,38 +263,63 @@ class RegistryWriter(RegistryStaging):
                     packs.cut()
                 held.release(packs.stored(), pending, packs.digest_of_pack)
             named.update(dict.fromkeys(sf["digest"][7:] for sf in head.shared_files))
-            cdigest = digester.digest()
             packs.flush()
             held.release(len(pending), pending, packs.digest_of_pack)
             blob_locs = blobs.finish()
             for hex_digest in named:
                 builder.add_blob(hex_digest, blob_locs[hex_digest])
-            manifest = builder.build(cdigest)
-            if change is None:
-                copied = _Copied()
-                written = chunks.finish(manifest)
-            else:
-                change.resolve_pending(packs.digest_of_pack)
-                manifest, copied = self._keep_superseded(
-                    tenant, change.superseded_cases(), manifest
-                )
-                written = chunks.finish(
-                    manifest, delta=change.delta(), delta_base=change.content_digest
-                )
+            written, copied = self._finish(
+                tenant, builder.build(digester.digest()), chunks, change, packs
+            )
         except BaseException:
             chunks.close()
             raise
         finally:
             if change is not None:
                 change.close()
-        stats = WriteStats(
-            case_bytes_written=packs.bytes_written + copied.bytes_written,
-            pack_objects_written=packs.objects_written + copied.objects_written,
-            blob_bytes_written=blobs.bytes_written,
-            cases_reused=reused,
-            superseded_copied=copied.records,
+        return written, _stats(packs, blobs, copied, reused)
+
+    def _take_bodies(
+        self, tenant: str, blobs: BlobWriter, batch: Staged, inline_ahead: frozenset[str]
+    ) -> None:
+        """Store a batch's bodies sent inline, and check those it names by reference: stored,
+        sent earlier, or sent inline by a later batch (`inline_ahead`)."""
+        for hex_digest, data in batch.bodies.items():
+            blobs.add(hex_digest, data)
+        self._check_refs(
+            tenant,
+            batch.refs,
+            lambda h: blobs.has(h) or h in inline_ahead,
+            blobs.locate_standalone,
         )
-        return written, stats
+
+    def _change_against(
+        self, base: VersionRecord | None, root: Root | None
+    ) -> ChangeAgainstBase | None:
+        """The change against `base` that `_write` follows as the batches pass (None without
+        a base)."""
+        if base is None or root is None:
+            return None
+        return ChangeAgainstBase(
+            root.content_digest, root.count, self.iter_chunks(base), lambda: self.manifest(base)
+        )
+
+    def _finish(
+        self,
+        tenant: str,
+        manifest: Manifest,
+        chunks: ManifestWriter,
+        change: ChangeAgainstBase | None,
+        packs: PackWriter,
+    ) -> tuple[ManifestWritten, _Copied]:
+        """Store the manifest's last chunks and its root; with a base, first the copies of the
+        records it supersedes (`_keep_superseded`) and the delta against it."""
+        if change is None:
+            return chunks.finish(manifest), _Copied()
+        change.resolve_pending(packs.digest_of_pack)
+        manifest, copied = self._keep_superseded(tenant, change.superseded_cases(), manifest)
+        written = chunks.finish(manifest, delta=change.delta(), delta_base=change.content_digest)
+        return written, copied
 
     def _keep_superseded(
         self, tenant: str, cases: Manifest | None, manifest: Manifest
