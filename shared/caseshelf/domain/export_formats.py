@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import io
 import posixpath
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -719,33 +719,11 @@ def plan_harbor_case(
         verifier_env = {"TEST_DIR": "/tests"} if kind == "terminal-bench" else {}
         add("task.toml", _task_toml(case, verifier_env, task_name(case, org)))
         if "instruction.md" not in tree.files:
-            text = _text_input(case)
-            if text is None:
-                raise BadRequest(
-                    f"case {case_id!r}: a Harbor task needs its instruction text in inputs.user "
-                    "(the case has none, or a file reference)",
-                    case_id=case_id,
-                    field="inputs.user",
-                )
-            add("instruction.md", text.encode("utf-8"))
+            add("instruction.md", _instruction(case))
         if not any(p.startswith("environment/") and p.count("/") == 1 for p in tree.files):
             add("environment/Dockerfile", _dockerfile(case, app_files))
-        truth = (case.get("expectations") or {}).get("ground_truth")
-        cmd = _grader_command(case)
-        if HARBOR_TEST not in tree.files and cmd is not None:
-            add(HARBOR_TEST, _grader_test(cmd), 0o755)
-        elif HARBOR_TEST not in tree.files:
-            if not isinstance(truth, str):
-                raise BadRequest(
-                    f"case {case_id!r}: a Harbor task needs a verifier (tests/test.sh); the case "
-                    "has none and no text ground truth to check an answer against",
-                    case_id=case_id,
-                    field="expectations.ground_truth",
-                )
-            add(HARBOR_TEST, _row_test(case), 0o755)
-            add("tests/reference.txt", truth.encode("utf-8"))
-            if "solution/solve.sh" not in tree.files:
-                add("solution/solve.sh", _row_solution(truth), 0o755)
+        if HARBOR_TEST not in tree.files:
+            _add_verifier(case, tree, add)
     for sf in shared_files:
         dest = f"environment/{sf.dest}"
         problem = export_destination_problem(sf.dest) or tree.clash(dest)
@@ -758,6 +736,42 @@ def plan_harbor_case(
         planned.append(PlannedFile(f"{dirname}/{dest}", sf.digest, sf.size, role=ROLE_SHARED))
     planned.sort(key=lambda f: f.path)
     return CasePlan(case_id, dirname, tuple(planned))
+
+
+def _instruction(case: Mapping[str, Any]) -> bytes:
+    """A generated Harbor task's `instruction.md`: the case's text prompt."""
+    text = _text_input(case)
+    if text is None:
+        raise BadRequest(
+            f"case {case['id']!r}: a Harbor task needs its instruction text in inputs.user "
+            "(the case has none, or a file reference)",
+            case_id=case["id"],
+            field="inputs.user",
+        )
+    return text.encode("utf-8")
+
+
+def _add_verifier(
+    case: Mapping[str, Any], tree: _Tree, add: Callable[[str, bytes, int], None]
+) -> None:
+    """A generated Harbor task's verifier: its grader's command when it has one, else a
+    comparison with its text ground truth (and a solution writing it)."""
+    cmd = _grader_command(case)
+    if cmd is not None:
+        add(HARBOR_TEST, _grader_test(cmd), 0o755)
+        return
+    truth = (case.get("expectations") or {}).get("ground_truth")
+    if not isinstance(truth, str):
+        raise BadRequest(
+            f"case {case['id']!r}: a Harbor task needs a verifier (tests/test.sh); the case "
+            "has none and no text ground truth to check an answer against",
+            case_id=case["id"],
+            field="expectations.ground_truth",
+        )
+    add(HARBOR_TEST, _row_test(case), 0o755)
+    add("tests/reference.txt", truth.encode("utf-8"), 0o644)
+    if "solution/solve.sh" not in tree.files:
+        add("solution/solve.sh", _row_solution(truth), 0o755)
 
 
 def harbor_task(
