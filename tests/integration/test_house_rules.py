@@ -194,17 +194,12 @@ LONG_FUNCTIONS: frozenset[str] = frozenset(
         "cli/subset.py:register_commands.diff",
         "cli/tasks.py:register_commands",
         "cli/tasks.py:register_commands.import_tasks",
-        "domain/export_formats.py:plan_harbor_case",
         "domain/legacy.py:_fold_item",
         "domain/mapping.py:RowMapper._compile_build",
         "domain/mapping.py:RowMapper._compile_build.build",
         "domain/tasks.py:harbor_case",
-        "domain/templates.py:_make",
-        "services/diff.py:DiffService.diff_versions",
         "services/pull.py:pull",
-        "services/registry/writer.py:RegistryWriter._write",
         "services/tasks.py:build_task_dataset",
-        "services/verify.py:_verify_one",
     }
 )
 
