@@ -286,7 +286,7 @@ class Services:
 
     @cached_property
     def download_jobs(self) -> DownloadJobService:
-        from caseshelf.services.download_jobs import DownloadJobService
+        from caseshelf.services.download_jobs import DownloadJobService  # lazy: on use
 
         return DownloadJobService(self.registry, self.index, lambda: self.queue(EXPORT_QUEUE))
 

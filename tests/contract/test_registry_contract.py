@@ -427,7 +427,7 @@ def test_a_bump_gives_up_only_after_its_bounded_attempts(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given an index whose every version write loses to a (phantom) racer
-    import caseshelf.services.registry as registry_module
+    import caseshelf.services.registry.commit as registry_module
 
     monkeypatch.setattr(registry_module, "BUMP_ATTEMPTS", 3)
     monkeypatch.setattr(registry_module, "_bump_pause", lambda attempt: None)

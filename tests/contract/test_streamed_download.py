@@ -13,9 +13,9 @@ import pytest
 from caseshelf.domain import layout
 from caseshelf.domain.canonical import canonical_json
 from caseshelf.domain.identity import Identity
-from caseshelf.services import registry as registry_module
 from caseshelf.services.objectio import write_pieces
 from caseshelf.services.registry import parse_dataset
+from caseshelf.services.registry import reads as registry_reads
 from tests.conftest import Backend
 
 pytestmark = pytest.mark.contract
@@ -44,8 +44,8 @@ def test_the_streamed_document_is_the_whole_one(
     backend: Backend, files: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given a version spanning several render windows
-    monkeypatch.setattr(registry_module, "RENDER_WINDOW_CASES", 7)
-    monkeypatch.setattr(registry_module, "RENDER_WINDOW_FILES", 5)
+    monkeypatch.setattr(registry_reads, "RENDER_WINDOW_CASES", 7)
+    monkeypatch.setattr(registry_reads, "RENDER_WINDOW_FILES", 5)
     reg = backend.services.registry
     rec = reg.register(ME, parse_dataset(document(23, files=files))).record
     # When it is downloaded (the document streamed to the store)

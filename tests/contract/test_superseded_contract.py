@@ -16,10 +16,10 @@ from caseshelf.domain.chunks import split_manifest
 from caseshelf.domain.diff import delta_bytes
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.manifest import Location, superseded_indices
-from caseshelf.services import registry as registry_module
 from caseshelf.services.diff import DiffService
 from caseshelf.services.gc import collect_garbage
-from caseshelf.services.registry import RegistryService, parse_dataset
+from caseshelf.services.registry import RegistryService, parse_dataset, parse_head
+from caseshelf.services.registry import writer as registry_writer
 from caseshelf.services.storage import read_cases
 from tests.conftest import Backend
 
@@ -128,11 +128,11 @@ def test_a_copy_that_does_not_match_its_digest_is_not_used(backend: Backend, mon
 def test_large_changes_are_not_copied(backend: Backend, monkeypatch) -> None:
     reg = backend.services.registry
     register(reg, "1", cases(100))
-    monkeypatch.setattr(registry_module, "SUPERSEDED_MAX_RECORDS", 5)
+    monkeypatch.setattr(registry_writer, "SUPERSEDED_MAX_RECORDS", 5)
     v2 = register(reg, "2", cases(100, changed=set(range(0, 100, 10))))
     assert v2.stats.superseded_copied == 0 and not reg.manifest(v2.record).superseded_digests
-    monkeypatch.setattr(registry_module, "SUPERSEDED_MAX_RECORDS", 1000)
-    monkeypatch.setattr(registry_module, "SUPERSEDED_MAX_BYTES", 100)
+    monkeypatch.setattr(registry_writer, "SUPERSEDED_MAX_RECORDS", 1000)
+    monkeypatch.setattr(registry_writer, "SUPERSEDED_MAX_BYTES", 100)
     v3 = register(reg, "3", cases(100, changed=set(range(0, 100, 9))))
     assert v3.stats.superseded_copied == 0
     # (and the diff reads every record from its own pack, with the same answer as ever)
@@ -220,7 +220,7 @@ def test_a_version_against_a_base_stores_what_its_whole_manifest_makes(
     # Given v1, and v2 streamed in windows of 700 cases
     v1 = register(reg, "1", cases(3000))
     docs = v2_of(3000)
-    head = registry_module.parse_head({"id": "ds", "version": "2"})
+    head = parse_head({"id": "ds", "version": "2"})
     whole = reg.manifest
     loaded: list[Any] = []
     monkeypatch.setattr(reg, "manifest", lambda rec: loaded.append(rec) or whole(rec))
@@ -260,20 +260,20 @@ def test_cases_waiting_on_a_slowly_filled_pack_are_bounded(
     `HELD_MAX_CASES` cases waiting on it, the pack is stored as it is, and the version is the
     same (its cases, content digest, and objects the whole manifest makes)."""
     reg = backend.services.registry
-    monkeypatch.setattr(registry_module, "HELD_MAX_CASES", 100)
+    monkeypatch.setattr(registry_writer, "HELD_MAX_CASES", 100)
     held: list[int] = []
-    release = registry_module._HeldCases.release
+    release = registry_writer._HeldCases.release
 
     def watched(self: Any, *args: Any) -> None:
         held.append(len(self))
         release(self, *args)
 
-    monkeypatch.setattr(registry_module._HeldCases, "release", watched)
+    monkeypatch.setattr(registry_writer._HeldCases, "release", watched)
     register(reg, "1", cases(1000))
     held.clear()
     # When v2 changes one case in 100, streamed in windows of 25
     docs = cases(1000, changed=set(range(0, 1000, 100)))
-    head = registry_module.parse_head({"id": "ds", "version": "2"})
+    head = parse_head({"id": "ds", "version": "2"})
     v2 = reg.register_stream(ME, head, [docs[i : i + 25] for i in range(0, 1000, 25)])
     # Then no more than the bound and a window waited, and the new records went into packs
     # of their own as they came

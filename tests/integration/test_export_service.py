@@ -230,7 +230,7 @@ def test_the_streamed_export_equals_the_planned_one(svc, tmp_path, monkeypatch, 
     # The export is written a window of cases at a time; the pure plan has it all at once: the
     # same files and the same manifest, byte for byte, in a directory and in a store
     import caseshelf.services.export_stream as stream
-    from caseshelf.domain.export import plan_export
+    from caseshelf.domain.export_plan import plan_export
 
     monkeypatch.setattr(stream, "CASE_WINDOW", 2)  # several windows for five cases
     monkeypatch.setattr(stream, "ROW_WINDOW", 2)

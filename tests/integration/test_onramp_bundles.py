@@ -13,8 +13,8 @@ from caseshelf.api import dto, import_dto
 from caseshelf.bootstrap import build, load_settings
 from caseshelf.domain.errors import BadRequest, Conflict, NotFound
 from caseshelf.domain.identity import Identity
-from caseshelf.services.bundles import apply_bundle, is_bundle, read_bundle
-from caseshelf.services.loaders import load_dataset
+from caseshelf.services.bundles import apply_bundle, read_bundle
+from caseshelf.services.loaders import is_bundle, load_dataset
 from caseshelf.services.registry import parse_dataset
 from tests.helpers import run_cli
 

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from caseshelf.domain.manifest import Location
 from caseshelf.domain.writeplan import plan_batch, record_spans
-from caseshelf.services.registry import Staged, _write_runs
+from caseshelf.services.registry.staging import Staged
+from caseshelf.services.registry.writer import _write_runs
 from caseshelf.services.storage import PackWriter
 
 pytestmark = pytest.mark.integration

@@ -14,9 +14,9 @@ from caseshelf.domain.export import (
     export_id,
     merge_shared,
     parse_manifest,
-    plan_export,
     render_yaml,
 )
+from caseshelf.domain.export_plan import plan_export
 from caseshelf.domain.paths import case_dir_name, case_id_from_dir
 
 pytestmark = pytest.mark.unit

@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal, TypeVar, cast, overload
 
 from caseshelf.client.refs import parse_ref, parse_version
-from caseshelf.client.transport import Answer, Http, InProcess, Request, Transport
+from caseshelf.client.transport import (
+    Answer,
+    Http,
+    InProcess,
+    Request,
+    Transport,
+    job_error,
+    put_url,
+)
 from caseshelf.domain.errors import BadRequest, Corrupt, NotFound, TooLarge, Upstream
 from caseshelf.domain.paging import MAX_PAGE
 from caseshelf.extras import require
@@ -264,7 +272,6 @@ class Client:
     ) -> JobOut:
         """A dataset document through `POST /uploads` (kind `dataset`) and the job it starts,
         once succeeded; a failed job raises the error the route would have answered."""
-        from caseshelf.client.transport import job_error, put_url
 
         # A fixed name: the id is checked by the job, with the error POST /datasets gives.
         request: dict[str, Any] = {"kind": "dataset", "filename": "dataset.json"}
@@ -305,7 +312,6 @@ class Client:
         in process and over HTTP. The answer and the errors are those of `POST /datasets`
         (`/validate`)."""
         from caseshelf.api.dto import RegisterOut, ValidateOut
-        from caseshelf.client.transport import job_error
 
         p = Path(path)
         if not p.is_file():
@@ -911,8 +917,7 @@ class Client:
     def _rendered(self, started: Answer, request: Request, wait: float) -> Answer:
         """The download route's answer once the job its 202 answered has rendered the
         document."""
-        from caseshelf.api.job_dto import JobOut
-        from caseshelf.client.transport import job_error
+        from caseshelf.api.job_dto import JobOut  # lazy: pydantic, ~0.2 s
 
         job = self.follow_job(self._as(JobOut, started.json()).id, wait=wait)
         if job.state == "failed":
@@ -1310,8 +1315,7 @@ class Client:
         there, which only the embedded store can do (an API writes only into its own bucket;
         copy from there with `pull`)."""
         from caseshelf.api.dto import ExportOut
-        from caseshelf.api.import_dto import JobOut
-        from caseshelf.client.transport import job_error
+        from caseshelf.api.job_dto import JobOut  # lazy: pydantic, ~0.2 s
         from caseshelf.services.pull import current_progress
 
         name, r = parse_ref(ref)
@@ -1432,8 +1436,7 @@ class Client:
     def _job_result(self, path: tuple[str, ...], body: Mapping[str, Any], wait: float) -> Any:
         """POST `body` to a route that answers a job (202, or an answer at once): the job
         followed to its end (`follow_job`) and its result, or the error it failed with."""
-        from caseshelf.api.import_dto import JobOut
-        from caseshelf.client.transport import job_error
+        from caseshelf.api.job_dto import JobOut  # lazy: pydantic, ~0.2 s
 
         answer = self.transport.send(Request("POST", path, {}, _body(body)))
         if answer.status != 202:
@@ -1595,7 +1598,7 @@ class Client:
         return self._as(UploadOut, self.call("POST", "uploads", body=body))
 
     def job(self, job_id: str) -> JobOut:
-        from caseshelf.api.import_dto import JobOut
+        from caseshelf.api.job_dto import JobOut  # lazy: pydantic, ~0.2 s
 
         return self._as(JobOut, self.call("GET", "jobs", job_id))
 
@@ -1649,7 +1652,7 @@ class Client:
         delivers the queued parts to the worker function, one at a time between looks at the
         job; over HTTP the server's workers run them and this looks every
         `JOB_POLL_SECONDS`."""
-        from caseshelf.api.import_dto import JobProgressOut
+        from caseshelf.api.job_dto import JobProgressOut  # lazy: pydantic, ~0.2 s
 
         deadline = time.monotonic() + wait
         told: tuple[int, int, int] | None = None

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import io
 import posixpath
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import orjson
 
+from caseshelf.domain import export_parquet
 from caseshelf.domain.canonical import digest_of
 from caseshelf.domain.errors import BadRequest
 from caseshelf.domain.export import (
@@ -257,7 +258,7 @@ PARQUET_SCHEMA_FIELDS: tuple[tuple[str, str], ...] = (
 
 
 def parquet_schema() -> Any:
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: pyarrow takes ~0.35 s to import
 
     files = pa.list_(
         pa.struct(
@@ -279,7 +280,7 @@ def parquet_table(columns: Mapping[str, list[Any]]) -> Any:
     """Rows given column by column (`ROW_COLUMNS` -> values) as an Arrow table of
     `parquet_schema()`. Each column is converted with its type given (`Table.from_pydict` with a
     schema infers first, then casts: several times slower)."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: pyarrow takes ~0.35 s to import
 
     schema = parquet_schema()
     arrays = [pa.array(columns[f.name], type=f.type) for f in schema]
@@ -288,7 +289,7 @@ def parquet_table(columns: Mapping[str, list[Any]]) -> Any:
 
 def _parquet_bytes(table: Any) -> bytes:
     """The rows as one parquet file (zstd)."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # lazy: pyarrow takes ~0.35 s to import
 
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd")
@@ -483,9 +484,7 @@ def plan_row_window(
 def _window_table(cases: CaseWindow, raw: bytes) -> Any:
     """The parquet rows of a window without companion files: built by Arrow from the records
     where it can (`export_parquet.arrow_rows`), else case by case."""
-    from caseshelf.domain.export_parquet import arrow_rows
-
-    table = arrow_rows(raw, len(cases), parquet_schema())
+    table = export_parquet.arrow_rows(raw, len(cases), parquet_schema())
     if table is None:
         columns: dict[str, list[Any]] = {c: [] for c in ROW_COLUMNS}
         add_parquet_rows(columns, cases.cases(), {})
@@ -720,33 +719,11 @@ def plan_harbor_case(
         verifier_env = {"TEST_DIR": "/tests"} if kind == "terminal-bench" else {}
         add("task.toml", _task_toml(case, verifier_env, task_name(case, org)))
         if "instruction.md" not in tree.files:
-            text = _text_input(case)
-            if text is None:
-                raise BadRequest(
-                    f"case {case_id!r}: a Harbor task needs its instruction text in inputs.user "
-                    "(the case has none, or a file reference)",
-                    case_id=case_id,
-                    field="inputs.user",
-                )
-            add("instruction.md", text.encode("utf-8"))
+            add("instruction.md", _instruction(case))
         if not any(p.startswith("environment/") and p.count("/") == 1 for p in tree.files):
             add("environment/Dockerfile", _dockerfile(case, app_files))
-        truth = (case.get("expectations") or {}).get("ground_truth")
-        cmd = _grader_command(case)
-        if HARBOR_TEST not in tree.files and cmd is not None:
-            add(HARBOR_TEST, _grader_test(cmd), 0o755)
-        elif HARBOR_TEST not in tree.files:
-            if not isinstance(truth, str):
-                raise BadRequest(
-                    f"case {case_id!r}: a Harbor task needs a verifier (tests/test.sh); the case "
-                    "has none and no text ground truth to check an answer against",
-                    case_id=case_id,
-                    field="expectations.ground_truth",
-                )
-            add(HARBOR_TEST, _row_test(case), 0o755)
-            add("tests/reference.txt", truth.encode("utf-8"))
-            if "solution/solve.sh" not in tree.files:
-                add("solution/solve.sh", _row_solution(truth), 0o755)
+        if HARBOR_TEST not in tree.files:
+            _add_verifier(case, tree, add)
     for sf in shared_files:
         dest = f"environment/{sf.dest}"
         problem = export_destination_problem(sf.dest) or tree.clash(dest)
@@ -759,6 +736,42 @@ def plan_harbor_case(
         planned.append(PlannedFile(f"{dirname}/{dest}", sf.digest, sf.size, role=ROLE_SHARED))
     planned.sort(key=lambda f: f.path)
     return CasePlan(case_id, dirname, tuple(planned))
+
+
+def _instruction(case: Mapping[str, Any]) -> bytes:
+    """A generated Harbor task's `instruction.md`: the case's text prompt."""
+    text = _text_input(case)
+    if text is None:
+        raise BadRequest(
+            f"case {case['id']!r}: a Harbor task needs its instruction text in inputs.user "
+            "(the case has none, or a file reference)",
+            case_id=case["id"],
+            field="inputs.user",
+        )
+    return text.encode("utf-8")
+
+
+def _add_verifier(
+    case: Mapping[str, Any], tree: _Tree, add: Callable[[str, bytes, int], None]
+) -> None:
+    """A generated Harbor task's verifier: its grader's command when it has one, else a
+    comparison with its text ground truth (and a solution writing it)."""
+    cmd = _grader_command(case)
+    if cmd is not None:
+        add(HARBOR_TEST, _grader_test(cmd), 0o755)
+        return
+    truth = (case.get("expectations") or {}).get("ground_truth")
+    if not isinstance(truth, str):
+        raise BadRequest(
+            f"case {case['id']!r}: a Harbor task needs a verifier (tests/test.sh); the case "
+            "has none and no text ground truth to check an answer against",
+            case_id=case["id"],
+            field="expectations.ground_truth",
+        )
+    add(HARBOR_TEST, _row_test(case), 0o755)
+    add("tests/reference.txt", truth.encode("utf-8"), 0o644)
+    if "solution/solve.sh" not in tree.files:
+        add("solution/solve.sh", _row_solution(truth), 0o755)
 
 
 def harbor_task(

@@ -58,8 +58,8 @@ def _pieces(values: Any, valid: Any, escapes: list[tuple[str, str]]) -> list[Any
     arrays), for the rows where `valid` holds; None when some such value has no exact text here:
     a type without one (floats, timestamps, nulls, lists of objects or of lists), or an object
     missing a key that others have (read as null)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    import pyarrow as pa  # lazy: pyarrow takes ~0.35 s to import
+    import pyarrow.compute as pc  # lazy: pyarrow takes ~0.35 s to import
 
     kind = values.type
     if pa.types.is_string(kind):
@@ -100,7 +100,7 @@ def _pieces(values: Any, valid: Any, escapes: list[tuple[str, str]]) -> list[Any
 
 def _joined(pieces: list[Any]) -> Any:
     """Pieces (literals and arrays) joined row by row in one pass, adjacent literals merged."""
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # lazy: pyarrow takes ~0.35 s to import
 
     merged: list[Any] = []
     for piece in pieces:
@@ -114,8 +114,8 @@ def _joined(pieces: list[Any]) -> Any:
 def _object_text(table: dict[str, Any], n: int, name: str, escapes: list[tuple[str, str]]) -> Any:
     """The JSON text of the object column `name`, "{}" where a case has none; None when the
     column is not all objects with an exact text."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    import pyarrow as pa  # lazy: pyarrow takes ~0.35 s to import
+    import pyarrow.compute as pc  # lazy: pyarrow takes ~0.35 s to import
 
     if name not in table:
         return pa.repeat("{}", n)
@@ -134,8 +134,8 @@ def _object_text(table: dict[str, Any], n: int, name: str, escapes: list[tuple[s
 
 def _text_field(table: dict[str, Any], n: int, name: str, key: str) -> Any:
     """`name.key` where it is a string, else null (as `row_of`'s `input` and `target`)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    import pyarrow as pa  # lazy: pyarrow takes ~0.35 s to import
+    import pyarrow.compute as pc  # lazy: pyarrow takes ~0.35 s to import
 
     if name in table:
         column = table[name]
@@ -149,14 +149,14 @@ def _text_field(table: dict[str, Any], n: int, name: str, key: str) -> Any:
 
 def _one_array(column: Any) -> Any:
     """A column of the reader's table as one array (it answers a chunk per block read)."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: pyarrow takes ~0.35 s to import
 
     return column.chunk(0) if column.num_chunks == 1 else pa.concat_arrays(column.chunks)
 
 
 def _empty_lists(n: int, kind: Any) -> Any:
     """`n` empty lists of type `kind`."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: pyarrow takes ~0.35 s to import
 
     offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(bytes(4 * (n + 1)))])
     return pa.ListArray.from_arrays(offsets, pa.array([], kind.value_type))
@@ -169,9 +169,9 @@ def arrow_rows(raw: bytes, count: int, schema: Any) -> Any | None:
     case (the parse, the JSON texts and Arrow's conversion of Python lists were most of a
     parquet export's CPU), and Arrow's work runs with the interpreter lock released
     (`bench/bench_export.py`, `export-parquet`)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.json as pj
+    import pyarrow as pa  # lazy: pyarrow takes ~0.35 s to import
+    import pyarrow.compute as pc  # lazy: pyarrow takes ~0.35 s to import
+    import pyarrow.json as pj  # lazy: pyarrow takes ~0.35 s to import
 
     if not count:
         return None

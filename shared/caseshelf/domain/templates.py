@@ -188,6 +188,14 @@ def _make(name: str, args: list[str]) -> Filter:
             return one if v is MISSING or v is None or v == "" else v
 
         return default
+    return _make_value_filter(name, args, one, arity)
+
+
+def _make_value_filter(
+    name: str, args: list[str], one: str, arity: Callable[[int, int], None]
+) -> Filter:
+    """The filters of `_make` that parse, number, letter or pick (`one`: the arguments joined,
+    `arity`: the check of their count)."""
     if name == "json":
         arity(0, 0)
 

@@ -26,29 +26,19 @@ from typing import TYPE_CHECKING, Any
 from caseshelf.domain.errors import BadRequest, CaseshelfError, Conflict
 from caseshelf.domain.notices import notice_message
 from caseshelf.domain.recipe import parse_recipe, recipe_plain
-from caseshelf.services.loaders import dataset_from_document
+from caseshelf.services.loaders import (
+    BUNDLE_KEYS,
+    DATASETS,
+    OTHER_SECTIONS,
+    RECIPES,
+    dataset_from_document,
+)
 from caseshelf.services.registry import parse_dataset
 
 if TYPE_CHECKING:
     from caseshelf.domain.identity import Identity
     from caseshelf.services.recipes import RecipeService
     from caseshelf.services.registry import RegistryService
-
-DATASETS = "datasets"
-RECIPES = "benchmarkRecipes"
-# Sections of an everdict bundle that are not datasets or recipes: reported as skipped.
-OTHER_SECTIONS = ("harnessTemplates", "harnesses", "judges", "rubrics", "models", "runtimes")
-BUNDLE_KEYS = frozenset({"id", "version", "description", DATASETS, RECIPES, *OTHER_SECTIONS})
-
-
-def is_bundle(doc: Any) -> bool:
-    """A document is a bundle when it is an object with a `datasets` or `benchmarkRecipes`
-    list and nothing a dataset document has instead (`cases`, `items`, `kind`)."""
-    if not isinstance(doc, dict) or {"cases", "items", "kind", "apiVersion"} & doc.keys():
-        return False
-    return any(isinstance(doc.get(k), list) for k in (DATASETS, RECIPES)) and (
-        doc.keys() <= BUNDLE_KEYS
-    )
 
 
 @dataclass

@@ -19,22 +19,19 @@ The case id is the directory name, decoded with `case_id_from_dir` (the export's
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from caseshelf.domain.boundedyaml import load_yaml
 from caseshelf.domain.canonical import inline_body
 from caseshelf.domain.errors import BadRequest
 from caseshelf.domain.models import DATASET_ID_PATTERN, BumpKind
 from caseshelf.domain.paths import case_id_from_dir, destination_problem
-from caseshelf.domain.strictjson import loads as strict_loads
+from caseshelf.services.casefiles import case_from_files
+from caseshelf.services.export_tree import export_tree_dataset, is_export_tree
 from caseshelf.services.workspace import (
-    INPUT_FILES,
     EvalConfig,
     Roots,
     SharedSpec,
@@ -43,67 +40,11 @@ from caseshelf.services.workspace import (
     walk_regular,
 )
 
-INPUT_KEYS = ("user", "hitl", "memory_seeds", "session_id", "tool_fixtures")
-ANNOTATIONS_FILE = "annotations.yaml"
-
 
 @dataclass
 class CaseDirDataset:
     body: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
-
-
-def _entry(data: bytes) -> dict[str, str]:
-    return inline_body(data)
-
-
-def _parse(name: str, data: bytes, where: str) -> Any:
-    try:
-        text = data.decode("utf-8")
-        if name.endswith(".json"):
-            return strict_loads(text, where=f"{where}: {name}")
-        return load_yaml(text, timestamps=True)
-    except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise BadRequest(f"{where}: {name} cannot be parsed: {exc}", field=name) from None
-
-
-def case_from_files(case_id: str, files: dict[str, bytes]) -> dict[str, Any]:
-    """The raw case of one case directory, given all of its files (pure)."""
-    where = f"case {case_id!r}"
-    inputs_name = next((n for n in INPUT_FILES if n in files), None)
-    if inputs_name is None:
-        raise BadRequest(
-            f"{where}: no input file ({' / '.join(INPUT_FILES)})", case_id=case_id, field="input"
-        )
-    doc = _parse(inputs_name, files[inputs_name], where)
-    if doc is None:
-        doc = {}
-    if not isinstance(doc, dict):
-        raise BadRequest(f"{where}: {inputs_name} is not a mapping", case_id=case_id)
-    inputs: dict[str, Any] = {}
-    rest: dict[str, Any] = {}
-    for key, value in doc.items():
-        if key == "prompt":
-            if "user" in doc:
-                raise BadRequest(
-                    f"{where}: {inputs_name} has both prompt and user", case_id=case_id
-                )
-            inputs["user"] = value
-        elif key in INPUT_KEYS:
-            inputs[key] = value
-        else:
-            rest[str(key)] = value
-    case: dict[str, Any] = {"id": case_id, "inputs": inputs}
-    if ANNOTATIONS_FILE in files:
-        notes = _parse(ANNOTATIONS_FILE, files[ANNOTATIONS_FILE], where)
-        if notes is not None and not isinstance(notes, dict):
-            raise BadRequest(f"{where}: annotations.yaml is not a mapping", case_id=case_id)
-        if notes:
-            case["expectations"] = {"details": notes}
-    if rest:
-        case["metadata"] = {"input_fields": rest}
-    case["files"] = {path: _entry(files[path]) for path in sorted(files)}
-    return case
 
 
 def _read_case_dir(case_dir: Path, config: EvalConfig, warnings: list[str]) -> dict[str, bytes]:
@@ -141,9 +82,9 @@ def _shared_files(config: EvalConfig, warnings: list[str]) -> list[dict[str, str
             continue
         if real.is_dir():
             for rel, path in walk_regular(real, "", warnings.append, what):
-                out.append({"dest": f"{spec.dest}/{rel}", **_entry(path.read_bytes())})
+                out.append({"dest": f"{spec.dest}/{rel}", **inline_body(path.read_bytes())})
         else:
-            out.append({"dest": spec.dest, **_entry(real.read_bytes())})
+            out.append({"dest": spec.dest, **inline_body(real.read_bytes())})
     return out
 
 
@@ -169,8 +110,6 @@ def build_case_dir_dataset(
     """The registration body of an `eval.yaml` (or its directory) and its case directories;
     a directory holding a case-dirs export is read back as the export's version
     (`caseshelf.services.export_tree`)."""
-    from caseshelf.services.export_tree import export_tree_dataset, is_export_tree
-
     if is_export_tree(Path(path)):
         read = export_tree_dataset(Path(path), dataset=dataset, version=version, bump=bump)
         return CaseDirDataset(*read)

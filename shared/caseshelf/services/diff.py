@@ -218,19 +218,13 @@ class DiffService:
             if path is not None and counts is not None:
                 return replace(empty, path=path, path_matches=len(counts.matching(path)))
             return empty
-        shown = plan
-        if path is not None and counts is not None:
-            chosen = [plan.changed[n] for n in counts.matching(path)]
-            shown = DiffPlan([], [], chosen, plan.unchanged, plan.order_changed, plan.meta)
+        shown = _shown(plan, counts, path)
         changed_pos, added_pos, removed_pos = shown.changed, shown.added, shown.removed
         next_cursor = None
         if paged:
-            stop = start + check_limit(limit)
-            changed_pos, added_pos, removed_pos, more = _page_of(shown, start, stop)
-            if more:
-                next_cursor = encode_diff_position(
-                    base.content_digest, candidate.content_digest, stop
-                )
+            changed_pos, added_pos, removed_pos, next_cursor = _paged(
+                shown, (base, candidate), start, limit
+            )
         counter = _CountingReads(reg.store)
         added, removed, changed = self._entries(
             cast(BlobStore, counter),
@@ -450,6 +444,32 @@ def _index_in(positions: list[int], position: int) -> int:
     """Where the case at `position` of the version is in a part (`ChunkPart.positions` is
     ascending): a search instead of a dict over every case of the part."""
     return bisect_left(positions, position)
+
+
+def _shown(plan: DiffPlan, counts: FieldCounts | None, path: str | None) -> DiffPlan:
+    """The plan whose entries a diff shows: with `path`, only the changed cases with a change
+    at that field path or under it."""
+    if path is None or counts is None:
+        return plan
+    chosen = [plan.changed[n] for n in counts.matching(path)]
+    return DiffPlan([], [], chosen, plan.unchanged, plan.order_changed, plan.meta)
+
+
+def _paged(
+    shown: DiffPlan,
+    pair: tuple[VersionRecord, VersionRecord],
+    start: int,
+    limit: int | None,
+) -> tuple[list[tuple[int, int]], list[int], list[int], str | None]:
+    """The positions of the page from `start` (changed, added, removed) and the cursor of the
+    next page (pinning both versions by content digest), None on the last."""
+    stop = start + check_limit(limit)
+    changed_pos, added_pos, removed_pos, more = _page_of(shown, start, stop)
+    base, candidate = pair
+    nxt = (
+        encode_diff_position(base.content_digest, candidate.content_digest, stop) if more else None
+    )
+    return changed_pos, added_pos, removed_pos, nxt
 
 
 def _page_of(

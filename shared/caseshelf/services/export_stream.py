@@ -4,7 +4,7 @@ Memory does not grow with the version: each window of cases is read, planned, it
 and its manifest entries appended to `manifest.json` (a local file, written as it goes), then
 dropped. The row formats write their row file as they go too (`cases.jsonl` / `samples.jsonl`
 line by line, `cases.parquet` a row group per window). The files and the manifest are those of
-the eager plan (`caseshelf.domain.export.plan_export`), byte for byte, except `cases.parquet`,
+the eager plan (`caseshelf.domain.export_plan.plan_export`), byte for byte, except `cases.parquet`,
 whose row groups follow the windows (the same rows and schema).
 
 Where it goes is a `Sink`:

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from caseshelf.domain.canonical import inline_body
 from caseshelf.domain.errors import BadRequest
 from caseshelf.domain.export import (
     ANNOTATION_KEYS,
@@ -47,6 +49,7 @@ from caseshelf.domain.export import (
     parse_manifest,
 )
 from caseshelf.domain.models import DATASET_ID_PATTERN, BumpKind
+from caseshelf.services.casefiles import case_from_files
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -100,8 +103,6 @@ def case_from_export(
     case_id: str, files: dict[str, bytes], roles: dict[str, str]
 ) -> tuple[dict[str, Any], dict[str, bytes]]:
     """(raw case, shared files by dest) of one exported case directory (pure)."""
-    from caseshelf.services.casedirs import _entry, case_from_files
-
     where = f"case {case_id!r}"
     own = {p: b for p, b in files.items() if p not in roles}
     shared = {p: b for p, b in files.items() if roles.get(p) == ROLE_SHARED}
@@ -113,7 +114,7 @@ def case_from_export(
     else:
         case = {"id": case_id}
         if own:
-            case["files"] = {path: _entry(own[path]) for path in sorted(own)}
+            case["files"] = {path: inline_body(own[path]) for path in sorted(own)}
     if "input" in made:
         inputs = _yaml(made["input"], f"{where}: input.yaml") or {}
         if not isinstance(inputs, dict):
@@ -150,10 +151,6 @@ def export_tree_dataset(
     bump: BumpKind | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """(registration body, warnings) of an export tree."""
-    import re
-
-    from caseshelf.services.casedirs import _entry
-
     manifest = parse_manifest(_read_inside(root, MANIFEST_NAME))
     doc = manifest.doc
     fmt = doc.get("export_format") or FORMAT
@@ -190,7 +187,7 @@ def export_tree_dataset(
         if sf["dest"] not in shared_bodies:
             warnings.append(f"shared file {sf['dest']!r}: no case carries it; left out")
             continue
-        shared_files.append({"dest": sf["dest"], **_entry(shared_bodies[sf["dest"]])})
+        shared_files.append({"dest": sf["dest"], **inline_body(shared_bodies[sf["dest"]])})
     name = dataset or meta.get("id")
     if not isinstance(name, str) or not re.match(DATASET_ID_PATTERN, name):
         name = "export"

@@ -43,6 +43,25 @@ YAML_SUFFIXES = frozenset({".yaml", ".yml"})
 ROW_SUFFIXES = {".csv": "CSV", ".tsv": "TSV", ".parquet": "Parquet"}
 
 
+# The sections of an everdict bundle (`caseshelf.services.bundles`), known here so that a
+# bundle given where one dataset is expected is named as such.
+DATASETS = "datasets"
+RECIPES = "benchmarkRecipes"
+# Sections of an everdict bundle that are not datasets or recipes: reported as skipped.
+OTHER_SECTIONS = ("harnessTemplates", "harnesses", "judges", "rubrics", "models", "runtimes")
+BUNDLE_KEYS = frozenset({"id", "version", "description", DATASETS, RECIPES, *OTHER_SECTIONS})
+
+
+def is_bundle(doc: Any) -> bool:
+    """A document is a bundle when it is an object with a `datasets` or `benchmarkRecipes`
+    list and nothing a dataset document has instead (`cases`, `items`, `kind`)."""
+    if not isinstance(doc, dict) or {"cases", "items", "kind", "apiVersion"} & doc.keys():
+        return False
+    return any(isinstance(doc.get(k), list) for k in (DATASETS, RECIPES)) and (
+        doc.keys() <= BUNDLE_KEYS
+    )
+
+
 def _read_bytes(path: Path) -> bytes:
     try:
         return path.read_bytes()
@@ -319,8 +338,6 @@ def dataset_from_document(doc: Any, path: str | Path) -> tuple[dict[str, Any], l
         elif _stem_id(p):
             raw["id"] = _stem_id(p)
         return raw, codes.codes
-    from caseshelf.services.bundles import is_bundle
-
     if is_bundle(doc):
         raise BadRequest(
             f"{p}: this is a bundle (datasets and recipes together), not one dataset; import it "

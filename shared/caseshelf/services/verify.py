@@ -164,20 +164,8 @@ def _verify_one(store: BlobStore, rec: VersionRecord, report: VerifyReport) -> N
             problem("corrupt", rec.manifest_key, exc.detail)
             return
         if stored.superseded_key:
-            skey = layout.superseded_key(rec.tenant, stored.superseded_key)
-            try:
-                data = store.get(skey)
-            except NotFound:
-                problem("missing", skey, "the superseded copies are missing")
-                return
-            report.objects_checked += 1
-            report.bytes_hashed += len(data)
-            try:
-                if sha256_hex(data) != stored.superseded_key:
-                    raise Corrupt("the superseded copies do not hash to their key")
-                copies = superseded_from_bytes(data)
-            except CaseshelfError as exc:
-                problem("corrupt", skey, exc.detail)
+            copies = _superseded_copies(store, rec.tenant, stored.superseded_key, report, problem)
+            if copies is None:
                 return
             manifest = manifest.with_superseded(list(copies.items()))
         _check_sample_columns(store, rec.tenant, stored, manifest, report, problem)
@@ -299,6 +287,32 @@ def _check_delta(
                 return
     except CaseshelfError as exc:
         problem("corrupt", key, exc.detail)
+
+
+def _superseded_copies(
+    store: BlobStore,
+    tenant: str,
+    hex_key: str,
+    report: VerifyReport,
+    problem: Callable[[str, str, str], None],
+) -> dict[str, Location] | None:
+    """Where the superseded copies a root names (`hex_key`) are, read and checked against
+    their key; None (a problem reported) when they are missing or damaged."""
+    skey = layout.superseded_key(tenant, hex_key)
+    try:
+        data = store.get(skey)
+    except NotFound:
+        problem("missing", skey, "the superseded copies are missing")
+        return None
+    report.objects_checked += 1
+    report.bytes_hashed += len(data)
+    try:
+        if sha256_hex(data) != hex_key:
+            raise Corrupt("the superseded copies do not hash to their key")
+        return superseded_from_bytes(data)
+    except CaseshelfError as exc:
+        problem("corrupt", skey, exc.detail)
+        return None
 
 
 def _read_chunks(

@@ -26,7 +26,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from caseshelf.domain import layout
 from caseshelf.domain.errors import Corrupt, NotFound
@@ -37,11 +37,21 @@ from caseshelf.services.storage import PACK_TARGET_BYTES, check_record
 
 if TYPE_CHECKING:
     from caseshelf.ports import BlobStore
-    from caseshelf.services.registry import RegistryService
 
 # A span: (pack number in the chunk, first byte, byte count, the chunk-local positions it holds,
 # whether those records lie back to back, one newline apart)
 _Span = tuple[int, int, int, list[int], bool]
+
+
+class ChunkSource(Protocol):
+    """What a window is read from: a store, its read plan, and a version's chunks (the
+    registry, `caseshelf.services.registry.RegistryService`, which caches them)."""
+
+    store: BlobStore
+    read_gap: int
+    read_workers: int
+
+    def chunk(self, rec: VersionRecord, number: int) -> Manifest: ...
 
 
 def _chunk_runs(
@@ -174,7 +184,7 @@ class _Read:
 
 
 def _reads(
-    registry: RegistryService,
+    registry: ChunkSource,
     rec: VersionRecord,
     starts: Sequence[int],
     indices: Sequence[int],
@@ -241,7 +251,7 @@ class WholePacks:
 
 
 def window_cases(
-    registry: RegistryService,
+    registry: ChunkSource,
     rec: VersionRecord,
     starts: Sequence[int],
     indices: Sequence[int],
