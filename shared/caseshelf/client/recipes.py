@@ -1,0 +1,75 @@
+"""The client's recipes: register, validate, list, read, tombstone and revive."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from caseshelf.client.base import PAGE_MAX, ClientBase
+from caseshelf.client.refs import parse_ref, parse_version
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from caseshelf.api.dto import (
+        PageOut,
+    )
+    from caseshelf.api.import_dto import (
+        RecipeOut,
+        RecipeRegisterOut,
+        RecipeSummaryOut,
+        RecipeValidateOut,
+        RecipeVersionOut,
+    )
+
+
+class RecipesMixin(ClientBase):
+    """Recipes."""
+
+    def register_recipe(self, recipe: Mapping[str, Any] | BaseModel) -> RecipeRegisterOut:
+        from caseshelf.api.import_dto import RecipeRegisterOut
+
+        return self._as(RecipeRegisterOut, self.call("POST", "recipes", body=recipe))
+
+    def validate_recipe(self, recipe: Mapping[str, Any] | BaseModel) -> RecipeValidateOut:
+        from caseshelf.api.import_dto import RecipeValidateOut
+
+        return self._as(RecipeValidateOut, self.call("POST", "recipes", "validate", body=recipe))
+
+    def list_recipes(
+        self, *, shared: bool = False, cursor: str | None = None, limit: int = 50
+    ) -> PageOut[RecipeSummaryOut]:
+        from caseshelf.api.import_dto import RecipeSummaryOut
+
+        query = {"shared": shared, "cursor": cursor, "limit": limit}
+        return self._page(RecipeSummaryOut, self.call("GET", "recipes", query=query))
+
+    def recipe(self, ref: str) -> RecipeOut:
+        """A recipe (`ID` for its latest version, `ID@VERSION`)."""
+        from caseshelf.api.import_dto import RecipeOut
+
+        name, r = parse_ref(ref)
+        segments = ("recipes", name) if r == "latest" else ("recipes", name, "versions", r)
+        return self._as(RecipeOut, self.call("GET", *segments))
+
+    def recipe_versions(
+        self, name: str, *, include_deleted: bool = False
+    ) -> PageOut[RecipeVersionOut]:
+        from caseshelf.api.import_dto import RecipeVersionOut
+
+        query = {"include_deleted": include_deleted, "limit": PAGE_MAX}
+        data = self.call("GET", "recipes", name, "versions", query=query)
+        return self._page(RecipeVersionOut, data)
+
+    def delete_recipe(self, ref: str) -> RecipeVersionOut:
+        from caseshelf.api.import_dto import RecipeVersionOut
+
+        name, v = parse_version(ref)
+        return self._as(RecipeVersionOut, self.call("DELETE", "recipes", name, "versions", v))
+
+    def revive_recipe(self, ref: str) -> RecipeVersionOut:
+        from caseshelf.api.import_dto import RecipeVersionOut
+
+        name, v = parse_version(ref)
+        data = self.call("POST", "recipes", name, "versions", v, "revive")
+        return self._as(RecipeVersionOut, data)
