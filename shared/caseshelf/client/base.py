@@ -6,17 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from caseshelf.client.transport import (
-    Request,
-    Transport,
-)
+from caseshelf.client.transport import Request, Transport
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from caseshelf.api.dto import (
-        PageOut,
-    )
+    from caseshelf.api.dto import PageOut
 
 
 M = TypeVar("M", bound="BaseModel")
@@ -63,6 +58,6 @@ class ClientBase:
         return model.model_validate(data)
 
     def _page(self, item: type[Any], data: Any) -> PageOut[Any]:
-        from caseshelf.api.dto import PageOut
+        from caseshelf.api.dto import PageOut  # lazy: pydantic, ~0.2 s
 
         return PageOut[item].model_validate(data)  # type: ignore[valid-type]

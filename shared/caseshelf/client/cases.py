@@ -9,25 +9,22 @@ import hashlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+import orjson
+
 from caseshelf.client.base import Progress
 from caseshelf.client.datasets import DatasetsMixin
+from caseshelf.client.downloads import DownloadsMixin
+from caseshelf.client.frames import cases_frame, columns_of, hf_fingerprint, hf_info
+from caseshelf.client.prefetch import Prefetch
 from caseshelf.client.refs import parse_ref
-from caseshelf.client.transport import (
-    Answer,
-    Http,
-    Request,
-)
+from caseshelf.client.transport import Answer, Http, Request
 from caseshelf.domain.errors import Corrupt, Upstream
 from caseshelf.extras import require
 
 if TYPE_CHECKING:
     from caseshelf.api.browse_dto import CaseSearchPageOut, VersionStatsOut
-    from caseshelf.api.dto import (
-        PageOut,
-    )
+    from caseshelf.api.dto import PageOut
     from caseshelf.domain.models import Case
-
-from caseshelf.client.downloads import DownloadsMixin
 
 NEXT_CURSOR_HEADER = "X-Next-Cursor"  # the cases route's (caseshelf.functions.registry)
 
@@ -44,7 +41,7 @@ class CasesMixin(DatasetsMixin, DownloadsMixin):
         include_deleted: bool = False,
     ) -> PageOut[dict[str, Any]]:
         """One page of a version's cases (canonical form), and the cursor of the next."""
-        from caseshelf.api.dto import PageOut
+        from caseshelf.api.dto import PageOut  # lazy: pydantic, ~0.2 s
 
         data = self._cases_page(ref, cursor=cursor, limit=limit, include_deleted=include_deleted)
         return PageOut[dict[str, Any]].model_construct(
@@ -101,7 +98,7 @@ class CasesMixin(DatasetsMixin, DownloadsMixin):
         plain = self._plain_cases(ref, include_deleted, page_size, progress)
         if raw:
             return plain
-        from caseshelf.domain.models import Case
+        from caseshelf.domain.models import Case  # lazy: pydantic, ~0.2 s
 
         return map(Case.model_validate, plain)
 
@@ -148,14 +145,12 @@ class CasesMixin(DatasetsMixin, DownloadsMixin):
             "GET", "datasets", name, "versions", r, "cases", str(position), query=query
         )
         if isinstance(data, dict) and isinstance(data.get("url"), str) and "expires_in" in data:
-            import orjson
-
             data = orjson.loads(self._fetch(data["url"], None, None))
         if not isinstance(data, dict):
             raise Upstream(f"the API answered the case at {position} with no case")
         if raw:
             return data
-        from caseshelf.domain.models import Case
+        from caseshelf.domain.models import Case  # lazy: pydantic, ~0.2 s
 
         return Case.model_validate(data)
 
@@ -196,7 +191,6 @@ class CasesMixin(DatasetsMixin, DownloadsMixin):
         page (`bench/bench_client.py`)."""
         name, r = parse_ref(ref)
         segments = ("datasets", name, "versions", r, "cases")
-        from caseshelf.client.prefetch import Prefetch
 
         def fetch(cursor: str | None) -> Answer:
             query = {"cursor": cursor, "limit": size, "include_deleted": include_deleted}
@@ -224,7 +218,6 @@ class CasesMixin(DatasetsMixin, DownloadsMixin):
         """A version's cases as a pandas DataFrame, one row a case: `inputs` and
         `expectations` spread into flat columns (`inputs.user`, `expectations.ground_truth`),
         other fields as they are. Needs `caseshelf[pandas]`."""
-        from caseshelf.client.frames import cases_frame
 
         return cases_frame(self.cases(ref, include_deleted=include_deleted, raw=True))
 
@@ -236,7 +229,6 @@ class CasesMixin(DatasetsMixin, DownloadsMixin):
         content), and `info` names `ID@VERSION`, the digest and where the version is. Needs
         `caseshelf[hf]`."""
         datasets = require("datasets", "to_hf")
-        from caseshelf.client.frames import columns_of, hf_fingerprint, hf_info
 
         name, _ = parse_ref(ref)
         version = self.get(ref, include_deleted=include_deleted)
@@ -277,7 +269,7 @@ class CasesMixin(DatasetsMixin, DownloadsMixin):
         """One page of a version's cases matching `q` (`by`: `id`, `tag`, `text` or `any`).
         A page searches on from `cursor` within a budget: it may hold fewer than `limit`
         matches and still have a `next_cursor`; `scanned_to` says how far it got."""
-        from caseshelf.api.browse_dto import CaseSearchPageOut
+        from caseshelf.api.browse_dto import CaseSearchPageOut  # lazy: pydantic, ~0.2 s
 
         name, r = parse_ref(ref)
         query = {
@@ -330,7 +322,7 @@ class CasesMixin(DatasetsMixin, DownloadsMixin):
         plain = self._plain_search(ref, q, by, include_deleted, progress)
         if raw:
             return plain
-        from caseshelf.domain.models import Case
+        from caseshelf.domain.models import Case  # lazy: pydantic, ~0.2 s
 
         return map(Case.model_validate, plain)
 
@@ -388,7 +380,7 @@ class CasesMixin(DatasetsMixin, DownloadsMixin):
 
     def stats(self, ref: str, *, include_deleted: bool = False) -> VersionStatsOut:
         """A version's numbers over every case: cases per tag, input lengths, file sizes."""
-        from caseshelf.api.browse_dto import VersionStatsOut
+        from caseshelf.api.browse_dto import VersionStatsOut  # lazy: pydantic, ~0.2 s
 
         name, r = parse_ref(ref)
         query = {"include_deleted": include_deleted}

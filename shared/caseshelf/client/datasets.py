@@ -3,19 +3,19 @@ tombstone and revive."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from caseshelf.client.base import Progress, _body, _drop_none
+from caseshelf.client.frames import frame_to_cases, is_frame
 from caseshelf.client.jobs import JobsMixin, _upload_name
 from caseshelf.client.refs import parse_ref, parse_version
-from caseshelf.client.transport import (
-    Http,
-    job_error,
-    put_url,
-)
+from caseshelf.client.transport import Http, job_error, put_url
 from caseshelf.domain.errors import BadRequest, TooLarge
 
 if TYPE_CHECKING:
@@ -31,9 +31,7 @@ if TYPE_CHECKING:
         ValidateOut,
         VersionOut,
     )
-    from caseshelf.api.import_dto import (
-        JobOut,
-    )
+    from caseshelf.api.import_dto import JobOut
     from caseshelf.api.refs_dto import RefResolvedOut
 
 
@@ -55,17 +53,14 @@ def _large_file(cases: Any) -> bool:
 def _cases_part(cases: Any) -> dict[str, Any]:
     """`cases=` as the part of a dataset document it gives: `{cases: [...]}`, or for a file
     holding a whole document, that document."""
-    from caseshelf.client.frames import frame_to_cases, is_frame
 
     if is_frame(cases):
         return {"cases": frame_to_cases(cases)}
     if isinstance(cases, str | Path):
-        from caseshelf.services.loaders import load_dataset
+        from caseshelf.services.loaders import load_dataset  # lazy: services, pydantic: ~0.2 s
 
         doc, notices = load_dataset(Path(cases))
         for line in notices:
-            import warnings
-
             warnings.warn(line, DeprecationWarning, stacklevel=3)
         return dict(doc)
     if isinstance(cases, Mapping) or not isinstance(cases, Iterable) or isinstance(cases, bytes):
@@ -105,7 +100,6 @@ def _rows_named(cases: Any) -> Iterator[None]:
     """The API names a bad case by its id, index and field; for `cases=` given as a table or a
     list, that index is the row (`row`), and for a table the field's column is named too
     (`column`: `inputs.user` for the field `inputs.user.str`)."""
-    from caseshelf.client.frames import is_frame
 
     try:
         yield
@@ -159,7 +153,7 @@ class DatasetsMixin(JobsMixin):
         it is sent. In process nothing caps the size. A `cases` file larger than
         `STREAM_FILE_BYTES` (with no `description`, `tags` or `shared_files` beside it) is
         registered from the file as it is (`register_file`), so no side holds all of it."""
-        from caseshelf.api.dto import RegisterOut
+        from caseshelf.api.dto import RegisterOut  # lazy: pydantic, ~0.2 s
 
         if (
             _large_file(cases)
@@ -195,12 +189,10 @@ class DatasetsMixin(JobsMixin):
     def _register(
         self, doc: dict[str, Any], progress: Progress | None, total: Progress | None, wait: float
     ) -> RegisterOut:
-        from caseshelf.api.dto import RegisterOut
+        from caseshelf.api.dto import RegisterOut  # lazy: pydantic, ~0.2 s
 
         http = self.transport if isinstance(self.transport, Http) else None
         if http is not None:
-            import orjson
-
             data = orjson.dumps(doc)
             if not http.fits(data):
                 return self._register_uploaded(data, progress, total, wait)
@@ -223,7 +215,7 @@ class DatasetsMixin(JobsMixin):
         """`register` through `POST /uploads` (kind `dataset`): the document is PUT to the
         upload URL and the server's job registers it as `POST /datasets` would; a failed job
         raises the error the route would have answered."""
-        from caseshelf.api.dto import RegisterOut
+        from caseshelf.api.dto import RegisterOut  # lazy: pydantic, ~0.2 s
 
         job = self._upload_document(data, progress, total, wait)
         return self._as(RegisterOut, job.result)
@@ -278,7 +270,7 @@ class DatasetsMixin(JobsMixin):
         time, so neither side holds the whole file: the way in for files of any size, the same
         in process and over HTTP. The answer and the errors are those of `POST /datasets`
         (`/validate`)."""
-        from caseshelf.api.dto import RegisterOut, ValidateOut
+        from caseshelf.api.dto import RegisterOut, ValidateOut  # lazy: pydantic, ~0.2 s
 
         p = Path(path)
         if not p.is_file():
@@ -316,7 +308,7 @@ class DatasetsMixin(JobsMixin):
     ) -> ValidateOut:
         """What `register` would do with the same arguments, storing nothing (over HTTP, a
         document above the body limit is checked through a `dataset` upload with `dry_run`)."""
-        from caseshelf.api.dto import ValidateOut
+        from caseshelf.api.dto import ValidateOut  # lazy: pydantic, ~0.2 s
 
         doc = self.dataset_document(
             dataset,
@@ -332,7 +324,6 @@ class DatasetsMixin(JobsMixin):
             http = self.transport if isinstance(self.transport, Http) else None
             if http is None:
                 return self._as(ValidateOut, self.call("POST", "datasets", "validate", body=doc))
-            import orjson
 
             data = orjson.dumps(doc)
             if http.fits(data):
@@ -408,14 +399,14 @@ class DatasetsMixin(JobsMixin):
         self, *, shared: bool = False, cursor: str | None = None, limit: int = 50
     ) -> PageOut[DatasetOut]:
         """One page of datasets."""
-        from caseshelf.api.dto import DatasetOut
+        from caseshelf.api.dto import DatasetOut  # lazy: pydantic, ~0.2 s
 
         query = {"shared": shared, "cursor": cursor, "limit": limit}
         return self._page(DatasetOut, self.call("GET", "datasets", query=query))
 
     def dataset(self, name: str) -> DatasetOut:
         """One dataset's summary (latest version, counts)."""
-        from caseshelf.api.dto import DatasetOut
+        from caseshelf.api.dto import DatasetOut  # lazy: pydantic, ~0.2 s
 
         return self._as(DatasetOut, self.call("GET", "datasets", name))
 
@@ -439,14 +430,14 @@ class DatasetsMixin(JobsMixin):
         cursor: str | None = None,
         limit: int = 100,
     ) -> PageOut[VersionOut]:
-        from caseshelf.api.dto import VersionOut
+        from caseshelf.api.dto import VersionOut  # lazy: pydantic, ~0.2 s
 
         query = {"include_deleted": include_deleted, "cursor": cursor, "limit": limit}
         return self._page(VersionOut, self.call("GET", "datasets", name, "versions", query=query))
 
     def get(self, ref: str, *, include_deleted: bool = False) -> VersionOut:
         """One version's metadata: version, content_digest, case_count, produced_by, ..."""
-        from caseshelf.api.dto import VersionOut
+        from caseshelf.api.dto import VersionOut  # lazy: pydantic, ~0.2 s
 
         name, r = parse_ref(ref)
         query = {"include_deleted": include_deleted}
@@ -454,7 +445,7 @@ class DatasetsMixin(JobsMixin):
 
     def me(self) -> MeOut:
         """Who the API takes you for: tenant, principal, roles, and what they allow."""
-        from caseshelf.api.browse_dto import MeOut
+        from caseshelf.api.browse_dto import MeOut  # lazy: pydantic, ~0.2 s
 
         return self._as(MeOut, self.call("GET", "me"))
 
@@ -462,7 +453,7 @@ class DatasetsMixin(JobsMixin):
         """Point `tags` at a version (`ID@VERSION`): each tag moves there from wherever it
         pointed, since a tag names at most one version. `.moves` says what moved from where,
         `.version` is the version after."""
-        from caseshelf.api.dto import TagMovesOut
+        from caseshelf.api.dto import TagMovesOut  # lazy: pydantic, ~0.2 s
 
         name, v = parse_version(ref)
         body = {"version": v, "tags": list(tags)}
@@ -470,7 +461,7 @@ class DatasetsMixin(JobsMixin):
 
     def untag(self, name: str, tags: list[str]) -> TagMovesOut:
         """Remove `tags` of dataset `name` (each pointed at no version after)."""
-        from caseshelf.api.dto import TagMovesOut
+        from caseshelf.api.dto import TagMovesOut  # lazy: pydantic, ~0.2 s
 
         moves: list[Any] = []
         for tag in tags:
@@ -481,7 +472,7 @@ class DatasetsMixin(JobsMixin):
     def set_tags(self, ref: str, tags: list[str]) -> VersionOut:
         """Replace a version's tags (`ID@VERSION`): each named tag moves here, each other tag
         it had is removed; `[]` clears them."""
-        from caseshelf.api.dto import VersionOut
+        from caseshelf.api.dto import VersionOut  # lazy: pydantic, ~0.2 s
 
         name, v = parse_version(ref)
         data = self.call("PUT", "datasets", name, "versions", v, "tags", body={"tags": list(tags)})
@@ -489,7 +480,7 @@ class DatasetsMixin(JobsMixin):
 
     def tags(self, name: str) -> TagsOut:
         """Where each tag of dataset `name` points, and its moves, newest first."""
-        from caseshelf.api.dto import TagsOut
+        from caseshelf.api.dto import TagsOut  # lazy: pydantic, ~0.2 s
 
         return self._as(TagsOut, self.call("GET", "datasets", name, "tags"))
 
@@ -500,7 +491,7 @@ class DatasetsMixin(JobsMixin):
         or `{ref, version, digest}` to have the version it was pinned to answered as well
         (`pinned`, tombstoned ones included). One answer a ref, in order: its `version` or its
         `problem`, and `moved` (the tag's last move) when the ref is a tag."""
-        from caseshelf.api.refs_dto import RefsResolveOut
+        from caseshelf.api.refs_dto import RefsResolveOut  # lazy: pydantic, ~0.2 s
 
         queries = [{"ref": r} if isinstance(r, str) else dict(r) for r in refs]
         out: list[RefResolvedOut] = []
@@ -513,14 +504,14 @@ class DatasetsMixin(JobsMixin):
 
     def delete(self, ref: str) -> VersionOut:
         """Tombstone a version (`ID@VERSION`): hidden, content kept; `revive` undoes it."""
-        from caseshelf.api.dto import VersionOut
+        from caseshelf.api.dto import VersionOut  # lazy: pydantic, ~0.2 s
 
         name, v = parse_version(ref)
         return self._as(VersionOut, self.call("DELETE", "datasets", name, "versions", v))
 
     def revive(self, ref: str) -> VersionOut:
         """Restore a tombstoned version (`ID@VERSION`)."""
-        from caseshelf.api.dto import VersionOut
+        from caseshelf.api.dto import VersionOut  # lazy: pydantic, ~0.2 s
 
         name, v = parse_version(ref)
         return self._as(VersionOut, self.call("POST", "datasets", name, "versions", v, "revive"))

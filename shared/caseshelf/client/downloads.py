@@ -3,6 +3,8 @@ time."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,13 +13,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from caseshelf.client.base import Progress
 from caseshelf.client.jobs import JobsMixin
 from caseshelf.client.refs import parse_ref
-from caseshelf.client.transport import (
-    Answer,
-    Http,
-    InProcess,
-    Request,
-    job_error,
-)
+from caseshelf.client.transport import Answer, Http, InProcess, Request, job_error
 from caseshelf.domain.errors import Upstream
 
 if TYPE_CHECKING:
@@ -75,8 +71,6 @@ def _target(to: str | Path | None, filename: str) -> Path | None:
 def _write_whole(target: Path, pieces: Iterable[bytes]) -> None:
     """Write `pieces` to `target` through a temporary file beside it, renamed into place only
     once complete: a failed download leaves no partial file that looks whole."""
-    import os
-    import tempfile
 
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path())
     try:
@@ -104,7 +98,7 @@ def safe_filename(name: object, default: str) -> str:
 def _disposition_name(value: str | None, default: str) -> str:
     if not value:
         return default
-    from email.message import Message
+    from email.message import Message  # lazy: ~8 ms, a tenth of the client
 
     msg = Message()
     msg["content-disposition"] = value

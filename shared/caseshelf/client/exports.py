@@ -9,19 +9,13 @@ from typing import TYPE_CHECKING, Any
 from caseshelf.client.base import _body
 from caseshelf.client.downloads import DownloadsMixin
 from caseshelf.client.refs import parse_ref
-from caseshelf.client.transport import (
-    InProcess,
-    Request,
-    job_error,
-)
+from caseshelf.client.transport import InProcess, Request, job_error
 from caseshelf.domain.errors import BadRequest, NotFound, Upstream
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from caseshelf.api.dto import (
-        ExportOut,
-    )
+    from caseshelf.api.dto import ExportOut
     from caseshelf.services.pull import Progress as PullProgress
 
 
@@ -50,9 +44,9 @@ class ExportsMixin(DownloadsMixin):
         directory: unpacked there, verified against its manifest. `s3://bucket/prefix`: written
         there, which only the embedded store can do (an API writes only into its own bucket;
         copy from there with `pull`)."""
-        from caseshelf.api.dto import ExportOut
+        from caseshelf.api.dto import ExportOut  # lazy: pydantic, ~0.2 s
         from caseshelf.api.job_dto import JobOut  # lazy: pydantic, ~0.2 s
-        from caseshelf.services.pull import current_progress
+        from caseshelf.services.pull import current_progress  # lazy: services, pydantic: ~0.2 s
 
         name, r = parse_ref(ref)
         request = dict(_body(body) or {})
@@ -80,7 +74,7 @@ class ExportsMixin(DownloadsMixin):
             out = self._as(ExportOut, answer.json())
         if target is None:
             return out
-        from caseshelf.services.pull import install_bundle
+        from caseshelf.services.pull import install_bundle  # lazy: services, pydantic: ~0.2 s
 
         if not out.bundle_url:
             raise Upstream("the API answered no bundle URL to download the export from")
@@ -95,9 +89,9 @@ class ExportsMixin(DownloadsMixin):
         """An export to a destination of the caller's choosing: the API has none (its exports
         go to its own bucket), so in process the export service writes there itself, with the
         request the route would validate."""
-        from caseshelf.api import dto
-        from caseshelf.domain.envelope import parse_model
-        from caseshelf.services.exports import ExportRequest
+        from caseshelf.api import dto  # lazy: pydantic, ~0.2 s
+        from caseshelf.domain.envelope import parse_model  # lazy: pydantic, ~0.2 s
+        from caseshelf.services.exports import ExportRequest  # lazy: services, pydantic: ~0.2 s
 
         transport = self.transport
         assert isinstance(transport, InProcess)
@@ -121,9 +115,12 @@ class ExportsMixin(DownloadsMixin):
         """Download an export (`s3://bucket/prefix`, as `export` answers it) into `dest`,
         verified against its manifest. Needs S3 access only (the usual AWS settings), not the
         API. `progress` is told the totals, then each file as it lands."""
-        from caseshelf.bootstrap import load_settings, s3_store
-        from caseshelf.services.exports import parse_s3_url
-        from caseshelf.services.pull import pull
+        from caseshelf.bootstrap import (  # lazy: services, pydantic: ~0.2 s
+            load_settings,
+            s3_store,
+        )
+        from caseshelf.services.exports import parse_s3_url  # lazy: services, pydantic: ~0.2 s
+        from caseshelf.services.pull import pull  # lazy: services, pydantic: ~0.2 s
 
         settings = (
             self.transport.settings if isinstance(self.transport, InProcess) else load_settings()

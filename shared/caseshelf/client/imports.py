@@ -13,9 +13,7 @@ from caseshelf.client.jobs import JobsMixin
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from caseshelf.api.dto import (
-        TaskImportOut,
-    )
+    from caseshelf.api.dto import TaskImportOut
     from caseshelf.api.import_dto import (
         BenchmarkOut,
         BundleOut,
@@ -43,7 +41,7 @@ class ImportsMixin(JobsMixin):
         `s3=...`, `upload_id=...` or `archive_base64=...`. The API imports them as a job: this
         follows it (at most `wait` seconds) and answers what it registered, or raises the
         error it failed with (an invalid task named, a limit)."""
-        from caseshelf.api.dto import TaskImportOut
+        from caseshelf.api.dto import TaskImportOut  # lazy: pydantic, ~0.2 s
 
         request = dict(_body(body) or {})
         request.update(fields)
@@ -64,7 +62,7 @@ class ImportsMixin(JobsMixin):
 
         `recipe`: a recipe id (registered or catalog), `{id, version}`, or a whole recipe.
         `source`: overrides the recipe's (`{kind, url, ...}`, or a URL/path string)."""
-        from caseshelf.api.import_dto import ImportOut
+        from caseshelf.api.import_dto import ImportOut  # lazy: pydantic, ~0.2 s
 
         body = self._import_body(source, recipe, dataset, version, bump, limit, fields)
         return self._as(ImportOut, self.call("POST", "benchmarks", "import", body=body))
@@ -73,7 +71,7 @@ class ImportsMixin(JobsMixin):
         self, source: Any = None, *, recipe: Any, limit: int | None = None, **fields: Any
     ) -> PreviewOut:
         """The first rows of a source, the fields found and the cases they would become."""
-        from caseshelf.api.import_dto import PreviewOut
+        from caseshelf.api.import_dto import PreviewOut  # lazy: pydantic, ~0.2 s
 
         body = self._import_body(source, recipe, None, None, None, limit, fields)
         return self._as(PreviewOut, self.call("POST", "benchmarks", "preview", body=body))
@@ -101,31 +99,31 @@ class ImportsMixin(JobsMixin):
 
     def benchmarks(self) -> list[BenchmarkOut]:
         """The catalog's benchmarks."""
-        from caseshelf.api.import_dto import BenchmarkOut
+        from caseshelf.api.import_dto import BenchmarkOut  # lazy: pydantic, ~0.2 s
 
         return list(self._page(BenchmarkOut, self.call("GET", "benchmarks")).items)
 
     def publish_catalog(self) -> list[RecipeRegisterOut]:
         """Register the catalog's recipes into `_shared` (a `_shared` admin only)."""
-        from caseshelf.api.import_dto import RecipeRegisterOut
+        from caseshelf.api.import_dto import RecipeRegisterOut  # lazy: pydantic, ~0.2 s
 
         data = self.call("POST", "benchmarks", "publish")
         return list(self._page(RecipeRegisterOut, data).items)
 
     def hf_search(self, q: str, *, limit: int = 20) -> list[HfDatasetOut]:
-        from caseshelf.api.import_dto import HfDatasetOut
+        from caseshelf.api.import_dto import HfDatasetOut  # lazy: pydantic, ~0.2 s
 
         data = self.call("GET", "benchmarks", "hf", "search", query={"q": q, "limit": limit})
         return list(self._page(HfDatasetOut, data).items)
 
     def hf_splits(self, dataset: str) -> list[HfSplitOut]:
-        from caseshelf.api.import_dto import HfSplitOut
+        from caseshelf.api.import_dto import HfSplitOut  # lazy: pydantic, ~0.2 s
 
         data = self.call("GET", "benchmarks", "hf", "splits", query={"dataset": dataset})
         return list(self._page(HfSplitOut, data).items)
 
     def hf_files(self, dataset: str, *, revision: str | None = None) -> HfFilesOut:
-        from caseshelf.api.import_dto import HfFilesOut
+        from caseshelf.api.import_dto import HfFilesOut  # lazy: pydantic, ~0.2 s
 
         query = {"dataset": dataset, "revision": revision}
         return self._as(HfFilesOut, self.call("GET", "benchmarks", "hf", "files", query=query))
@@ -134,10 +132,10 @@ class ImportsMixin(JobsMixin):
         """Import an everdict bundle: the document, or the path of its JSON or YAML file. Every
         dataset and recipe is validated before any is registered; the answer gives each item's
         outcome (`registered`, `unchanged`, `conflict`)."""
-        from caseshelf.api.import_dto import BundleOut
+        from caseshelf.api.import_dto import BundleOut  # lazy: pydantic, ~0.2 s
 
         if isinstance(bundle, str | Path):
-            from caseshelf.services.loaders import read_document
+            from caseshelf.services.loaders import read_document  # lazy: services, pydantic: ~0.2 s
 
             bundle = read_document(Path(bundle))
         return self._as(BundleOut, self.call("POST", "bundles", body=bundle))

@@ -3,26 +3,20 @@ job followed to its end."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from caseshelf.client.base import ClientBase, Progress, _body
-from caseshelf.client.transport import (
-    InProcess,
-    Request,
-    job_error,
-)
+from caseshelf.client.transport import InProcess, Request, job_error, put_url
 from caseshelf.domain.errors import BadRequest, Upstream
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from caseshelf.api.import_dto import (
-        JobOut,
-        UploadOut,
-    )
+    from caseshelf.api.import_dto import JobOut, UploadOut
     from caseshelf.services.pull import Progress as PullProgress
 
 
@@ -31,7 +25,6 @@ JOB_POLL_SECONDS = 0.5
 
 def _upload_name(path: Path, default: str) -> str:
     """The file's name as an upload may carry it: letters, digits, `.`, `_` and `-`."""
-    import re
 
     return re.sub(r"[^A-Za-z0-9._-]", "-", path.name).lstrip(".-") or default
 
@@ -67,7 +60,7 @@ class JobsMixin(ClientBase):
 
     def create_upload(self, body: Mapping[str, Any] | BaseModel) -> UploadOut:
         """`POST /uploads`: a presigned URL to PUT a file to, and the job that imports it."""
-        from caseshelf.api.import_dto import UploadOut
+        from caseshelf.api.import_dto import UploadOut  # lazy: pydantic, ~0.2 s
 
         return self._as(UploadOut, self.call("POST", "uploads", body=body))
 
@@ -109,7 +102,6 @@ class JobsMixin(ClientBase):
     def _put_file(self, url: str, path: Path, progress: Progress | None) -> None:
         """Send the file at `path` to an upload URL, 1 MiB at a time (`progress(n)` per piece):
         served by this transport itself for an embedded store's URL, else PUT over HTTP."""
-        from caseshelf.client.transport import put_url
 
         size = path.stat().st_size
         with path.open("rb") as fh:

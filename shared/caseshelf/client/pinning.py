@@ -23,7 +23,7 @@ class PinsMixin(CompareMixin):
         """The verified local cache of versions by content digest (`CASESHELF_CACHE`, else the
         user cache directory; `CASESHELF_CACHE_MAX` bounds it). Assign another to use it."""
         if self._cache is None:
-            from caseshelf.client.cache import Cache
+            from caseshelf.client.cache import Cache  # lazy: pydantic, ~0.2 s
 
             self._cache = Cache.from_env()
         return self._cache
@@ -35,7 +35,7 @@ class PinsMixin(CompareMixin):
     def pins(self, lock: str | Path | None = None) -> Pins:
         """The lock file at `lock` (default: the nearest `caseshelf.lock`, see
         `caseshelf.client.pins.find_lock`) on this registry and this client's cache."""
-        from caseshelf.client.pins import Pins
+        from caseshelf.client.pins import Pins  # lazy: pydantic, ~0.2 s
 
         return Pins(self, lock, self.cache)
 
@@ -54,7 +54,7 @@ class PinsMixin(CompareMixin):
         """Pin `ref` in the lock file as `name` (default the dataset id): the version it
         resolves to and its content digest; with `ids`/`tags`/`limit`/`sample`, that subset of
         it (as `subset` selects it, stamped)."""
-        from caseshelf.client.pins import selection_of
+        from caseshelf.client.pins import selection_of  # lazy: pydantic, ~0.2 s
 
         sel = selection_of(ids=ids, tags=tags, limit=limit, sample=sample, seed=seed)
         return self.pins(lock).pin(ref, name=name, selection=sel)

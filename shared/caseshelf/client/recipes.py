@@ -11,9 +11,7 @@ from caseshelf.client.refs import parse_ref, parse_version
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from caseshelf.api.dto import (
-        PageOut,
-    )
+    from caseshelf.api.dto import PageOut
     from caseshelf.api.import_dto import (
         RecipeOut,
         RecipeRegisterOut,
@@ -27,26 +25,26 @@ class RecipesMixin(ClientBase):
     """Recipes."""
 
     def register_recipe(self, recipe: Mapping[str, Any] | BaseModel) -> RecipeRegisterOut:
-        from caseshelf.api.import_dto import RecipeRegisterOut
+        from caseshelf.api.import_dto import RecipeRegisterOut  # lazy: pydantic, ~0.2 s
 
         return self._as(RecipeRegisterOut, self.call("POST", "recipes", body=recipe))
 
     def validate_recipe(self, recipe: Mapping[str, Any] | BaseModel) -> RecipeValidateOut:
-        from caseshelf.api.import_dto import RecipeValidateOut
+        from caseshelf.api.import_dto import RecipeValidateOut  # lazy: pydantic, ~0.2 s
 
         return self._as(RecipeValidateOut, self.call("POST", "recipes", "validate", body=recipe))
 
     def list_recipes(
         self, *, shared: bool = False, cursor: str | None = None, limit: int = 50
     ) -> PageOut[RecipeSummaryOut]:
-        from caseshelf.api.import_dto import RecipeSummaryOut
+        from caseshelf.api.import_dto import RecipeSummaryOut  # lazy: pydantic, ~0.2 s
 
         query = {"shared": shared, "cursor": cursor, "limit": limit}
         return self._page(RecipeSummaryOut, self.call("GET", "recipes", query=query))
 
     def recipe(self, ref: str) -> RecipeOut:
         """A recipe (`ID` for its latest version, `ID@VERSION`)."""
-        from caseshelf.api.import_dto import RecipeOut
+        from caseshelf.api.import_dto import RecipeOut  # lazy: pydantic, ~0.2 s
 
         name, r = parse_ref(ref)
         segments = ("recipes", name) if r == "latest" else ("recipes", name, "versions", r)
@@ -55,20 +53,20 @@ class RecipesMixin(ClientBase):
     def recipe_versions(
         self, name: str, *, include_deleted: bool = False
     ) -> PageOut[RecipeVersionOut]:
-        from caseshelf.api.import_dto import RecipeVersionOut
+        from caseshelf.api.import_dto import RecipeVersionOut  # lazy: pydantic, ~0.2 s
 
         query = {"include_deleted": include_deleted, "limit": PAGE_MAX}
         data = self.call("GET", "recipes", name, "versions", query=query)
         return self._page(RecipeVersionOut, data)
 
     def delete_recipe(self, ref: str) -> RecipeVersionOut:
-        from caseshelf.api.import_dto import RecipeVersionOut
+        from caseshelf.api.import_dto import RecipeVersionOut  # lazy: pydantic, ~0.2 s
 
         name, v = parse_version(ref)
         return self._as(RecipeVersionOut, self.call("DELETE", "recipes", name, "versions", v))
 
     def revive_recipe(self, ref: str) -> RecipeVersionOut:
-        from caseshelf.api.import_dto import RecipeVersionOut
+        from caseshelf.api.import_dto import RecipeVersionOut  # lazy: pydantic, ~0.2 s
 
         name, v = parse_version(ref)
         data = self.call("POST", "recipes", name, "versions", v, "revive")
