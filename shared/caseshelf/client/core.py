@@ -8,8 +8,9 @@ in process and over HTTP.
 The methods live in one module an area, each a mixin on `caseshelf.client.base.ClientBase`,
 layered so that each uses only those below it: `jobs` (uploads and jobs), `downloads`,
 `datasets` (datasets and their versions), `cases`, `compare` (subset and diff), `pinning`
-(the lock file and the local cache), `exports`, `imports` and `recipes`. `Client` is their
-front.
+(the lock file and the local cache), `exports`, `imports` and `recipes`; what datasets and
+recipes share (listing, tombstoning, reviving a version) is written once, in `versioned`.
+`Client` is their front.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from caseshelf.client.frames import frame_to_cases, is_frame
 from caseshelf.client.jobs import JobsMixin, _upload_name
 from caseshelf.client.refs import parse_ref, parse_version
 from caseshelf.client.transport import Http, job_error, put_url
+from caseshelf.client.versioned import VersionedMixin
 from caseshelf.domain.errors import BadRequest, TooLarge
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def _rows_named(cases: Any) -> Iterator[None]:
         raise BadRequest(f"row {index}, column {column!r}: {exc.detail}", **named) from None
 
 
-class DatasetsMixin(JobsMixin):
+class DatasetsMixin(JobsMixin, VersionedMixin):
     """Datasets and their versions."""
 
     def register(
@@ -401,8 +402,7 @@ class DatasetsMixin(JobsMixin):
         """One page of datasets."""
         from caseshelf.api.dto import DatasetOut  # lazy: pydantic, ~0.2 s
 
-        query = {"shared": shared, "cursor": cursor, "limit": limit}
-        return self._page(DatasetOut, self.call("GET", "datasets", query=query))
+        return self._listed("datasets", DatasetOut, shared, cursor, limit)
 
     def dataset(self, name: str) -> DatasetOut:
         """One dataset's summary (latest version, counts)."""
@@ -432,8 +432,7 @@ class DatasetsMixin(JobsMixin):
     ) -> PageOut[VersionOut]:
         from caseshelf.api.dto import VersionOut  # lazy: pydantic, ~0.2 s
 
-        query = {"include_deleted": include_deleted, "cursor": cursor, "limit": limit}
-        return self._page(VersionOut, self.call("GET", "datasets", name, "versions", query=query))
+        return self._versions_page("datasets", VersionOut, name, include_deleted, cursor, limit)
 
     def get(self, ref: str, *, include_deleted: bool = False) -> VersionOut:
         """One version's metadata: version, content_digest, case_count, produced_by, ..."""
@@ -506,12 +505,10 @@ class DatasetsMixin(JobsMixin):
         """Tombstone a version (`ID@VERSION`): hidden, content kept; `revive` undoes it."""
         from caseshelf.api.dto import VersionOut  # lazy: pydantic, ~0.2 s
 
-        name, v = parse_version(ref)
-        return self._as(VersionOut, self.call("DELETE", "datasets", name, "versions", v))
+        return self._tombstone("datasets", VersionOut, ref)
 
     def revive(self, ref: str) -> VersionOut:
         """Restore a tombstoned version (`ID@VERSION`)."""
         from caseshelf.api.dto import VersionOut  # lazy: pydantic, ~0.2 s
 
-        name, v = parse_version(ref)
-        return self._as(VersionOut, self.call("POST", "datasets", name, "versions", v, "revive"))
+        return self._revive("datasets", VersionOut, ref)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from caseshelf.client.base import PAGE_MAX, ClientBase
-from caseshelf.client.refs import parse_ref, parse_version
+from caseshelf.client.base import PAGE_MAX
+from caseshelf.client.refs import parse_ref
+from caseshelf.client.versioned import VersionedMixin
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     )
 
 
-class RecipesMixin(ClientBase):
+class RecipesMixin(VersionedMixin):
     """Recipes."""
 
     def register_recipe(self, recipe: Mapping[str, Any] | BaseModel) -> RecipeRegisterOut:
@@ -39,8 +40,7 @@ class RecipesMixin(ClientBase):
     ) -> PageOut[RecipeSummaryOut]:
         from caseshelf.api.import_dto import RecipeSummaryOut  # lazy: pydantic, ~0.2 s
 
-        query = {"shared": shared, "cursor": cursor, "limit": limit}
-        return self._page(RecipeSummaryOut, self.call("GET", "recipes", query=query))
+        return self._listed("recipes", RecipeSummaryOut, shared, cursor, limit)
 
     def recipe(self, ref: str) -> RecipeOut:
         """A recipe (`ID` for its latest version, `ID@VERSION`)."""
@@ -55,19 +55,16 @@ class RecipesMixin(ClientBase):
     ) -> PageOut[RecipeVersionOut]:
         from caseshelf.api.import_dto import RecipeVersionOut  # lazy: pydantic, ~0.2 s
 
-        query = {"include_deleted": include_deleted, "limit": PAGE_MAX}
-        data = self.call("GET", "recipes", name, "versions", query=query)
-        return self._page(RecipeVersionOut, data)
+        return self._versions_page(
+            "recipes", RecipeVersionOut, name, include_deleted, None, PAGE_MAX
+        )
 
     def delete_recipe(self, ref: str) -> RecipeVersionOut:
         from caseshelf.api.import_dto import RecipeVersionOut  # lazy: pydantic, ~0.2 s
 
-        name, v = parse_version(ref)
-        return self._as(RecipeVersionOut, self.call("DELETE", "recipes", name, "versions", v))
+        return self._tombstone("recipes", RecipeVersionOut, ref)
 
     def revive_recipe(self, ref: str) -> RecipeVersionOut:
         from caseshelf.api.import_dto import RecipeVersionOut  # lazy: pydantic, ~0.2 s
 
-        name, v = parse_version(ref)
-        data = self.call("POST", "recipes", name, "versions", v, "revive")
-        return self._as(RecipeVersionOut, data)
+        return self._revive("recipes", RecipeVersionOut, ref)
