@@ -196,7 +196,6 @@ LONG_FUNCTIONS: frozenset[str] = frozenset(
         "domain/mapping.py:RowMapper._compile_build",
         "domain/mapping.py:RowMapper._compile_build.build",
         "domain/tasks.py:harbor_case",
-        "services/pull.py:pull",
     }
 )
 
