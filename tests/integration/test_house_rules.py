@@ -195,7 +195,6 @@ LONG_FUNCTIONS: frozenset[str] = frozenset(
         "domain/legacy.py:_fold_item",
         "domain/mapping.py:RowMapper._compile_build",
         "domain/mapping.py:RowMapper._compile_build.build",
-        "domain/tasks.py:harbor_case",
     }
 )
 
