@@ -192,8 +192,6 @@ LONG_FUNCTIONS: frozenset[str] = frozenset(
         "cli/subset.py:register_commands.diff",
         "cli/tasks.py:register_commands",
         "cli/tasks.py:register_commands.import_tasks",
-        "domain/mapping.py:RowMapper._compile_build",
-        "domain/mapping.py:RowMapper._compile_build.build",
     }
 )
 
