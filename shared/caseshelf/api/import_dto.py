@@ -13,7 +13,7 @@ from caseshelf.domain.recipe import Recipe, recipe_plain
 from caseshelf.domain.versions import VersionRecord
 from caseshelf.services.bundles import BundleItem, BundlePlan
 from caseshelf.services.imports import ImportResult, Preview
-from caseshelf.services.jobs import Upload
+from caseshelf.services.jobs import QUEUED_SUBSET, Upload
 from caseshelf.services.recipes import (
     RecipeRegistered,
     RecipeSummary,
@@ -144,11 +144,20 @@ class TaskProgressOut(Wire):
     tasks_mapped: int = Field(ge=0)
 
 
+class SubsetProgressOut(Wire):
+    """How far a subset job (`register_as`) is: the cases selected (known once the selection
+    is decided) and those registered in the derived version (all of them, once it is)."""
+
+    cases_selected: int = Field(ge=0)
+    cases_registered: int = Field(ge=0)
+
+
 class JobOut(Wire):
     id: str
     kind: Literal["import", "export"] = Field(
         default="import",
-        description="`import`: an upload or drop being imported; `export`: an export's parts.",
+        description="`import`: an upload or drop being imported, a task import or a subset "
+        "registered (`request.kind`); `export`: an export's parts.",
     )
     state: Literal["pending", "running", "succeeded", "failed"]
     via: str
@@ -167,10 +176,10 @@ class JobOut(Wire):
         description="While running: until when the worker's lease holds (it renews it as it "
         "works); a job whose lease expired is resumed or failed by the next delivery or sweep.",
     )
-    progress: JobProgressOut | TaskProgressOut | None = Field(
+    progress: JobProgressOut | TaskProgressOut | SubsetProgressOut | None = Field(
         default=None,
         description="An export job's parts and what they wrote; a task import's tasks read "
-        "and mapped.",
+        "and mapped; a subset's cases selected and registered.",
     )
 
 
@@ -270,9 +279,10 @@ def upload_out(u: Upload) -> UploadOut:
 
 
 def job_out(job: dict[str, Any]) -> JobOut:
-    progress: JobProgressOut | TaskProgressOut | None = None
+    progress: JobProgressOut | TaskProgressOut | SubsetProgressOut | None = None
     if isinstance(job.get("progress"), dict):
-        progress = TaskProgressOut.model_validate(job["progress"])
+        told = SubsetProgressOut if job.get("work") == QUEUED_SUBSET else TaskProgressOut
+        progress = told.model_validate(job["progress"])
     if job.get("kind") == "export":
         progress = JobProgressOut(
             parts_total=job["parts_total"],
