@@ -427,13 +427,15 @@ def test_the_export_queue_outlives_its_worker_and_dead_letters_after_its_retries
     assert mappings and all(m["BatchSize"] == 1 for m in mappings)
 
 
-def test_the_subset_function_writes_only_a_derived_version_and_deletes_nothing(
+def test_the_subset_function_only_starts_jobs_and_writes_no_object(
     transformed: dict[str, Any],
 ) -> None:
+    # register_as is the importer's work: the route puts the job's item and queues it
     written = writes(role_grants(transformed, "SubsetFunction"))
-    assert not [a for a, _ in written if "Delete" in a]
-    s3 = {r for a, r in written if a.startswith("s3:")}
-    assert s3 == {f"${{DataBucket.Arn}}/t/*/{area}/*" for area in ("manifests", "packs", "blobs")}
+    assert not [a for a, _ in written if "Delete" in a or a.startswith("s3:")]
+    assert {a for a, _ in written} == {"dynamodb:PutItem", "sqs:SendMessage"}
+    env = transformed["Resources"]["SubsetFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["CASESHELF_IMPORT_QUEUE_URL"] == {"Ref": "ImportJobQueue"}
 
 
 def test_a_ui_on_another_origin_is_one_parameter_for_preflights_and_answers() -> None:
