@@ -360,6 +360,7 @@ class Services:
             self.registry,
             lambda: self.tasks,
             queue=lambda: self.queue(IMPORT_QUEUE),
+            selection=lambda: self.selection,
         )
 
     @property
@@ -484,6 +485,7 @@ def build_import_services(
     tasks: Callable[[], TaskImportService],
     *,
     queue: Callable[[], Queue] | None = None,
+    selection: Callable[[], SelectionService] | None = None,
 ) -> tuple[RecipeService, ImportService, Callable[[], JobService]]:
     """Recipes, imports, and how to build import jobs (on first use: a plain import needs neither
     the job service nor the task on-ramps). From the CLI on the embedded store an import may read
@@ -532,6 +534,7 @@ def build_import_services(
             object_reader=SourceReader(remote),
             presign_expiry=settings.presign_expiry,
             queue=queue,
+            selection=selection,
         )
 
     return recipes, imports, jobs

@@ -294,6 +294,18 @@ class VersionRefOut(Wire):
     content_digest: str
 
 
+class SubsetRegisteredOut(Wire):
+    """The result of a subset job (`register_as`): the version selected from, the selection's
+    stamp and the derived version registered. The selected ids are the plain subset's answer
+    (the same request without `register_as`, on `parent`)."""
+
+    parent: VersionRefOut = Field(description="The version the selection was made from.")
+    stamp: SubsetStamp | None = Field(
+        description="As the subset's answer: null only when nothing narrowed the version."
+    )
+    registered: RegisterOut = Field(description="The derived version.")
+
+
 class ChangeOut(Wire):
     """One change. `before` or `after` is left out where the key or element is absent on that
     side (a JSON null is a value and is written)."""
