@@ -63,7 +63,7 @@ def test_download_streams_the_document_and_presigned_urls_are_served(
     got = call(f"{server.url}/datasets/demo/versions/1.0.0/download")
     # Then the embedded store answers the document itself (architecture §7: a stream locally)
     assert got.status == 200
-    assert got.headers["Content-Disposition"].startswith("attachment; filename=")
+    assert got.headers["Content-Disposition"] == 'attachment; filename="demo-1.0.0.json"'
     assert got.json["id"] == "demo" and got.json["version"] == "1.0.0"
     # Which registers as it is, under another id, with the same content digest
     copy = call(f"{server.url}/datasets", "POST", dict(got.json, id="demo-copy"))
@@ -79,6 +79,11 @@ def test_download_streams_the_document_and_presigned_urls_are_served(
     assert doc.headers["Content-Type"] == "application/json"
     assert int(doc.headers["Content-Length"]) == len(doc.body)
     assert doc.json == got.json
+    # Named after its key when the URL names nothing, and as the URL says when it does
+    assert doc.headers["Content-Disposition"] == f'attachment; filename="{key.rsplit("/", 1)[1]}"'
+    named = store.presign_get(key, expires=60, filename="demo-1.0.0.json")
+    assert named is not None
+    assert call(named).headers["Content-Disposition"] == 'attachment; filename="demo-1.0.0.json"'
     # And the request log names the route, never the token
     err = capfd.readouterr().err
     assert "/_downloads/<token>" in err

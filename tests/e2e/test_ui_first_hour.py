@@ -70,9 +70,13 @@ def gsm_like(n: int) -> list[dict[str, Any]]:
     ]
 
 
-def download(page: Page, locator: Any) -> bytes:
+def download(page: Page, locator: Any, name: str | None = None) -> bytes:
+    """The body of the download `locator`'s click starts; `name`: the file name the browser
+    must suggest for it (the server's Content-Disposition)."""
     with page.tab.expect_download() as got:
         locator.click()
+    if name is not None:
+        assert got.value.suggested_filename == name
     return Path(got.value.path()).read_bytes()
 
 
@@ -88,16 +92,19 @@ def test_an_export_is_handed_over_as_a_download(page: Page, server: str) -> None
     menu = page.tab.locator("details.menu")
     assert "EvalHub" in menu.inner_text()
     # When the dataset document is downloaded, then it is the version, as the API renders it
-    doc = json.loads(download(page, menu.locator('[data-download-format="document"]')))
+    document = menu.locator('[data-download-format="document"]')
+    doc = json.loads(download(page, document, "dl-1.0.0.json"))
     assert [c["id"] for c in doc["cases"]] == [c["id"] for c in cases]
     status, checked = api(server + "/datasets/validate", "POST", doc)
     assert status == 200, checked
     _, v = api(server + "/datasets/dl/versions/1.0.0")
     assert checked["content_digest"] == v["content_digest"]
-    # And jsonl is its one file; case-dirs a .tar.gz holding every case directory
-    rows = download(page, menu.locator('[data-download-format="jsonl"]'))
+    # And jsonl is its one file; case-dirs a .tar.gz holding every case directory; each saved
+    # under the version's name, not the stored object's
+    rows = download(page, menu.locator('[data-download-format="jsonl"]'), "dl-1.0.0.jsonl")
     assert [json.loads(line)["id"] for line in rows.splitlines()] == [c["id"] for c in cases]
-    bundle = download(page, menu.locator('[data-download-format="case-dirs"]'))
+    dirs = menu.locator('[data-download-format="case-dirs"]')
+    bundle = download(page, dirs, "dl-1.0.0.case-dirs.tar.gz")
     with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:gz") as tar:
         names = tar.getnames()
     assert any(n.endswith("manifest.json") for n in names)
@@ -111,7 +118,7 @@ def test_an_export_is_handed_over_as_a_download(page: Page, server: str) -> None
     page.tab.get_by_role("button", name="Export", exact=True).click()
     link = page.tab.locator('a[data-download="file"]')
     link.wait_for()
-    body = download(page, link)
+    body = download(page, link, "dl-1.0.0.parquet")
     assert body[:4] == b"PAR1" and body[-4:] == b"PAR1"
     page.shot("2-panel")
 

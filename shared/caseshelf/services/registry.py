@@ -1723,7 +1723,7 @@ class RegistryService:
             # streamed (a multipart upload on S3): no more than a window of cases in memory
             write_pieces(self.store, key, self.render_pieces(rec), content_type="application/json")
         url = (
-            self.store.presign_get(key, expires=self.presign_expiry)
+            self.store.presign_get(key, expires=self.presign_expiry, filename=filename)
             if (self.presign_downloads)
             else None
         )
