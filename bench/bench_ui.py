@@ -20,7 +20,9 @@ that first figure is printed as `cold_ms`), then `--runs` times; between runs th
 until the network is idle, so one page's late requests do not slow the next one's start.
 
 Prints one JSON line per page, `{"page", "ready_ms", "ratio"}` with ratio = median ready time /
-the 1 s target, then the verdict line.
+the 1 s target, one per route (`{"route", "ms", "ratio"}`, and `cpu_ms`: the server's CPU time
+for the request, read from /proc, which a loaded machine inflates less than the wall time), then
+the verdict line.
 
 Usage: python bench/bench_ui.py [--cases N] [--runs R]
 """
@@ -28,6 +30,7 @@ Usage: python bench/bench_ui.py [--cases N] [--runs R]
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -99,11 +102,40 @@ def visit(tab: Any, url: str, complete: str) -> tuple[float, float]:
     return ready, done
 
 
+def server_pid() -> int | None:
+    """The `caseshelf serve` this process started (a child of it), or None where /proc does
+    not say."""
+    me = os.getpid()
+    try:
+        children = Path(f"/proc/{me}/task/{me}/children").read_text().split()
+        for pid in children:
+            if b"serve" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return int(pid)
+    except OSError:
+        pass
+    return None
+
+
+def cpu_ms(pid: int | None) -> float:
+    """The CPU time (user + system, every thread) process `pid` has used, in ms (0 unknown)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+SERVER: dict[str, int | None] = {"pid": None}
+CPU: dict[str, float] = {}
+
+
 def timed_get(url: str) -> tuple[float, Any]:
-    t0 = time.perf_counter()
+    """(ms to the answer, its body); the server's CPU time for it is left in `CPU["last"]`."""
+    pid = SERVER["pid"]
+    cpu0, t0 = cpu_ms(pid), time.perf_counter()
     status, body = api(url)
     if status != 200:
         raise SystemExit(f"GET {url} answered {status}: {body}")
+    CPU["last"] = cpu_ms(pid) - cpu0
     return (time.perf_counter() - t0) * 1000, body
 
 
@@ -122,7 +154,7 @@ def api_figures(base: str) -> dict[str, Any]:
 
     def search(name: str, q: str, by: str) -> dict[str, Any]:
         ms, page = timed_get(f"{cases}&q={q}&by={by}")
-        extra = {"scanned": page["scanned_to"], "found": len(page["items"])}
+        extra = {"scanned": page["scanned_to"], "found": len(page["items"]), "cpu_ms": CPU["last"]}
         timed.append((name, ms, extra))
         return dict(page)
 
@@ -131,10 +163,11 @@ def api_figures(base: str) -> dict[str, Any]:
     search("search_text_page", "no-case-holds-this", "text")
     search("search_common_page", COMMON_WORD, "any")
     first_ms, stats = timed_get(f"{version}/stats")  # also makes the search index
+    stats_cpu = CPU["last"]
     kept_ms, again = timed_get(f"{version}/stats")
     assert again == stats
     timed += [
-        ("stats_first", first_ms, {"cases": stats["case_count"]}),
+        ("stats_first", first_ms, {"cases": stats["case_count"], "cpu_ms": stats_cpu}),
         ("stats_kept", kept_ms, {}),
     ]
     search("search_text_indexed", "no-case-holds-this", "text")
@@ -143,10 +176,15 @@ def api_figures(base: str) -> dict[str, Any]:
     search("search_id_page", "no-case-holds-this", "id")
     diff = f"{base}/datasets/{DATASET}/diff?base=1.0.0&candidate=1.1.0&summary=true&fields=true"
     fields_ms, fields = timed_get(diff)  # the first time: both forms of every changed case
+    fields_cpu = CPU["last"]
     fields_kept_ms, again_fields = timed_get(diff)
     assert again_fields == fields
     timed += [
-        ("diff_fields_first", fields_ms, {"changed": fields["summary"]["changed"]}),
+        (
+            "diff_fields_first",
+            fields_ms,
+            {"changed": fields["summary"]["changed"], "cpu_ms": fields_cpu},
+        ),
         ("diff_fields_kept", fields_kept_ms, {"paths": len(fields["fields"]["paths"])}),
     ]
     out: dict[str, Any] = {}
@@ -187,6 +225,7 @@ def main() -> int:
             serve(root / "home", log=root / "serve.log") as base,
             chromium(root / "profile") as ctx,
         ):
+            SERVER["pid"] = server_pid()
             results.update(api_figures(base))
             tab = ctx.new_page()
             for name, path, complete in pages:

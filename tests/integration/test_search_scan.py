@@ -11,6 +11,7 @@ import pytest
 
 from caseshelf.client import Client
 from caseshelf.domain import layout
+from caseshelf.domain.browse import id_matches, needle_of
 from caseshelf.domain.errors import Corrupt
 from caseshelf.services.search_index import index_key
 
@@ -115,6 +116,10 @@ def test_the_scan_and_the_index_answer_the_same_pages(local: Client) -> None:
     assert scanned[("σοφοσ", "text", 50)][0][0] == ("t3",)
     kelvin = [ids for page in scanned[("k", "text", 50)] for ids in page[0]]
     assert kelvin[0] == "t2"
+    # And a search by id finds what `id_matches` finds, page by page
+    for q in ("PAD00", "d0", "t", "\u212a"):
+        found = [ids for page in pages(local, q, "id", 7) for ids in page[0]]
+        assert found == [c["id"] for c in body if id_matches(c["id"], needle_of(q))], q
 
 
 def test_the_scan_refuses_a_damaged_record_it_would_answer(local: Client) -> None:

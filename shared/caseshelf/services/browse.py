@@ -40,7 +40,6 @@ from caseshelf.domain.browse import (
     StatsBuilder,
     VersionStats,
     case_matches,
-    id_matches,
     indexable,
     needle_of,
     sniff_text,
@@ -191,21 +190,22 @@ class BrowseService:
     def _scan_manifest(
         self, rec: VersionRecord, needle: str, by: SearchBy, start: int, limit: int
     ) -> tuple[list[int], int]:
+        """The positions from `start` (to the id budget) whose id holds `needle`, or whose tags
+        hold it (`id_matches`, `tag_matches`), at most `limit`, and where the scan stopped:
+        after the last one found when the page is full, else at the budget's end. The ids are
+        searched as one case-folded text; the tags only when a tag name matches."""
         manifest = self.registry.manifest(rec)
-        total = len(manifest)
-        end = min(total, start + self.id_scan_cases)
-        found: list[int] = []
-        i = start
-        while i < end and len(found) < limit:
-            hit = (
-                id_matches(manifest.ids[i], needle)
-                if by == "id"
-                else tag_matches(manifest.tags_of(i), needle)
-            )
-            if hit:
-                found.append(i)
-            i += 1
-        return found, i
+        end = min(len(manifest), start + self.id_scan_cases)
+        if by == "id":
+            found = _ids_holding(manifest.ids[start:end], needle, limit)
+            found = [start + k for k in found]
+        else:
+            tags = {k for k, t in enumerate(manifest.tag_names) if tag_matches([t], needle)}
+            found = []
+            if tags:
+                found = [i for i in range(start, end) if tags.intersection(manifest.case_tags[i])]
+                found = found[:limit]
+        return found, found[-1] + 1 if len(found) == limit else end
 
     def _scan_index(
         self,
@@ -364,3 +364,22 @@ class BrowseService:
             for s in manifest.shared_files
         ]
         return builder.build(rec.content_digest, shared)
+
+
+def _ids_holding(ids: list[str], needle: str, limit: int) -> list[int]:
+    """The indices of the ids that hold `needle` case-folded (`id_matches`), at most `limit`:
+    one search of the ids joined by newlines (an id never holds a control character)."""
+    if "\n" in needle:
+        return []
+    text = "\n".join(ids).casefold()
+    found: list[int] = []
+    line = at = 0  # the line `at` starts, and where the search goes on
+    while len(found) < limit and (hit := text.find(needle, at)) >= 0:
+        line += text.count("\n", at, hit)
+        found.append(line)
+        at = text.find("\n", hit)
+        if at < 0:
+            break
+        at += 1
+        line += 1
+    return found
