@@ -251,12 +251,14 @@ class Services:
 
     @cached_property
     def diff(self) -> DiffService:
-        from caseshelf.services.diff import DiffService
+        from caseshelf.services.diff import FIELD_COUNT_MAX_CASES, DiffService
 
         return DiffService(
             self.registry,
             max_gap_bytes=self.registry.read_gap,
             read_workers=self.registry.read_workers,
+            # the local server has no time limit: a diff's field counts in one request
+            field_count_cases=None if self._local else FIELD_COUNT_MAX_CASES,
         )
 
     @cached_property

@@ -294,6 +294,42 @@ def test_diff_bad_limit_or_cursor_is_400(services, query):
     assert next(iter(query)) in json.dumps(problem)
 
 
+def test_field_counts_of_a_large_diff_are_counted_on_until_complete(services):
+    # Given a diff of 7 changed cases, and a service that counts 3 more a request (50,000 on
+    # AWS; the local server counts all at once)
+    register(services, "1.0.0", [case(i) for i in range(9)])
+    v2 = [case(i) for i in range(9)]
+    for i in range(7):
+        v2[i]["metadata"] = {"edit": i}
+    for i in (1, 5):
+        v2[i]["inputs"] = {"user": f"question {i}, edited"}
+    register(services, "1.1.0", v2)
+    assert services.diff.field_count_cases == 50_000  # as deployed on AWS
+    services.diff.field_count_cases = 3
+    q = {"base": "1.0.0", "candidate": "1.1.0", "summary": "true", "fields": "true"}
+    answers = []
+    for _ in range(4):
+        status, body = call_function("diff", event("diff_get.json", queryStringParameters=q))
+        assert status == 200, body
+        answers.append(body["fields"])
+    # Then each answer says how far it counted, the counts at least what they end at
+    assert [(a["counted"], a["complete"]) for a in answers] == [
+        (3, False),
+        (6, False),
+        (7, True),
+        (7, True),
+    ]
+    assert answers[0]["paths"] == [
+        {"path": "/metadata", "cases": 3},
+        {"path": "/inputs/user", "cases": 1},
+    ]
+    # And the counts made a part at a time are the counts of the whole diff
+    assert answers[-1]["paths"] == [
+        {"path": "/metadata", "cases": 7},
+        {"path": "/inputs/user", "cases": 2},
+    ]
+
+
 def test_diff_counts_field_paths_over_the_whole_diff_and_filters_by_one(services):
     # Given 1.1.0 with 5 changed cases: 3 change the answer (one the question too), 2 the
     # metadata; and one added case
@@ -318,6 +354,7 @@ def test_diff_counts_field_paths_over_the_whole_diff_and_filters_by_one(services
         ],
         "other_paths": 0,
         "counted": 5,
+        "complete": True,
     }
     # And a filter by path pages only the cases changed there, with only those changes
     seen: list[dict[str, Any]] = []
@@ -340,3 +377,8 @@ def test_diff_counts_field_paths_over_the_whole_diff_and_filters_by_one(services
     q = {"base": "1.0.0", "candidate": "1.1.0", "path": "metadata"}
     status, problem = call_function("diff", event("diff_get.json", queryStringParameters=q))
     assert status == 400 and "path" in json.dumps(problem)
+
+
+def test_the_local_server_counts_a_diffs_fields_in_one_request(tmp_path):
+    services = bootstrap.build(bootstrap.load_settings({}, backend="local", home=str(tmp_path)))
+    assert services.diff.field_count_cases is None
