@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from caseshelf.bootstrap import Settings
-    from caseshelf.cli import State
+    from caseshelf.cli.common import State
 
 # What the settings read from the environment (`caseshelf.bootstrap._ENV`), by prefix; minus
 # credentials, which never change what the embedded store lists and are not written to disk.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from caseshelf.cli import (
+from caseshelf.cli.common import (
     api_hint,
     begin,
     client,
