@@ -183,55 +183,59 @@ def evalhub_snippets(out: dict[str, Any], benchmark: str) -> str:
     )
 
 
+ToOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--to",
+        metavar="s3://BUCKET/PREFIX|DIR",
+        help="Where to write (default: the registry's exports prefix).",
+    ),
+]
+SharedOpt = Annotated[
+    list[str] | None,
+    typer.Option("--shared", metavar="DEST=FILE", help="Add FILE to every case at DEST (repeat)."),
+]
+FormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        metavar="FORMAT",
+        help="case-dirs | harbor | inspect | jsonl | parquet.",
+    ),
+]
+SecretRefOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--secret-ref",
+        metavar="NAME",
+        help="The Kubernetes Secret EvalHub reads S3 credentials from (default: "
+        "CASESHELF_EVALHUB_SECRET_REF).",
+    ),
+]
+BundleOpt = Annotated[
+    bool,
+    typer.Option("--bundle", help="Also write <prefix>.bundle.tar.gz beside (not in) the prefix."),
+]
+EvalhubOpt = Annotated[
+    bool,
+    typer.Option(
+        "--evalhub",
+        help="Print an EvalHub benchmark snippet and the Secret template it needs.",
+    ),
+]
+
+
 def export(
     ref: Annotated[str, typer.Argument(metavar="ID@REF", help="ID alone means latest.")],
-    to: Annotated[
-        str | None,
-        typer.Option(
-            "--to",
-            metavar="s3://BUCKET/PREFIX|DIR",
-            help="Where to write (default: the registry's exports prefix).",
-        ),
-    ] = None,
+    to: ToOpt = None,
     ids: IdsOpt = None,
     tags: TagsOpt = None,
     limit: LimitOpt = None,
-    shared: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--shared", metavar="DEST=FILE", help="Add FILE to every case at DEST (repeat)."
-        ),
-    ] = None,
-    fmt: Annotated[
-        str,
-        typer.Option(
-            "--format",
-            metavar="FORMAT",
-            help="case-dirs | harbor | inspect | jsonl | parquet.",
-        ),
-    ] = "case-dirs",
-    secret_ref: Annotated[
-        str | None,
-        typer.Option(
-            "--secret-ref",
-            metavar="NAME",
-            help="The Kubernetes Secret EvalHub reads S3 credentials from (default: "
-            "CASESHELF_EVALHUB_SECRET_REF).",
-        ),
-    ] = None,
-    bundle: Annotated[
-        bool,
-        typer.Option(
-            "--bundle", help="Also write <prefix>.bundle.tar.gz beside (not in) the prefix."
-        ),
-    ] = False,
-    evalhub: Annotated[
-        bool,
-        typer.Option(
-            "--evalhub",
-            help="Print an EvalHub benchmark snippet and the Secret template it needs.",
-        ),
-    ] = False,
+    shared: SharedOpt = None,
+    fmt: FormatOpt = "case-dirs",
+    secret_ref: SecretRefOpt = None,
+    bundle: BundleOpt = False,
+    evalhub: EvalhubOpt = False,
 ) -> None:
     """Export a version for evaluation pods and harnesses (per-case directories by
     default)."""
@@ -259,33 +263,20 @@ def export(
         body["bundle"] = True
     with ProgressLines("exporting") as bar, reporting(bar):
         out = wire(client().export(ref, body, to=to))
+    _export_warnings(out, name, evalhub=evalhub, secret_ref=secret_ref)
+    emit(out, lambda o: _show_export(o, local=local))
+
+
+def _export_warnings(
+    out: dict[str, Any], name: str, *, evalhub: bool, secret_ref: str | None
+) -> None:
+    """What an export left out, why it has no test_data_ref, and with --evalhub the snippets,
+    on stderr."""
     for w in out.get("warnings") or []:
         warn(w)
     hidden = (out.get("warning_count") or 0) - len(out.get("warnings") or [])
     if hidden > 0:
         warn(f"... and {hidden} more")
-
-    def render(o: dict[str, Any]) -> None:
-        rows: list[tuple[str, Any]] = [
-            ("export", o["export_id"]),
-            ("format", o.get("format")),
-            ("prefix", o["prefix"]),
-            ("cases", o["case_count"]),
-            ("files", o["file_count"]),
-            ("bytes", o.get("bytes")),
-            ("manifest", o["manifest_key"]),
-            ("reused", "yes" if o["reused"] else "no"),
-        ]
-        if local is None and o.get("bundle_key"):  # a local --to: unpacked, not shown
-            rows.append(("bundle", o["bundle_key"]))
-        fields_table(rows)
-        if o.get("test_data_ref"):
-            s3 = o["test_data_ref"]["s3"]
-            note(
-                f"test_data_ref: {{s3: {{bucket: {s3['bucket']}, key: {s3['key']}, "
-                f"secret_ref: {s3['secret_ref']}}}}}"
-            )
-
     if out.get("test_data_ref_problem") and wants_evalhub(
         str(out.get("prefix") or ""), evalhub, secret_ref
     ):
@@ -295,7 +286,28 @@ def export(
         sys.stderr.flush()
     elif evalhub:
         warn("--evalhub: no snippet without a test_data_ref (see above)")
-    emit(out, render)
+
+
+def _show_export(o: dict[str, Any], *, local: str | None) -> None:
+    rows: list[tuple[str, Any]] = [
+        ("export", o["export_id"]),
+        ("format", o.get("format")),
+        ("prefix", o["prefix"]),
+        ("cases", o["case_count"]),
+        ("files", o["file_count"]),
+        ("bytes", o.get("bytes")),
+        ("manifest", o["manifest_key"]),
+        ("reused", "yes" if o["reused"] else "no"),
+    ]
+    if local is None and o.get("bundle_key"):  # a local --to: unpacked, not shown
+        rows.append(("bundle", o["bundle_key"]))
+    fields_table(rows)
+    if o.get("test_data_ref"):
+        s3 = o["test_data_ref"]["s3"]
+        note(
+            f"test_data_ref: {{s3: {{bucket: {s3['bucket']}, key: {s3['key']}, "
+            f"secret_ref: {s3['secret_ref']}}}}}"
+        )
 
 
 def pull_cmd(

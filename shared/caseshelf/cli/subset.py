@@ -280,6 +280,52 @@ def subset(
     emit(out, render)
 
 
+SummaryOnlyOpt = Annotated[
+    bool,
+    typer.Option("--summary-only", help="Counts and metadata changes only (no case read)."),
+]
+DiffJsonlOpt = Annotated[
+    bool,
+    typer.Option(
+        "--jsonl",
+        help="JSON Lines, streamed a page at a time: a head line, then one an entry.",
+    ),
+]
+PageSizeOpt = Annotated[
+    int,
+    typer.Option("--page-size", min=1, max=MAX_PAGE, help="Entries asked for a request."),
+]
+DiffFormatOpt = Annotated[
+    DiffFormat,
+    typer.Option(
+        "--format",
+        help="text (default), json (= --json), jsonl (= --jsonl), or markdown: a "
+        "GitHub pull-request comment, at most 65,536 characters.",
+    ),
+]
+UiUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ui-url",
+        envvar=UI_URL_ENV,
+        metavar="URL",
+        help=f"markdown: link the versions and cases to the web UI at URL (default ${UI_URL_ENV}).",
+    ),
+]
+MaxCasesOpt = Annotated[
+    int,
+    typer.Option("--max-cases", min=0, help="markdown: changed, added and removed cases shown."),
+]
+FullOpt = Annotated[bool, typer.Option("--full", help="Whole values, not cut around the change.")]
+ColorOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--color/--no-color",
+        help="Mark changed words with colours (default: on a terminal) or as [-old-]{+new+}.",
+    ),
+]
+
+
 def diff(
     base: Annotated[str, typer.Argument(metavar="A@REF", help="The base version.")],
     candidate: Annotated[
@@ -288,58 +334,17 @@ def diff(
             metavar="[B@]REF", help="The candidate: a ref of A, or B@REF of another dataset."
         ),
     ],
-    summary_only: Annotated[
-        bool,
-        typer.Option("--summary-only", help="Counts and metadata changes only (no case read)."),
-    ] = False,
+    summary_only: SummaryOnlyOpt = False,
     include_deleted: Annotated[
         bool, typer.Option("--include-deleted", help="Allow tombstoned versions.")
     ] = False,
-    jsonl: Annotated[
-        bool,
-        typer.Option(
-            "--jsonl",
-            help="JSON Lines, streamed a page at a time: a head line, then one an entry.",
-        ),
-    ] = False,
-    page_size: Annotated[
-        int,
-        typer.Option("--page-size", min=1, max=MAX_PAGE, help="Entries asked for a request."),
-    ] = MAX_PAGE,
-    fmt: Annotated[
-        DiffFormat,
-        typer.Option(
-            "--format",
-            help="text (default), json (= --json), jsonl (= --jsonl), or markdown: a "
-            "GitHub pull-request comment, at most 65,536 characters.",
-        ),
-    ] = DiffFormat.text,
-    ui_url: Annotated[
-        str | None,
-        typer.Option(
-            "--ui-url",
-            envvar=UI_URL_ENV,
-            metavar="URL",
-            help=f"markdown: link the versions and cases to the web UI at URL "
-            f"(default ${UI_URL_ENV}).",
-        ),
-    ] = None,
-    max_cases: Annotated[
-        int,
-        typer.Option(
-            "--max-cases", min=0, help="markdown: changed, added and removed cases shown."
-        ),
-    ] = 20,
-    full: Annotated[
-        bool, typer.Option("--full", help="Whole values, not cut around the change.")
-    ] = False,
-    color: Annotated[
-        bool | None,
-        typer.Option(
-            "--color/--no-color",
-            help="Mark changed words with colours (default: on a terminal) or as [-old-]{+new+}.",
-        ),
-    ] = None,
+    jsonl: DiffJsonlOpt = False,
+    page_size: PageSizeOpt = MAX_PAGE,
+    fmt: DiffFormatOpt = DiffFormat.text,
+    ui_url: UiUrlOpt = None,
+    max_cases: MaxCasesOpt = 20,
+    full: FullOpt = False,
+    color: ColorOpt = None,
 ) -> None:
     """What changed between two versions: changed (field by field), added, removed.
 

@@ -197,6 +197,31 @@ def _upload_tasks(
     return result
 
 
+ImageTemplateOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--image-template",
+        help="Prebuilt image for tasks that name none; {id} is the case id, {name} the "
+        "task directory.",
+    ),
+]
+SkipInvalidOpt = Annotated[
+    bool,
+    typer.Option(
+        "--skip-invalid",
+        help="Leave out invalid tasks (each is reported and the skip is stamped).",
+    ),
+]
+ProjectRootOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--project-root",
+        help="case-dirs: the root {dest, source} resolves against (default: the "
+        "directory above eval/ for eval/<name>/eval.yaml, else the eval.yaml's own).",
+    ),
+]
+
+
 def import_tasks(
     path: Annotated[
         str,
@@ -208,35 +233,15 @@ def import_tasks(
     format: Annotated[
         TaskFormat, typer.Option("--format", "-f", help="The tree's format.")
     ] = TaskFormat.terminal_bench,
-    image_template: Annotated[
-        str | None,
-        typer.Option(
-            "--image-template",
-            help="Prebuilt image for tasks that name none; {id} is the case id, {name} the "
-            "task directory.",
-        ),
-    ] = None,
-    skip_invalid: Annotated[
-        bool,
-        typer.Option(
-            "--skip-invalid",
-            help="Leave out invalid tasks (each is reported and the skip is stamped).",
-        ),
-    ] = False,
+    image_template: ImageTemplateOpt = None,
+    skip_invalid: SkipInvalidOpt = False,
     id_prefix: Annotated[str, typer.Option("--id-prefix", help="Prefix for every case id.")] = "",
     dataset: Annotated[str | None, typer.Option("--dataset", help="Dataset id.")] = None,
     version: Annotated[str | None, typer.Option("--version", help="Version label.")] = None,
     bump: Annotated[
         str | None, typer.Option("--bump", help="major|minor|patch (default: minor).")
     ] = None,
-    project_root: Annotated[
-        Path | None,
-        typer.Option(
-            "--project-root",
-            help="case-dirs: the root {dest, source} resolves against (default: the "
-            "directory above eval/ for eval/<name>/eval.yaml, else the eval.yaml's own).",
-        ),
-    ] = None,
+    project_root: ProjectRootOpt = None,
     wait: WaitOpt = 900.0,
 ) -> None:
     """Import container tasks or case directories as a dataset version."""
