@@ -1,6 +1,5 @@
 """The `caseshelf` command: a typer app (`caseshelf.cli.root`) whose commands live in capability
-modules, and the light part every command shares (`caseshelf.cli.common`), which imports neither
-typer nor rich.
+modules, and what every command shares at run time (`caseshelf.cli.common`).
 
 Each module named in `COMMAND_MODULES` (under `caseshelf.cli`) defines its commands as
 module-level functions and has a function `register_commands(app)` that declares them with
@@ -11,10 +10,8 @@ commands of the module it needs. Commands get their client with `client()` and p
 `emit(...)` (`caseshelf.cli.common`): JSON on stdout with `--json`, rich tables and plain lines
 otherwise.
 
-Start-up: `main` first offers the command line to `caseshelf.cli.fast`, which runs the read-only
-commands that need no typer (`ls`) through the same client and the same rendering; anything
-else, help included, goes to the typer app. The modules below this one never import it, so the
-package has no import circle: this module is the top, `common` the bottom.
+The modules below this one never import it, so the package has no import circle: this module is
+the top, `common` the bottom.
 
 Errors: a domain error (from the embedded store, or an HTTP problem+json body turned back into one)
 prints `error: <detail>` on stderr and exits 1; a usage error exits 2.
@@ -22,6 +19,7 @@ prints `error: <detail>` on stderr and exits 1; a usage error exits 2.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
@@ -55,48 +53,42 @@ from caseshelf.cli.common import (
     warn,
     wire,
 )
+from caseshelf.cli.root import (
+    ApiOpt,
+    CliError,
+    JsonOpt,
+    PrincipalOpt,
+    RolesOpt,
+    TenantOpt,
+    abort,
+    app,
+    command,
+    run_app,
+)
 
-# `typing.TYPE_CHECKING` without importing typing: this module is on every command's start-up
-# path, which imports only what the command runs (`caseshelf.cli.answers`).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Any
 
-    from caseshelf.cli.root import (
-        ApiOpt as ApiOpt,
-    )
-    from caseshelf.cli.root import (
-        JsonOpt as JsonOpt,
-    )
-    from caseshelf.cli.root import (
-        PrincipalOpt as PrincipalOpt,
-    )
-    from caseshelf.cli.root import (
-        RolesOpt as RolesOpt,
-    )
-    from caseshelf.cli.root import (
-        TenantOpt as TenantOpt,
-    )
-    from caseshelf.cli.root import (
-        abort as abort,
-    )
-    from caseshelf.cli.root import (
-        app as app,
-    )
-    from caseshelf.cli.root import (
-        command as command,
-    )
-
-# What commands share (`caseshelf.cli.common`), named here too: `from caseshelf.cli import emit`.
+# What commands share (`caseshelf.cli.common`, `caseshelf.cli.root`), named here too:
+# `from caseshelf.cli import emit` works.
 __all__ = [
     "COMMANDS",
     "COMMAND_MODULES",
+    "ApiOpt",
+    "CliError",
+    "JsonOpt",
+    "PrincipalOpt",
     "Progress",
+    "RolesOpt",
     "State",
+    "TenantOpt",
+    "abort",
     "api_hint",
+    "app",
     "begin",
     "client",
+    "command",
     "command_name",
     "dumps",
     "emit",
@@ -180,28 +172,6 @@ COMMANDS: dict[str, str] = {
 }
 # The common options that take a value (the token after them is no command name).
 _VALUE_OPTIONS = frozenset({"--api", "--tenant", "--principal", "--roles"})
-# What `caseshelf.cli.root` provides (typer's part), imported when first asked for.
-_FROM_APP = frozenset(
-    {
-        "ApiOpt",
-        "CliError",
-        "JsonOpt",
-        "PrincipalOpt",
-        "RolesOpt",
-        "TenantOpt",
-        "abort",
-        "app",
-        "command",
-    }
-)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _FROM_APP:
-        import importlib
-
-        return getattr(importlib.import_module("caseshelf.cli.root"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def command_name(argv: Sequence[str]) -> str | None:
@@ -222,10 +192,6 @@ def load_commands(argv: Sequence[str] | None = None) -> None:
     """Declare the commands on the typer app: with `argv`, only those of the module of the
     command it names (start-up pays for one capability module, not six); otherwise, or for help
     and unknown names, every module's."""
-    import importlib
-
-    from caseshelf.cli.root import app  # typer: imported only for a command that needs it
-
     name = command_name(argv) if argv is not None else None
     wanted = [COMMANDS[name]] if name in COMMANDS else COMMAND_MODULES
     for module_name in wanted:
@@ -237,17 +203,8 @@ def load_commands(argv: Sequence[str] | None = None) -> None:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the command line and answer its exit code: 0, 1 on a failed command, 2 on a usage
-    error. A command `caseshelf.cli.fast` runs without typer goes there; every other to the
-    typer app."""
-    from caseshelf.cli.fast import run_fast  # its own imports only: `ls` starts without typer
-
-    args = list(sys.argv[1:] if argv is None else argv)
-    code = run_fast(args)
-    if code is not None:
-        return code
-    from caseshelf.cli.root import run_app  # typer, click and rich: the other commands
-
-    load_commands(args)
+    error."""
+    load_commands(sys.argv[1:] if argv is None else argv)
     return run_app(argv)
 
 

@@ -1,7 +1,6 @@
-"""What every command shares at run time, and the start-up path too: the common options' state,
-the client they choose, and output (JSON with `--json`, rich tables and plain lines otherwise,
-hints and errors on stderr). It imports neither typer nor rich to start: rich comes with the
-first line drawn, the client with the first call.
+"""What every command shares at run time: the common options' state, the client they choose,
+and output (JSON with `--json`, rich tables and plain lines otherwise, hints and errors on
+stderr). Rich is imported with the first line drawn, the client with the first call.
 """
 
 from __future__ import annotations
@@ -10,15 +9,12 @@ import os
 import sys
 from contextlib import contextmanager
 from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from caseshelf.domain.errors import CaseshelfError, NotFound
 
-# `typing.TYPE_CHECKING` without importing typing: this module is on every command's start-up
-# path, which imports only what the command runs (`caseshelf.cli.answers`).
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
-    from typing import Any
 
     from rich.console import Console
 
@@ -335,7 +331,7 @@ def progress(description: str, total: float | None = None) -> Iterator[Progress]
 def failed(exc: BaseException) -> int | None:
     """A command's failure as the CLI words it: `error: <detail>` on stderr and the exit code
     (1, or 130 when interrupted); None for an exception that is a bug (its traceback shows).
-    The one wording for the typer app and the start-up path (`caseshelf.cli.fast`)."""
+    The one wording of every command's failures (`caseshelf.cli.root.run_app`)."""
     if isinstance(exc, CaseshelfError):
         fail(_placed(exc).detail)
         return 1

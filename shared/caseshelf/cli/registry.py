@@ -10,8 +10,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
+import orjson
 import typer
 
+from caseshelf.cli import answers
 from caseshelf.cli.common import (
     api_hint,
     client,
@@ -27,8 +29,7 @@ from caseshelf.cli.common import (
     warn,
     wire,
 )
-from caseshelf.cli.fast import clip as _clip
-from caseshelf.cli.fast import when as _when
+from caseshelf.cli.logs import log
 from caseshelf.cli.root import abort, command
 from caseshelf.domain.errors import CaseshelfError
 
@@ -203,6 +204,21 @@ def _case_count(body: dict[str, Any]) -> int | None:
 # -- rendering ------------------------------------------------------------------------------
 
 
+def when(ts: str | None) -> str:
+    """A timestamp as `YYYY-MM-DD HH:MM:SS`."""
+    return (ts or "").replace("T", " ").removesuffix("Z")[:19]
+
+
+def clip(value: Any, width: int = 60) -> str:
+    """A value as one line of at most `width` characters (JSON if it is no string)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        value = orjson.dumps(value).decode()
+    value = " ".join(value.split())
+    return value if len(value) <= width else value[: width - 1] + "…"
+
+
 def _version_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
     return [
         [
@@ -210,7 +226,7 @@ def _version_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
             short(v["content_digest"]),
             v["case_count"],
             ", ".join(v.get("version_tags") or []),
-            _when(v["created_at"]),
+            when(v["created_at"]),
             v["created_by"],
             "deleted" if v.get("deleted_at") else "live",
         ]
@@ -233,9 +249,9 @@ def _show_version(v: dict[str, Any]) -> None:
             ("description", v.get("description")),
             ("tags", ", ".join(v.get("tags") or [])),
             ("version_tags", ", ".join(v.get("version_tags") or [])),
-            ("created", f"{_when(v['created_at'])} by {v['created_by']}"),
+            ("created", f"{when(v['created_at'])} by {v['created_by']}"),
             *(
-                [("deleted", f"{_when(v['deleted_at'])} by {v.get('deleted_by') or ''}")]
+                [("deleted", f"{when(v['deleted_at'])} by {v.get('deleted_by') or ''}")]
                 if v.get("deleted_at")
                 else []
             ),
@@ -255,8 +271,8 @@ def _case_rows(items: list[dict[str, Any]]) -> list[list[Any]]:
     return [
         [
             c["id"],
-            _clip(_user_text(c)),
-            _clip((c.get("expectations") or {}).get("ground_truth"), 30),
+            clip(_user_text(c)),
+            clip((c.get("expectations") or {}).get("ground_truth"), 30),
             ", ".join(c.get("tags") or []),
         ]
         for c in items
@@ -353,9 +369,43 @@ def ls(
     ] = None,
 ) -> None:
     """List datasets (every page, unless --limit or --cursor asks for one)."""
-    from caseshelf.cli.fast import ls as list_datasets
+    kept = answers.key(state(), "ls", {"shared": shared, "limit": limit, "cursor": cursor})
+    out = answers.find(kept) if kept else None
+    if out is not None:
+        state().logs()
+        log.debug("ls: the answer kept in %s (the store is unchanged since)", kept and kept["home"])
+    else:
+        c = client()
+        if limit is not None or cursor is not None:
+            out = wire(c.list_datasets(shared=shared, cursor=cursor, limit=limit or 50))
+        else:
+            out = wire(list(c.datasets(shared=shared)))
+        if kept:
+            answers.keep(kept, out, state().settings())
+    emit(out, lambda o: _render_ls(o, shared=shared))
 
-    list_datasets(shared=shared, limit=limit, cursor=cursor)
+
+def _render_ls(o: dict[str, Any], *, shared: bool) -> None:
+    if not o["items"]:
+        note("no datasets" + (" in _shared" if shared else ""))
+    else:
+        table(
+            ("id", "latest", "digest", "cases", "versions", "updated", "description"),
+            [
+                [
+                    d["id"],
+                    d.get("latest") or "",
+                    short(d.get("latest_digest")),
+                    d.get("case_count"),
+                    d["version_count"],
+                    when(d["updated_at"]),
+                    clip(d.get("description"), 40),
+                ]
+                for d in o["items"]
+            ],
+        )
+    if o.get("next_cursor"):
+        note(f"more: caseshelf ls --cursor {o['next_cursor']}{api_hint()}")
 
 
 def versions(
