@@ -1,8 +1,8 @@
 """The `caseshelf` command: start-up, and the memory `cases --all --json` holds.
 
 - start-up: `caseshelf ls` on an empty embedded store, whole process, ÷ `python -c "import
-  sqlite3, json"`, the two run alternately, median of `--runs` each. Targets: <= 0.3 s wall and
-  ratio <= 2. `ls` prints the handler's kept answer while the store is unchanged
+  sqlite3, json"`, the two run alternately, median of `--runs` each. Target: <= 0.3 s wall
+  (the ratio is shown). `ls` prints the handler's kept answer while the store is unchanged
   (`caseshelf.cli.answers`), as on an empty store listed before; beside it, the first `ls` after
   the store changed (the stamp renewed as a write renews it), which runs the handler, and the
   handler path's floor: the CPU time of importing what it cannot do without (pydantic and
@@ -35,7 +35,6 @@ from common import REPO_ROOT, emit, gsm8k_jsonl, median, ratio
 
 NAME = "cli"
 WALL_TARGET = 0.3
-START_RATIO_TARGET = 2.0
 MEMORY_TARGET = 2.0
 BIN = Path(sys.executable).parent
 CLI = (
@@ -202,7 +201,7 @@ def main() -> int:
     figures = startup(args.runs)
     print(
         f"caseshelf ls: {figures['ls_s']} s (target <= {WALL_TARGET}); ÷ baseline "
-        f"{figures['baseline_s']} s = {figures['startup_ratio']} (target <= {START_RATIO_TARGET})"
+        f"{figures['baseline_s']} s = {figures['startup_ratio']}"
     )
     print(
         f"  CPU: {figures['ls_cpu_s']} s ÷ {figures['baseline_cpu_s']} s = "
@@ -216,7 +215,7 @@ def main() -> int:
     )
     for name, seconds in figures["heaviest_imports"]:
         print(f"  import {name}: {seconds} s")
-    ok = figures["ls_s"] <= WALL_TARGET and figures["startup_ratio"] <= START_RATIO_TARGET
+    ok = figures["ls_s"] <= WALL_TARGET
     if not args.skip_memory:
         mem = memory(args.small, args.big)
         figures["memory"] = mem

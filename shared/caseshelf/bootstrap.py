@@ -251,12 +251,14 @@ class Services:
 
     @cached_property
     def diff(self) -> DiffService:
-        from caseshelf.services.diff import DiffService
+        from caseshelf.services.diff import FIELD_COUNT_MAX_CASES, DiffService
 
         return DiffService(
             self.registry,
             max_gap_bytes=self.registry.read_gap,
             read_workers=self.registry.read_workers,
+            # the local server has no time limit: a diff's field counts in one request
+            field_count_cases=None if self._local else FIELD_COUNT_MAX_CASES,
         )
 
     @cached_property
@@ -360,6 +362,7 @@ class Services:
             self.registry,
             lambda: self.tasks,
             queue=lambda: self.queue(IMPORT_QUEUE),
+            selection=lambda: self.selection,
         )
 
     @property
@@ -484,6 +487,7 @@ def build_import_services(
     tasks: Callable[[], TaskImportService],
     *,
     queue: Callable[[], Queue] | None = None,
+    selection: Callable[[], SelectionService] | None = None,
 ) -> tuple[RecipeService, ImportService, Callable[[], JobService]]:
     """Recipes, imports, and how to build import jobs (on first use: a plain import needs neither
     the job service nor the task on-ramps). From the CLI on the embedded store an import may read
@@ -532,6 +536,7 @@ def build_import_services(
             object_reader=SourceReader(remote),
             presign_expiry=settings.presign_expiry,
             queue=queue,
+            selection=selection,
         )
 
     return recipes, imports, jobs

@@ -53,6 +53,7 @@ from caseshelf import bootstrap, ui
 from caseshelf.api.cors import preflight_headers
 from caseshelf.api.localguard import LocalGuard, Refusal
 from caseshelf.bootstrap import Settings
+from caseshelf.domain.downloads import attachment
 from caseshelf.gateway import (
     LOCAL_BUCKET,
     STAGE,
@@ -514,24 +515,26 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def _download(self, token: str) -> None:
         """`GET /_downloads/<token>`: the embedded store's stand-in for a presigned S3 GET. The
-        object is streamed as it is, named after its key."""
+        object is streamed as it is, named as the token says (`<dataset>-<version>.<ext>` for a
+        version's or an export's download), else after its key."""
         from caseshelf.api.errors import status_of
         from caseshelf.domain.errors import CaseshelfError
 
         if self._read_body() is None:
             return
-        opener = getattr(bootstrap.services().store, "open_download", None)
+        store = bootstrap.services().store
+        opener = getattr(store, "open_download", None)
         if opener is None:
             self._problem(404, "this server's store serves no downloads")
             return
         try:
-            key, fh, size = opener(token)
+            _, fh, size = opener(token)
         except CaseshelfError as exc:
             status, _ = status_of(exc)
             self._problem(status, exc.detail)
             return
         with fh:
-            name = key.rsplit("/", 1)[-1]
+            name = store.download_filename(token)  # type: ignore[attr-defined]
             ctype = next(
                 (t for suffix, t in _CONTENT_TYPES if name.lower().endswith(suffix)),
                 "application/octet-stream",
@@ -539,7 +542,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(size))
-            self.send_header("Content-Disposition", f'attachment; filename="{name}"')
+            self.send_header("Content-Disposition", attachment(name))
             self.send_header("Cache-Control", "private, no-store")
             self.end_headers()
             if self.command == "HEAD":

@@ -70,8 +70,12 @@ class BlobStore(Protocol):
 
     def delete(self, key: str) -> None: ...
 
-    def presign_get(self, key: str, *, expires: int = 900) -> str | None:
-        """A time-limited GET URL, or None where the backend has none (the embedded store)."""
+    def presign_get(
+        self, key: str, *, expires: int = 900, filename: str | None = None
+    ) -> str | None:
+        """A time-limited GET URL, or None where the backend has none (the embedded store).
+        `filename`: the name the download is saved as (its answer says
+        `Content-Disposition: attachment; filename=...`), not the key's last part."""
 
     def presign_put(self, key: str, *, expires: int = 900) -> str | None:
         """A time-limited PUT URL, or None where the backend has none (the embedded store)."""

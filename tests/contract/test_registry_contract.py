@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import unquote
 
 import orjson
 import pytest
@@ -261,8 +262,10 @@ def test_download_is_a_registrable_document(backend: Backend, registry: Registry
         assert got.url is None and got.body is not None
         body = got.body
     else:
-        # On AWS the answer is a presigned URL to fetch
+        # On AWS the answer is a presigned URL to fetch, which saves the file under that name
         assert got.body is None and got.url is not None
+        assert "response-content-disposition=attachment" in got.url
+        assert "gsm-1.0.0.json" in unquote(got.url)
         body = http("GET", got.url)
     # Then it holds everything, bodies inline, and registers elsewhere to the same digest
     parsed = orjson.loads(body)

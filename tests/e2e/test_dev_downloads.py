@@ -9,10 +9,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from caseshelf import bootstrap
+from caseshelf import bootstrap, connect
 from caseshelf.adapters.localfs import LocalBlobStore
 from caseshelf.devserver import DevServer
 from tests.helpers import dev_server
@@ -53,17 +54,28 @@ def token_of(url: str) -> str:
     return url.rsplit("/", 1)[1]
 
 
+def document(server: DevServer, name: str, version: str) -> Any:
+    """The download route's answer once the document is rendered: the first request starts
+    its job (202), which the client follows; the route then answers the document."""
+    url = f"{server.url}/datasets/{name}/versions/{version}/download"
+    started = call(url)
+    assert started.status == 202 and started.json["kind"] == "download", started.body
+    with connect(server.url, env={}) as cs:
+        cs.download(f"{name}@{version}")
+    return call(url)
+
+
 def test_download_streams_the_document_and_presigned_urls_are_served(
     server: DevServer, capfd: pytest.CaptureFixture[str]
 ) -> None:
     # Given a version registered through the local API
     reg = call(f"{server.url}/datasets", "POST", DEMO)
     assert reg.status == 201, reg.json
-    # When its download is asked for
-    got = call(f"{server.url}/datasets/demo/versions/1.0.0/download")
+    # When its download is asked for (a job renders it first)
+    got = document(server, "demo", "1.0.0")
     # Then the embedded store answers the document itself (architecture §7: a stream locally)
     assert got.status == 200
-    assert got.headers["Content-Disposition"].startswith("attachment; filename=")
+    assert got.headers["Content-Disposition"] == 'attachment; filename="demo-1.0.0.json"'
     assert got.json["id"] == "demo" and got.json["version"] == "1.0.0"
     # Which registers as it is, under another id, with the same content digest
     copy = call(f"{server.url}/datasets", "POST", dict(got.json, id="demo-copy"))
@@ -79,6 +91,11 @@ def test_download_streams_the_document_and_presigned_urls_are_served(
     assert doc.headers["Content-Type"] == "application/json"
     assert int(doc.headers["Content-Length"]) == len(doc.body)
     assert doc.json == got.json
+    # Named after its key when the URL names nothing, and as the URL says when it does
+    assert doc.headers["Content-Disposition"] == f'attachment; filename="{key.rsplit("/", 1)[1]}"'
+    named = store.presign_get(key, expires=60, filename="demo-1.0.0.json")
+    assert named is not None
+    assert call(named).headers["Content-Disposition"] == 'attachment; filename="demo-1.0.0.json"'
     # And the request log names the route, never the token
     err = capfd.readouterr().err
     assert "/_downloads/<token>" in err
@@ -87,7 +104,7 @@ def test_download_streams_the_document_and_presigned_urls_are_served(
 
 def test_download_tokens_are_checked(server: DevServer) -> None:
     assert call(f"{server.url}/datasets", "POST", DEMO).status == 201
-    assert call(f"{server.url}/datasets/demo/versions/1.0.0/download").status == 200
+    assert document(server, "demo", "1.0.0").status == 200
     store = bootstrap.services().store
     assert isinstance(store, LocalBlobStore)
     url = store.presign_get(next(o.key for o in store.list("t/acme/exports/")), expires=60)
@@ -200,8 +217,8 @@ def test_cli_import_tasks_with_api_packs_the_tree_and_follows_the_job(
     images = {c["id"]: c.get("image") for c in cases}
     assert images["evoeval/24"] == "reg/tb:24"  # {name}: the directory, no slash
     # And the whole version is more than one request body could have carried
-    document = call(f"{server.url}/datasets/tb/versions/1.0.0/download")
-    assert len(document.body) > limit
+    whole = document(server, "tb", "1.0.0")
+    assert whole.status == 200 and len(whole.body) > limit
     # And the same tree imported in-process gives the same content
     direct = caseshelf(tmp_path / "direct", "import-tasks", src, *options, "--json")
     assert direct.returncode == 0, direct.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,9 +71,13 @@ def gsm_like(n: int) -> list[dict[str, Any]]:
     ]
 
 
-def download(page: Page, locator: Any) -> bytes:
+def download(page: Page, locator: Any, name: str | None = None) -> bytes:
+    """The body of the download `locator`'s click starts; `name`: the file name the browser
+    must suggest for it (the server's Content-Disposition)."""
     with page.tab.expect_download() as got:
         locator.click()
+    if name is not None:
+        assert got.value.suggested_filename == name
     return Path(got.value.path()).read_bytes()
 
 
@@ -88,16 +93,19 @@ def test_an_export_is_handed_over_as_a_download(page: Page, server: str) -> None
     menu = page.tab.locator("details.menu")
     assert "EvalHub" in menu.inner_text()
     # When the dataset document is downloaded, then it is the version, as the API renders it
-    doc = json.loads(download(page, menu.locator('[data-download-format="document"]')))
+    document = menu.locator('[data-download-format="document"]')
+    doc = json.loads(download(page, document, "dl-1.0.0.json"))
     assert [c["id"] for c in doc["cases"]] == [c["id"] for c in cases]
     status, checked = api(server + "/datasets/validate", "POST", doc)
     assert status == 200, checked
     _, v = api(server + "/datasets/dl/versions/1.0.0")
     assert checked["content_digest"] == v["content_digest"]
-    # And jsonl is its one file; case-dirs a .tar.gz holding every case directory
-    rows = download(page, menu.locator('[data-download-format="jsonl"]'))
+    # And jsonl is its one file; case-dirs a .tar.gz holding every case directory; each saved
+    # under the version's name, not the stored object's
+    rows = download(page, menu.locator('[data-download-format="jsonl"]'), "dl-1.0.0.jsonl")
     assert [json.loads(line)["id"] for line in rows.splitlines()] == [c["id"] for c in cases]
-    bundle = download(page, menu.locator('[data-download-format="case-dirs"]'))
+    dirs = menu.locator('[data-download-format="case-dirs"]')
+    bundle = download(page, dirs, "dl-1.0.0.case-dirs.tar.gz")
     with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:gz") as tar:
         names = tar.getnames()
     assert any(n.endswith("manifest.json") for n in names)
@@ -111,7 +119,7 @@ def test_an_export_is_handed_over_as_a_download(page: Page, server: str) -> None
     page.tab.get_by_role("button", name="Export", exact=True).click()
     link = page.tab.locator('a[data-download="file"]')
     link.wait_for()
-    body = download(page, link)
+    body = download(page, link, "dl-1.0.0.parquet")
     assert body[:4] == b"PAR1" and body[-4:] == b"PAR1"
     page.shot("2-panel")
 
@@ -183,6 +191,58 @@ def test_a_large_diff_reads_at_a_glance_and_filters_by_field(page: Page, server:
     assert page.text("#changed-h") == "Changed at /expectations (120)"
     page.click_and_wait(page.tab.get_by_role("link", name="Show every change"))
     assert "path=" not in page.tab.url
+
+
+def test_field_counts_not_yet_complete_read_as_at_least(page: Page, server: str) -> None:
+    # Given a diff of 8 changed cases: 6 answers, 2 metadata
+    v1 = gsm_like(20)
+    v2 = [dict(c) for c in v1]
+    for c in v2[:6]:
+        c["expectations"] = {"ground_truth": "changed"}
+    for c in v2[10:12]:
+        c["metadata"] = {"row": c["metadata"]["row"], "source": "fixed"}
+    register(server, {"id": "parts", "version": "1.0.0", "cases": v1})
+    register(server, {"id": "parts", "version": "1.1.0", "cases": v2})
+    # And a server that answers the counts of the first 3 changed cases only, as AWS answers a
+    # diff of more than 50,000 (then, in the second part, the whole counts on the next ask)
+    answers: list[int] = []
+    finish = {"on": False}
+
+    def counted_in_parts(route: Any) -> None:
+        real = route.fetch()
+        body = real.json()
+        if not (finish["on"] and answers):
+            body["fields"] = {
+                "paths": [{"path": "/expectations/ground_truth", "cases": 3}],
+                "other_paths": 0,
+                "counted": 3,
+                "complete": False,
+            }
+        answers.append(body["fields"]["counted"])
+        route.fulfill(response=real, json=body)
+
+    page.tab.route(re.compile(r".*/datasets/parts/diff\?.*summary=true.*"), counted_in_parts)
+    q = "base=1.0.0&candidate=1.1.0"
+    # When the diff page opens on counts that are not complete (and stay so)
+    page.goto(f"/datasets/parts/diff?{q}")
+    # Then each count reads as "at least", and a note says how far they are
+    cell = page.tab.locator("table[aria-label='Fields changed'] td.num")
+    assert cell.all_inner_texts() == ["≥ 3"]
+    note = page.text("[data-fields-note]")
+    assert "first 3 of 8 changed cases" in note and "at least" in note
+    page.shot("1-partial")
+    # When the next ask counts the rest, then the page draws the whole counts, without a note
+    finish["on"] = True
+    answers.clear()
+    page.goto(f"/datasets/parts/diff?{q}")
+    page.tab.wait_for_selector("[data-fields-note]", state="detached")
+    rows = page.tab.locator("table[aria-label='Fields changed'] tbody tr")
+    shown = [
+        (r.get_attribute("data-field-path"), r.locator("td.num").inner_text()) for r in rows.all()
+    ]
+    assert shown == [("/expectations/ground_truth", "6"), ("/metadata/source", "2")]
+    assert answers == [3, 8]
+    page.shot("2-counted")
 
 
 def test_a_case_reads_as_text_with_its_files_as_a_tree(page: Page, server: str) -> None:

@@ -131,10 +131,12 @@ def test_the_search_index_answers_what_the_scan_does_over_the_whole_version(
         ("t3", "any"),
         ("a\ttab", "text"),  # a control character: never the index
     ]:
-        # When the same search runs from the index, then it finds what the scan finds
+        # When the same search runs over the whole version at once (a scan of the records, the
+        # index once kept: tests/integration/test_search_scan.py), then it finds what the
+        # bounded scan finds
         indexed = [c["id"] for c in local.search("idx@1.0.0", q, by=by, raw=True)]
         assert indexed == scanned(q, by), q
-    # And a rare text is found in one page: the index covers every case at once
+    # And a rare text is found in one page: the search covers every case at once
     page = local.search_cases("idx@1.0.0", "rare", by="text")
     assert [c["id"] for c in page.items] == ["last"] and page.next_cursor is None
     assert page.scanned_from == 0 and page.scanned_to == len(body)

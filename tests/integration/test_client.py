@@ -612,9 +612,14 @@ def test_a_rows_export_hands_back_its_one_file_and_a_tree_its_bundle(remote: Cli
     assert rows.file_url is not None and rows.bundle_url is None
     got = httpx.get(rows.file_url)
     assert got.status_code == 200
+    assert got.headers["Content-Disposition"] == 'attachment; filename="handed-1.0.0.jsonl"'
     assert [orjson.loads(line)["id"] for line in got.content.splitlines()] == [
         c["id"] for c in CASES
     ]
     # And the tree is a bundle (no single file)
     assert tree.file_url is None and tree.bundle_url is not None
-    assert httpx.get(tree.bundle_url).content[:2] == b"\x1f\x8b"  # gzip
+    bundle = httpx.get(tree.bundle_url)
+    assert bundle.content[:2] == b"\x1f\x8b"  # gzip
+    assert bundle.headers["Content-Disposition"] == (
+        'attachment; filename="handed-1.0.0.case-dirs.tar.gz"'
+    )

@@ -124,6 +124,9 @@ def test_gsm8k_exports_to_the_registry_bucket_with_bundle_and_test_data_ref(
     if backend.name == "moto_server":
         with urllib.request.urlopen(res.bundle_url) as resp:
             raw = resp.read()
+            # saved under the version's name, not the bundle's key
+            disposition = resp.headers["Content-Disposition"]
+        assert disposition == 'attachment; filename="gsm8k-1.0.0.case-dirs.tar.gz"'
     else:
         raw = backend.store.get(res.bundle_key)
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(raw))) as tar:

@@ -78,7 +78,9 @@ class MemoryStore:
     def delete(self, key: str) -> None:
         self.objects.pop(key, None)
 
-    def presign_get(self, key: str, *, expires: int = 900) -> str | None:
+    def presign_get(
+        self, key: str, *, expires: int = 900, filename: str | None = None
+    ) -> str | None:
         return f"memory://{key}"
 
     def presign_put(self, key: str, *, expires: int = 900) -> str | None:

@@ -12,7 +12,7 @@ from caseshelf import bootstrap
 from caseshelf.domain.identity import Identity
 from caseshelf.services.registry import parse_dataset
 from tests.conftest import Backend
-from tests.helpers import call_function, sample_event
+from tests.helpers import call_function, importer_api, run_queued, sample_event
 
 pytestmark = pytest.mark.integration
 
@@ -77,21 +77,83 @@ def test_subset_answers_a_stamped_selection(services):
     }
 
 
-def test_subset_with_cases_and_register_as(services):
-    register(services, "1.0.0", [case(i) for i in range(10)])
-    ev = event(
-        "subset_post.json",
-        body=json.dumps(
-            {"sample": 3, "seed": "x", "register_as": {"id": "qa-mini", "bump": "major"}}
-        ),
-        queryStringParameters={"cases": "true"},
+def follow(ev: dict[str, Any], tenant: str = "acme") -> tuple[int, Any]:
+    """The subset route fed `ev`; a job it starts (202) delivered to the importer as the
+    import queue would and read back with `GET /jobs/{id}`."""
+    status, job = call_function("subset", ev)
+    if status != 202:
+        return status, job
+    assert job["state"] == "pending" and job["url"] == f"/jobs/{job['id']}"
+    assert job["request"]["kind"] == "subset"
+    assert run_queued() == 1
+    got, done = importer_api("GET", job["url"], tenant=tenant)
+    assert got == 200 and done["state"] in ("succeeded", "failed"), done
+    return status, done
+
+
+def test_subset_register_as_is_a_job(services):
+    parent = register(services, "1.0.0", [case(i) for i in range(10)])
+    body = {"sample": 3, "seed": "x", "register_as": {"id": "qa-mini", "bump": "major"}}
+    ev = event("subset_post.json", body=json.dumps(body))
+    status, job = follow(ev)
+    assert status == 202 and job["state"] == "succeeded", job
+    result = job["result"]
+    plain = call_function(
+        "subset", event("subset_post.json", body=json.dumps(body | {"register_as": None}))
     )
-    status, body = call_function("subset", ev)
-    assert status == 201
-    assert [c["id"] for c in body["cases"]] == body["case_ids"]
-    assert body["registered"]["id"] == "qa-mini" and body["registered"]["created"] is True
-    rec = services.registry.get_version(ME, "qa-mini", "latest")
+    assert plain[0] == 200
+    assert result["stamp"] == plain[1]["stamp"] and result["stamp"]["selected"] == 3
+    assert result["parent"] == {
+        "id": "qa",
+        "version": "1.0.0",
+        "content_digest": parent.content_digest,
+    }
+    assert result["registered"]["id"] == "qa-mini" and result["registered"]["created"] is True
+    assert result["registered"]["case_count"] == 3
+    assert job["progress"] == {"cases_selected": 3, "cases_registered": 3}
+    rec = services.registry.get_version(ME, "qa-mini", result["registered"]["version"])
     assert rec.produced_by and rec.produced_by["via"] == "subset"
+    # The same selection again registers nothing new; another one under that label conflicts
+    again = follow(event("subset_post.json", body=json.dumps(body)))[1]
+    assert again["result"]["registered"] == {**result["registered"], "created": False}
+    label = {"id": "qa-mini", "version": result["registered"]["version"]}
+    other = {"limit": 2, "register_as": label}
+    failed = follow(event("subset_post.json", body=json.dumps(other)))[1]
+    assert failed["state"] == "failed" and failed["error"]["code"] == "Conflict"
+    assert "qa-mini" in failed["error"]["detail"]
+
+
+@pytest.mark.parametrize(
+    ("body", "query", "ref", "status", "field"),
+    [
+        ({"limit": 0}, None, "1.0.0", 400, "detail"),
+        ({"seed": 3}, None, "1.0.0", 400, "field"),
+        ({}, {"cases": "true"}, "1.0.0", 400, "field"),
+        ({}, None, "7.0.0", 404, "detail"),
+        ({"ids": ["c01"] * 30_000}, None, "1.0.0", 413, "limit"),
+    ],
+)
+def test_subset_register_as_fails_at_once_before_any_work(
+    services, body, query, ref, status, field
+):
+    register(services, "1.0.0", [case(i) for i in range(4)])
+    body = {**body, "register_as": {"id": "qa-mini", "version": "1.0.0"}}
+    ev = event("subset_post.json", body=json.dumps(body), pathParameters={"id": "qa", "ref": ref})
+    ev["path"] = f"/datasets/qa/versions/{ref}/subset"
+    if query is not None:
+        ev = event("subset_post.json", body=json.dumps(body), queryStringParameters=query)
+    got, problem = call_function("subset", ev)
+    assert got == status, problem
+    assert problem["status"] == status and field in problem
+    assert run_queued() == 0  # nothing was queued
+
+
+def test_subset_register_as_of_unknown_ids_fails_the_job_naming_them(services):
+    register(services, "1.0.0", [case(i) for i in range(4)])
+    body = {"ids": ["c01", "zz"], "register_as": {"id": "qa-mini", "version": "1.0.0"}}
+    status, job = follow(event("subset_post.json", body=json.dumps(body)))
+    assert status == 202 and job["state"] == "failed"
+    assert job["error"]["code"] == "BadRequest" and job["error"]["case_ids"] == ["zz"]
 
 
 @pytest.mark.parametrize(
@@ -232,6 +294,42 @@ def test_diff_bad_limit_or_cursor_is_400(services, query):
     assert next(iter(query)) in json.dumps(problem)
 
 
+def test_field_counts_of_a_large_diff_are_counted_on_until_complete(services):
+    # Given a diff of 7 changed cases, and a service that counts 3 more a request (50,000 on
+    # AWS; the local server counts all at once)
+    register(services, "1.0.0", [case(i) for i in range(9)])
+    v2 = [case(i) for i in range(9)]
+    for i in range(7):
+        v2[i]["metadata"] = {"edit": i}
+    for i in (1, 5):
+        v2[i]["inputs"] = {"user": f"question {i}, edited"}
+    register(services, "1.1.0", v2)
+    assert services.diff.field_count_cases == 50_000  # as deployed on AWS
+    services.diff.field_count_cases = 3
+    q = {"base": "1.0.0", "candidate": "1.1.0", "summary": "true", "fields": "true"}
+    answers = []
+    for _ in range(4):
+        status, body = call_function("diff", event("diff_get.json", queryStringParameters=q))
+        assert status == 200, body
+        answers.append(body["fields"])
+    # Then each answer says how far it counted, the counts at least what they end at
+    assert [(a["counted"], a["complete"]) for a in answers] == [
+        (3, False),
+        (6, False),
+        (7, True),
+        (7, True),
+    ]
+    assert answers[0]["paths"] == [
+        {"path": "/metadata", "cases": 3},
+        {"path": "/inputs/user", "cases": 1},
+    ]
+    # And the counts made a part at a time are the counts of the whole diff
+    assert answers[-1]["paths"] == [
+        {"path": "/metadata", "cases": 7},
+        {"path": "/inputs/user", "cases": 2},
+    ]
+
+
 def test_diff_counts_field_paths_over_the_whole_diff_and_filters_by_one(services):
     # Given 1.1.0 with 5 changed cases: 3 change the answer (one the question too), 2 the
     # metadata; and one added case
@@ -256,6 +354,7 @@ def test_diff_counts_field_paths_over_the_whole_diff_and_filters_by_one(services
         ],
         "other_paths": 0,
         "counted": 5,
+        "complete": True,
     }
     # And a filter by path pages only the cases changed there, with only those changes
     seen: list[dict[str, Any]] = []
@@ -278,3 +377,8 @@ def test_diff_counts_field_paths_over_the_whole_diff_and_filters_by_one(services
     q = {"base": "1.0.0", "candidate": "1.1.0", "path": "metadata"}
     status, problem = call_function("diff", event("diff_get.json", queryStringParameters=q))
     assert status == 400 and "path" in json.dumps(problem)
+
+
+def test_the_local_server_counts_a_diffs_fields_in_one_request(tmp_path):
+    services = bootstrap.build(bootstrap.load_settings({}, backend="local", home=str(tmp_path)))
+    assert services.diff.field_count_cases is None

@@ -287,7 +287,13 @@ def test_uploads_and_drops_reach_the_importer_through_eventbridge(
     }
     assert str({"Fn::Sub": "${DataBucket.Arn}/t/*/uploads/*"}) in writes
     deletes = [s for s in stmts if "s3:DeleteObject" in as_list(s["Action"])]
-    assert [s["Resource"] for s in deletes] == [{"Fn::Sub": "${DataBucket.Arn}/t/*/uploads/*"}]
+    # it removes what it consumed: uploads, and the inline archives task import jobs keep
+    assert [s["Resource"] for s in deletes] == [
+        [
+            {"Fn::Sub": "${DataBucket.Arn}/t/*/uploads/*"},
+            {"Fn::Sub": "${DataBucket.Arn}/t/*/jobs/*"},
+        ]
+    ]
 
 
 def test_failed_import_events_are_retried_then_dead_lettered_and_swept(
@@ -427,13 +433,15 @@ def test_the_export_queue_outlives_its_worker_and_dead_letters_after_its_retries
     assert mappings and all(m["BatchSize"] == 1 for m in mappings)
 
 
-def test_the_subset_function_writes_only_a_derived_version_and_deletes_nothing(
+def test_the_subset_function_only_starts_jobs_and_writes_no_object(
     transformed: dict[str, Any],
 ) -> None:
+    # register_as is the importer's work: the route puts the job's item and queues it
     written = writes(role_grants(transformed, "SubsetFunction"))
-    assert not [a for a, _ in written if "Delete" in a]
-    s3 = {r for a, r in written if a.startswith("s3:")}
-    assert s3 == {f"${{DataBucket.Arn}}/t/*/{area}/*" for area in ("manifests", "packs", "blobs")}
+    assert not [a for a, _ in written if "Delete" in a or a.startswith("s3:")]
+    assert {a for a, _ in written} == {"dynamodb:PutItem", "sqs:SendMessage"}
+    env = transformed["Resources"]["SubsetFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["CASESHELF_IMPORT_QUEUE_URL"] == {"Ref": "ImportJobQueue"}
 
 
 def test_a_ui_on_another_origin_is_one_parameter_for_preflights_and_answers() -> None:

@@ -153,6 +153,50 @@ def test_subset(seeded: Emulation) -> None:
     assert body["case_ids"] == ["c0000", "c0003", "c0006", "c0009"]
 
 
+def test_subset_register_as(seeded: Emulation) -> None:
+    p = {"id": QA, "ref": "1.1.0"}
+    body = {"tags": ["fizz"], "register_as": {"id": "qa-fizz", "version": "1.0.0"}}
+    answer = call(seeded, "SubsetFunction", "POST", V + "/subset", params=p, body=body)
+    job = ok(answer, 202)
+    assert job["state"] == "pending" and answer.headers["Location"] == f"/jobs/{job['id']}"
+    # Nothing is registered until the importer runs the job's message
+    ok(call(seeded, "RegistryFunction", "GET", V, params={"id": "qa-fizz", "ref": "1.0.0"}), 404)
+    done = _run_import_job(seeded, job["id"])
+    assert done["progress"] == {"cases_selected": 4, "cases_registered": 4}
+    result = done["result"]
+    assert result["parent"]["version"] == "1.1.0" and result["stamp"]["selected"] == 4
+    assert result["registered"]["case_count"] == 4 and result["registered"]["created"] is True
+    got = ok(call(seeded, "RegistryFunction", "GET", V, params={"id": "qa-fizz", "ref": "1.0.0"}))
+    assert got["produced_by"]["via"] == "subset"
+
+
+def _run_import_job(emulation: Emulation, job_id: str) -> Any:
+    """The job's message, received from the import job queue as the importer's event source
+    mapping receives it, run by the importer; the job, succeeded, read back."""
+    sqs = boto3.client(
+        "sqs",
+        endpoint_url=emulation.endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    got = sqs.receive_message(
+        QueueUrl=emulation.refs["ImportJobQueue"], AttributeNames=["All"], MaxNumberOfMessages=1
+    )["Messages"]
+    assert len(got) == 1 and json.loads(got[0]["Body"]) == {"job": job_id}
+    event = sqs_event("ImportJobQueue", got[0]["Body"], 1)
+    event["Records"][0]["eventSourceARN"] = emulation.refs["ImportJobQueue.Arn"]
+    outcome = emulation.invoke("ImporterFunction", event)
+    assert outcome.kind == "ok", (outcome.error, outcome.log[-4000:])
+    assert outcome.json()["records"] == [{"job_id": job_id, "status": "succeeded"}]
+    sqs.delete_message(
+        QueueUrl=emulation.refs["ImportJobQueue"], ReceiptHandle=got[0]["ReceiptHandle"]
+    )
+    done = ok(call(emulation, "ImporterFunction", "GET", "/jobs/{id}", params={"id": job_id}))
+    assert done["state"] == "succeeded", done
+    return done
+
+
 def test_export(seeded: Emulation) -> None:
     p = {"id": QA, "ref": "1.1.0"}
     body = {"format": "case-dirs", "subset": {"tags": ["fizz"]}}
@@ -173,26 +217,8 @@ def test_tasks(emulation: Emulation, shared_data: Path) -> None:
     answer = call(emulation, "TasksFunction", "POST", "/datasets/terminal-bench", body=body)
     job = ok(answer, 202)
     assert job["state"] == "pending" and answer.headers["Location"] == f"/jobs/{job['id']}"
-    # The job's message, received from the import job queue as the importer's event source
-    # mapping receives it, runs the import in the importer.
-    sqs = boto3.client(
-        "sqs",
-        endpoint_url=emulation.endpoint_url,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    got = sqs.receive_message(
-        QueueUrl=emulation.refs["ImportJobQueue"], AttributeNames=["All"], MaxNumberOfMessages=1
-    )["Messages"]
-    assert len(got) == 1 and json.loads(got[0]["Body"]) == {"job": job["id"]}
-    event = sqs_event("ImportJobQueue", got[0]["Body"], 1)
-    event["Records"][0]["eventSourceARN"] = emulation.refs["ImportJobQueue.Arn"]
-    outcome = emulation.invoke("ImporterFunction", event)
-    assert outcome.kind == "ok", (outcome.error, outcome.log[-4000:])
-    assert outcome.json()["records"] == [{"job_id": job["id"], "status": "succeeded"}]
-    done = ok(call(emulation, "ImporterFunction", "GET", "/jobs/{id}", params={"id": job["id"]}))
-    assert done["state"] == "succeeded", done
+    # The job's message runs the import in the importer.
+    done = _run_import_job(emulation, job["id"])
     assert done["result"]["case_count"] == 4 and [s["task"] for s in done["result"]["skipped"]] == [
         "5"
     ]

@@ -67,3 +67,23 @@ def test_kept_counts_round_trip_and_refuse_what_does_not_hold_together() -> None
     assert bad != counts.to_json()
     with pytest.raises(ValueError):
         FieldCounts.from_json(bad)
+
+
+def test_counts_made_a_part_at_a_time_equal_the_counts_of_the_whole() -> None:
+    # Given five changed cases, counted whole and in parts of two (the later parts change the
+    # order of the paths: /b overtakes /a)
+    per_case = [
+        field_changes({"a": 1}, {"a": 2}),
+        field_changes({"a": 1, "b": 1}, {"a": 2, "b": 2}),
+        field_changes({"b": 1}, {"b": 2}),
+        field_changes({"b": 1}, {"b": 3}),
+        field_changes({"c": [1]}, {"c": [2]}),
+    ]
+    whole = FieldCounts.of(per_case)
+    parts = FieldCounts.of(per_case[:2])
+    assert parts.top()[0] == [("/a", 2), ("/b", 1)] and parts.counted == 2
+    parts = parts.extended(per_case[2:4]).extended(per_case[4:])
+    # Then the parts make the whole: the same paths, counts, cases and filter
+    assert parts == whole and parts.counted == 5
+    assert whole.top()[0] == [("/b", 3), ("/a", 2), ("/c/*", 1)]
+    assert parts.matching("/a") == [0, 1]

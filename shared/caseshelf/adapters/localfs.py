@@ -65,11 +65,21 @@ class UploadTokens:
     def _mac(self, payload: str) -> str:
         return _b64(hmac.new(self._secret, payload.encode("ascii"), hashlib.sha256).digest())
 
-    def sign(self, key: str, expires: int, *, method: str = "PUT") -> str:
+    def sign(
+        self, key: str, expires: int, *, method: str = "PUT", filename: str | None = None
+    ) -> str:
+        """A token for `key`; `filename` (a download's): the name its answer saves it as."""
         tenant = _tenant_of(key)
         body = {"t": tenant, "k": key, "e": int(self._clock()) + int(expires), "m": method}
+        if filename:
+            body["n"] = filename
         payload = _b64(orjson.dumps(body))
         return f"{payload}.{self._mac(payload)}"
+
+    def filename(self, token: str) -> str | None:
+        """The download name a token was signed with (None: none), once `verify` passed it."""
+        name = orjson.loads(_unb64(token.partition(".")[0])).get("n")
+        return name if isinstance(name, str) else None
 
     def verify(self, token: str, *, method: str = "PUT") -> str:
         """The key a token names for `method`; `Forbidden` when it is forged, altered, expired
@@ -301,13 +311,17 @@ class LocalBlobStore:
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
 
-    def presign_get(self, key: str, *, expires: int = 900) -> str | None:
+    def presign_get(
+        self, key: str, *, expires: int = 900, filename: str | None = None
+    ) -> str | None:
         """`<public url>/_downloads/<token>` when a dev server publishes this store, else None
-        (the caller then reads the object itself)."""
+        (the caller then reads the object itself). `filename` is signed into the token: the
+        server's answer names the download so (`download_filename`)."""
         if self.public_url is None:
             return None
         self._path(key)
-        return f"{self.public_url}{DOWNLOAD_PATH}{self.tokens.sign(key, expires, method='GET')}"
+        token = self.tokens.sign(key, expires, method="GET", filename=filename)
+        return f"{self.public_url}{DOWNLOAD_PATH}{token}"
 
     def presign_put(self, key: str, *, expires: int = 900) -> str | None:
         """`<public url>/_uploads/<token>` when a dev server publishes this store, else None."""
@@ -355,6 +369,12 @@ class LocalBlobStore:
             _drain(body, left)  # the client then reads the answer, not a reset connection
             raise
         return key, md5.hexdigest()
+
+    def download_filename(self, token: str) -> str:
+        """The name a download token's answer saves its object as: the one it was signed with,
+        else the key's last part. `Forbidden` as for `open_download`."""
+        key = self.tokens.verify(token, method="GET")
+        return self.tokens.filename(token) or key.rsplit("/", 1)[-1]
 
     def open_download(self, token: str) -> tuple[str, BinaryIO, int]:
         """The key a download token grants, the object opened for reading, and its size:

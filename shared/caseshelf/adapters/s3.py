@@ -21,6 +21,7 @@ from boto3.exceptions import S3UploadFailedError
 from botocore.exceptions import ClientError
 
 from caseshelf.adapters.aws import TRANSPORT_ERRORS, error_code, is_transient, unavailable
+from caseshelf.domain.downloads import attachment
 from caseshelf.domain.errors import NotFound, TooLarge, Upstream
 from caseshelf.ports import ObjectInfo
 
@@ -212,9 +213,14 @@ class S3BlobStore:
             if not isinstance(err, NotFound):
                 raise err from exc
 
-    def presign_get(self, key: str, *, expires: int = 900) -> str | None:
+    def presign_get(
+        self, key: str, *, expires: int = 900, filename: str | None = None
+    ) -> str | None:
+        params = {"Bucket": self.bucket, "Key": key}
+        if filename:  # signed into the URL: S3 answers the GET with this header
+            params["ResponseContentDisposition"] = attachment(filename)
         url: str = self.client.generate_presigned_url(
-            "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires
+            "get_object", Params=params, ExpiresIn=expires
         )
         return url
 

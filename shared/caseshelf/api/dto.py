@@ -294,6 +294,18 @@ class VersionRefOut(Wire):
     content_digest: str
 
 
+class SubsetRegisteredOut(Wire):
+    """The result of a subset job (`register_as`): the version selected from, the selection's
+    stamp and the derived version registered. The selected ids are the plain subset's answer
+    (the same request without `register_as`, on `parent`)."""
+
+    parent: VersionRefOut = Field(description="The version the selection was made from.")
+    stamp: SubsetStamp | None = Field(
+        description="As the subset's answer: null only when nothing narrowed the version."
+    )
+    registered: RegisterOut = Field(description="The derived version.")
+
+
 class ChangeOut(Wire):
     """One change. `before` or `after` is left out where the key or element is absent on that
     side (a JSON null is a value and is written)."""
@@ -387,7 +399,13 @@ class DiffFieldsOut(Wire):
     paths: list[FieldCountOut] = Field(description="Most cases first (then by path).")
     other_paths: int = Field(description="Field paths left out of `paths` (the least changed).")
     counted: int = Field(
-        description="Changed cases counted: every one, unless the diff has more than 50,000."
+        description="Changed cases counted so far: the diff's first `counted` (every one when "
+        "`complete`)."
+    )
+    complete: bool = Field(
+        description="Every changed case is counted. When false (a diff of more than 50,000 "
+        "changed cases on AWS, which counts 50,000 more a request), each count is at least the "
+        "number given: ask again to count on from where the counts stopped."
     )
 
 
@@ -494,13 +512,13 @@ def diff_out(res: DiffResult) -> DiffOut:
             case_order_changed=res.plan.order_changed,
         ),
         next_cursor=res.next_cursor,
-        fields=fields_out(res.fields),
+        fields=fields_out(res.fields, len(res.plan.changed)),
         path=res.path,
         path_matches=res.path_matches,
     )
 
 
-def fields_out(counts: FieldCounts | None) -> DiffFieldsOut | None:
+def fields_out(counts: FieldCounts | None, changed: int) -> DiffFieldsOut | None:
     if counts is None:
         return None
     shown, left = counts.top()
@@ -508,6 +526,7 @@ def fields_out(counts: FieldCounts | None) -> DiffFieldsOut | None:
         paths=[FieldCountOut(path=p, cases=n) for p, n in shown],
         other_paths=left,
         counted=counts.counted,
+        complete=counts.counted >= changed,
     )
 
 

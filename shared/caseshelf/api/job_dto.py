@@ -32,11 +32,20 @@ class TaskProgressOut(Wire):
     tasks_mapped: int = Field(ge=0)
 
 
+class SubsetProgressOut(Wire):
+    """How far a subset job (`register_as`) is: the cases selected (known once the selection
+    is decided) and those registered in the derived version (all of them, once it is)."""
+
+    cases_selected: int = Field(ge=0)
+    cases_registered: int = Field(ge=0)
+
+
 class JobOut(Wire):
     id: str
     kind: Literal["import", "export", "download"] = Field(
         default="import",
-        description="`import`: an upload or drop being imported; `export`: an export's parts; "
+        description="`import`: an upload or drop being imported, a task import or a subset "
+        "registered (`request.kind`); `export`: an export's parts; "
         "`download`: a version's download document rendered in parts (its `result` names the "
         "download route, which then answers the document).",
     )
@@ -57,17 +66,19 @@ class JobOut(Wire):
         description="While running: until when the worker's lease holds (it renews it as it "
         "works); a job whose lease expired is resumed or failed by the next delivery or sweep.",
     )
-    progress: JobProgressOut | TaskProgressOut | None = Field(
+    progress: JobProgressOut | TaskProgressOut | SubsetProgressOut | None = Field(
         default=None,
         description="An export or download job's parts and what they wrote; a task import's "
-        "tasks read and mapped.",
+        "tasks read and mapped; a subset's cases selected and registered.",
     )
 
 
 def job_out(job: dict[str, Any]) -> JobOut:
-    progress: JobProgressOut | TaskProgressOut | None = None
-    if isinstance(job.get("progress"), dict):
-        progress = TaskProgressOut.model_validate(job["progress"])
+    progress: JobProgressOut | TaskProgressOut | SubsetProgressOut | None = None
+    told = job.get("progress")
+    if isinstance(told, dict):
+        shape = SubsetProgressOut if "cases_selected" in told else TaskProgressOut
+        progress = shape.model_validate(told)
     if job.get("kind") in ("export", "download"):
         progress = JobProgressOut(
             parts_total=job["parts_total"],

@@ -17,8 +17,8 @@ Importing that path (Powertools' resolver, pydantic and the wire models, the ser
 - the caseshelf modules that made the answer (path, size, modification time), so changed or
   upgraded code answers anew.
 
-A later `ls` whose key matches prints the kept answer through the same rendering, in about a
-tenth of the time (`bench/bench_cli.py`). Anything else (an
+A later `ls` whose key matches prints the kept answer through the same rendering, without the
+handler path's imports (`bench/bench_cli.py`). Anything else (an
 API, another store or identity, a renewed stamp, a changed module, a missing or unreadable
 file) runs the handler, and its answer replaces the kept one. The stamp is read before the
 handler reads the index, so an answer made while another process wrote is kept under the stamp
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from caseshelf.bootstrap import Settings
-    from caseshelf.cli import State
+    from caseshelf.cli.common import State
 
 # What the settings read from the environment (`caseshelf.bootstrap._ENV`), by prefix; minus
 # credentials, which never change what the embedded store lists and are not written to disk.

@@ -26,9 +26,8 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from caseshelf.cli import (
+from caseshelf.cli.common import (
     client,
-    command,
     emit,
     err_console,
     fields_table,
@@ -39,6 +38,7 @@ from caseshelf.cli import (
     wire,
 )
 from caseshelf.cli.registry import parse_ref
+from caseshelf.cli.root import command
 from caseshelf.cli.subset import IdsOpt, LimitOpt, TagsOpt, split_list
 
 
@@ -183,169 +183,181 @@ def evalhub_snippets(out: dict[str, Any], benchmark: str) -> str:
     )
 
 
+ToOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--to",
+        metavar="s3://BUCKET/PREFIX|DIR",
+        help="Where to write (default: the registry's exports prefix).",
+    ),
+]
+SharedOpt = Annotated[
+    list[str] | None,
+    typer.Option("--shared", metavar="DEST=FILE", help="Add FILE to every case at DEST (repeat)."),
+]
+FormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        metavar="FORMAT",
+        help="case-dirs | harbor | inspect | jsonl | parquet.",
+    ),
+]
+SecretRefOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--secret-ref",
+        metavar="NAME",
+        help="The Kubernetes Secret EvalHub reads S3 credentials from (default: "
+        "CASESHELF_EVALHUB_SECRET_REF).",
+    ),
+]
+BundleOpt = Annotated[
+    bool,
+    typer.Option("--bundle", help="Also write <prefix>.bundle.tar.gz beside (not in) the prefix."),
+]
+EvalhubOpt = Annotated[
+    bool,
+    typer.Option(
+        "--evalhub",
+        help="Print an EvalHub benchmark snippet and the Secret template it needs.",
+    ),
+]
+
+
+def export(
+    ref: Annotated[str, typer.Argument(metavar="ID@REF", help="ID alone means latest.")],
+    to: ToOpt = None,
+    ids: IdsOpt = None,
+    tags: TagsOpt = None,
+    limit: LimitOpt = None,
+    shared: SharedOpt = None,
+    fmt: FormatOpt = "case-dirs",
+    secret_ref: SecretRefOpt = None,
+    bundle: BundleOpt = False,
+    evalhub: EvalhubOpt = False,
+) -> None:
+    """Export a version for evaluation pods and harnesses (per-case directories by
+    default)."""
+    from caseshelf.domain.export import check_format
+    from caseshelf.services.exports import check_secret_ref
+    from caseshelf.services.pull import reporting
+
+    name, _ = parse_ref(ref)
+    check_format(fmt)
+    if secret_ref is not None:
+        check_secret_ref(secret_ref)
+    subset = {
+        "ids": split_list(ids, "--ids"),
+        "tags": split_list(tags, "--tags"),
+        "limit": limit,
+    }
+    subset = {k: v for k, v in subset.items() if v is not None}
+    local = to if to is not None and not to.startswith("s3://") else None
+    body: dict[str, Any] = {"format": fmt, "shared_files": _shared(shared)}
+    if subset:
+        body["subset"] = subset
+    if secret_ref is not None:
+        body["secret_ref"] = secret_ref
+    if bundle:
+        body["bundle"] = True
+    with ProgressLines("exporting") as bar, reporting(bar):
+        out = wire(client().export(ref, body, to=to))
+    _export_warnings(out, name, evalhub=evalhub, secret_ref=secret_ref)
+    emit(out, lambda o: _show_export(o, local=local))
+
+
+def _export_warnings(
+    out: dict[str, Any], name: str, *, evalhub: bool, secret_ref: str | None
+) -> None:
+    """What an export left out, why it has no test_data_ref, and with --evalhub the snippets,
+    on stderr."""
+    for w in out.get("warnings") or []:
+        warn(w)
+    hidden = (out.get("warning_count") or 0) - len(out.get("warnings") or [])
+    if hidden > 0:
+        warn(f"... and {hidden} more")
+    if out.get("test_data_ref_problem") and wants_evalhub(
+        str(out.get("prefix") or ""), evalhub, secret_ref
+    ):
+        warn(out["test_data_ref_problem"])
+    if evalhub and out.get("test_data_ref"):
+        sys.stderr.write(evalhub_snippets(out, name))
+        sys.stderr.flush()
+    elif evalhub:
+        warn("--evalhub: no snippet without a test_data_ref (see above)")
+
+
+def _show_export(o: dict[str, Any], *, local: str | None) -> None:
+    rows: list[tuple[str, Any]] = [
+        ("export", o["export_id"]),
+        ("format", o.get("format")),
+        ("prefix", o["prefix"]),
+        ("cases", o["case_count"]),
+        ("files", o["file_count"]),
+        ("bytes", o.get("bytes")),
+        ("manifest", o["manifest_key"]),
+        ("reused", "yes" if o["reused"] else "no"),
+    ]
+    if local is None and o.get("bundle_key"):  # a local --to: unpacked, not shown
+        rows.append(("bundle", o["bundle_key"]))
+    fields_table(rows)
+    if o.get("test_data_ref"):
+        s3 = o["test_data_ref"]["s3"]
+        note(
+            f"test_data_ref: {{s3: {{bucket: {s3['bucket']}, key: {s3['key']}, "
+            f"secret_ref: {s3['secret_ref']}}}}}"
+        )
+
+
+def pull_cmd(
+    source: Annotated[str, typer.Argument(metavar="s3://BUCKET/PREFIX")],
+    dest: Annotated[Path, typer.Argument(metavar="DIR", help="e.g. /test_data")],
+    bundle: Annotated[
+        bool,
+        typer.Option("--bundle", help="One GET of <prefix>.bundle.tar.gz instead of one per file."),
+    ] = False,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", min=1, max=128, help="Parallel downloads.")
+    ] = 16,
+) -> None:
+    """Download an export into DIR, verified against its manifest (pod side)."""
+    with ProgressLines("pulling") as bar:
+        out = client().pull(source, dest, concurrency=concurrency, bundle=bundle, progress=bar)
+    emit(out, lambda o: fields_table([(k, v) for k, v in o.items()]))
+
+
+def workspace(
+    case_dir: Annotated[Path, typer.Argument(metavar="CASE_DIR")],
+    target: Annotated[Path, typer.Argument(metavar="WORKSPACE")],
+    config: Annotated[Path, typer.Option("--config", metavar="EVAL_YAML", help="The eval config.")],
+    project_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--project-root",
+            help="Root that shared sources resolve against (default: the directory above "
+            "eval/ for eval/<name>/eval.yaml, else the config's directory).",
+        ),
+    ] = None,
+    plugin_dir: Annotated[
+        list[Path] | None,
+        typer.Option("--plugin-dir", help="Another allowed plugin directory (repeat)."),
+    ] = None,
+) -> None:
+    """Provision one case's workspace: input + answers always, then workspace.files."""
+    from caseshelf.services.workspace import load_eval_config, provision_workspace
+
+    cfg = load_eval_config(config, project_root=project_root, plugin_dirs=plugin_dir)
+    written = provision_workspace(case_dir, target, cfg, warn=warn)
+
+    def render(o: dict[str, Any]) -> None:
+        for f in o["files"]:
+            say(escape(f))
+
+    emit({"workspace": str(target), "files": written}, render)
+
+
 def register_commands(app: typer.Typer) -> None:
-    @command(app, "export")
-    def export(
-        ref: Annotated[str, typer.Argument(metavar="ID@REF", help="ID alone means latest.")],
-        to: Annotated[
-            str | None,
-            typer.Option(
-                "--to",
-                metavar="s3://BUCKET/PREFIX|DIR",
-                help="Where to write (default: the registry's exports prefix).",
-            ),
-        ] = None,
-        ids: IdsOpt = None,
-        tags: TagsOpt = None,
-        limit: LimitOpt = None,
-        shared: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--shared", metavar="DEST=FILE", help="Add FILE to every case at DEST (repeat)."
-            ),
-        ] = None,
-        fmt: Annotated[
-            str,
-            typer.Option(
-                "--format",
-                metavar="FORMAT",
-                help="case-dirs | harbor | inspect | jsonl | parquet.",
-            ),
-        ] = "case-dirs",
-        secret_ref: Annotated[
-            str | None,
-            typer.Option(
-                "--secret-ref",
-                metavar="NAME",
-                help="The Kubernetes Secret EvalHub reads S3 credentials from (default: "
-                "CASESHELF_EVALHUB_SECRET_REF).",
-            ),
-        ] = None,
-        bundle: Annotated[
-            bool,
-            typer.Option(
-                "--bundle", help="Also write <prefix>.bundle.tar.gz beside (not in) the prefix."
-            ),
-        ] = False,
-        evalhub: Annotated[
-            bool,
-            typer.Option(
-                "--evalhub",
-                help="Print an EvalHub benchmark snippet and the Secret template it needs.",
-            ),
-        ] = False,
-    ) -> None:
-        """Export a version for evaluation pods and harnesses (per-case directories by
-        default)."""
-        from caseshelf.domain.export import check_format
-        from caseshelf.services.exports import check_secret_ref
-        from caseshelf.services.pull import reporting
-
-        name, _ = parse_ref(ref)
-        check_format(fmt)
-        if secret_ref is not None:
-            check_secret_ref(secret_ref)
-        subset = {
-            "ids": split_list(ids, "--ids"),
-            "tags": split_list(tags, "--tags"),
-            "limit": limit,
-        }
-        subset = {k: v for k, v in subset.items() if v is not None}
-        local = to if to is not None and not to.startswith("s3://") else None
-        body: dict[str, Any] = {"format": fmt, "shared_files": _shared(shared)}
-        if subset:
-            body["subset"] = subset
-        if secret_ref is not None:
-            body["secret_ref"] = secret_ref
-        if bundle:
-            body["bundle"] = True
-        with ProgressLines("exporting") as bar, reporting(bar):
-            out = wire(client().export(ref, body, to=to))
-        for w in out.get("warnings") or []:
-            warn(w)
-        hidden = (out.get("warning_count") or 0) - len(out.get("warnings") or [])
-        if hidden > 0:
-            warn(f"... and {hidden} more")
-
-        def render(o: dict[str, Any]) -> None:
-            rows: list[tuple[str, Any]] = [
-                ("export", o["export_id"]),
-                ("format", o.get("format")),
-                ("prefix", o["prefix"]),
-                ("cases", o["case_count"]),
-                ("files", o["file_count"]),
-                ("bytes", o.get("bytes")),
-                ("manifest", o["manifest_key"]),
-                ("reused", "yes" if o["reused"] else "no"),
-            ]
-            if local is None and o.get("bundle_key"):  # a local --to: unpacked, not shown
-                rows.append(("bundle", o["bundle_key"]))
-            fields_table(rows)
-            if o.get("test_data_ref"):
-                s3 = o["test_data_ref"]["s3"]
-                note(
-                    f"test_data_ref: {{s3: {{bucket: {s3['bucket']}, key: {s3['key']}, "
-                    f"secret_ref: {s3['secret_ref']}}}}}"
-                )
-
-        if out.get("test_data_ref_problem") and wants_evalhub(
-            str(out.get("prefix") or ""), evalhub, secret_ref
-        ):
-            warn(out["test_data_ref_problem"])
-        if evalhub and out.get("test_data_ref"):
-            sys.stderr.write(evalhub_snippets(out, name))
-            sys.stderr.flush()
-        elif evalhub:
-            warn("--evalhub: no snippet without a test_data_ref (see above)")
-        emit(out, render)
-
-    @command(app, "pull")
-    def pull_cmd(
-        source: Annotated[str, typer.Argument(metavar="s3://BUCKET/PREFIX")],
-        dest: Annotated[Path, typer.Argument(metavar="DIR", help="e.g. /test_data")],
-        bundle: Annotated[
-            bool,
-            typer.Option(
-                "--bundle", help="One GET of <prefix>.bundle.tar.gz instead of one per file."
-            ),
-        ] = False,
-        concurrency: Annotated[
-            int, typer.Option("--concurrency", min=1, max=128, help="Parallel downloads.")
-        ] = 16,
-    ) -> None:
-        """Download an export into DIR, verified against its manifest (pod side)."""
-        with ProgressLines("pulling") as bar:
-            out = client().pull(source, dest, concurrency=concurrency, bundle=bundle, progress=bar)
-        emit(out, lambda o: fields_table([(k, v) for k, v in o.items()]))
-
-    @command(app, "workspace")
-    def workspace(
-        case_dir: Annotated[Path, typer.Argument(metavar="CASE_DIR")],
-        target: Annotated[Path, typer.Argument(metavar="WORKSPACE")],
-        config: Annotated[
-            Path, typer.Option("--config", metavar="EVAL_YAML", help="The eval config.")
-        ],
-        project_root: Annotated[
-            Path | None,
-            typer.Option(
-                "--project-root",
-                help="Root that shared sources resolve against (default: the directory above "
-                "eval/ for eval/<name>/eval.yaml, else the config's directory).",
-            ),
-        ] = None,
-        plugin_dir: Annotated[
-            list[Path] | None,
-            typer.Option("--plugin-dir", help="Another allowed plugin directory (repeat)."),
-        ] = None,
-    ) -> None:
-        """Provision one case's workspace: input + answers always, then workspace.files."""
-        from caseshelf.services.workspace import load_eval_config, provision_workspace
-
-        cfg = load_eval_config(config, project_root=project_root, plugin_dirs=plugin_dir)
-        written = provision_workspace(case_dir, target, cfg, warn=warn)
-
-        def render(o: dict[str, Any]) -> None:
-            for f in o["files"]:
-                say(escape(f))
-
-        emit({"workspace": str(target), "files": written}, render)
+    command(app, "export")(export)
+    command(app, "pull")(pull_cmd)
+    command(app, "workspace")(workspace)

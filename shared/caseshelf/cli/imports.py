@@ -1,12 +1,10 @@
-"""Import commands: benchmarks through recipes, and the recipe registry.
+"""Import commands: benchmarks through recipes (the recipe registry is `caseshelf.cli.recipes`).
 
     caseshelf import SOURCE --recipe R [--dataset ID] [--version V | --bump K] [--limit N]
                             [--config C --split S] [--revision REV] [--kind K] [--num-proc N]
     caseshelf preview SOURCE --recipe R [--limit N]
+    caseshelf import-bundle BUNDLE
     caseshelf benchmarks
-    caseshelf recipes register|validate FILE
-    caseshelf recipes ls [--shared] | get ID[@VERSION] | rm ID@VERSION | revive ID@VERSION
-    caseshelf recipes publish-catalog          (an admin of the _shared tenant)
 
 SOURCE is a local path (`.gz`, `.bz2`, `.zst` too), an `s3://` or `https://` URL, or
 `hf://owner/name` for a Hugging Face dataset. R is a recipe file (YAML or JSON) or the id of a
@@ -24,10 +22,8 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from caseshelf.cli import (
-    abort,
+from caseshelf.cli.common import (
     client,
-    command,
     emit,
     fields_table,
     note,
@@ -38,7 +34,8 @@ from caseshelf.cli import (
     table,
     wire,
 )
-from caseshelf.cli.registry import Bump, BumpKind, DatasetOpt, VersionOpt, parse_ref, parse_version
+from caseshelf.cli.registry import Bump, BumpKind, DatasetOpt, VersionOpt
+from caseshelf.cli.root import abort, command
 from caseshelf.domain.errors import BadRequest
 
 SourceArg = Annotated[
@@ -113,9 +110,6 @@ IdFieldOpt = Annotated[
 WaitOpt = Annotated[
     float,
     typer.Option("--wait", metavar="SECONDS", help="With --api: how long to follow an upload."),
-]
-RecipeFileArg = Annotated[
-    Path, typer.Argument(metavar="FILE", help="A recipe file (YAML or JSON).", show_default=False)
 ]
 
 
@@ -351,251 +345,156 @@ def _clipped(value: Any, width: int = 120) -> Any:
     return value
 
 
+def import_(
+    sources: SourceArg,
+    recipe: RecipeOpt,
+    dataset: DatasetOpt = None,
+    version: VersionOpt = None,
+    bump: Bump = None,
+    limit: LimitOpt = None,
+    config: ConfigOpt = None,
+    split: SplitOpt = None,
+    revision: RevisionOpt = None,
+    kind: KindOpt = None,
+    num_proc: NumProcOpt = None,
+    id_field: IdFieldOpt = None,
+    wait: WaitOpt = 900.0,
+) -> None:
+    """Import a benchmark's rows through a recipe and register them as a dataset version."""
+    if num_proc is not None and state().api:
+        raise typer.BadParameter(
+            "an import through --api runs on the server, which uses its own "
+            "CASESHELF_NUM_PROC; drop --num-proc",
+            param_hint="--num-proc",
+        )
+    state().num_proc = num_proc
+    source = _one_or_list(sources)
+    body = {
+        "recipe": with_id_field(recipe_spec(recipe), id_field),
+        "source": _source(source, config=config, split=split, revision=revision, kind=kind),
+        **_target(dataset, version, bump, limit),
+    }
+    if state().api and any(map(_is_local, sources)):
+        out = _upload_rows(_one_local_file(sources), body, wait)
+    else:
+        with progress("importing rows"):
+            rest = {k: v for k, v in body.items() if k not in ("recipe", "source")}
+            out = wire(client().import_(body["source"], recipe=body["recipe"], **rest))
+    emit(out, _show_import)
+
+
+def preview(
+    sources: SourceArg,
+    recipe: Annotated[
+        str | None,
+        typer.Option(
+            "--recipe",
+            "-r",
+            metavar="R",
+            help="A recipe file or id; without one, a recipe is drafted from the rows' "
+            "fields and printed as YAML.",
+            show_default=False,
+        ),
+    ] = None,
+    limit: LimitOpt = None,
+    config: ConfigOpt = None,
+    split: SplitOpt = None,
+    revision: RevisionOpt = None,
+    kind: KindOpt = None,
+    id_field: IdFieldOpt = None,
+) -> None:
+    """The first rows of a source, the fields found, and the cases they would become.
+
+    Without --recipe: a recipe drafted from the fields (task, answer and id guessed by
+    their names, the rest kept as metadata), printed as YAML to save and edit."""
+    source = _one_or_list(sources)
+    body: dict[str, Any] = {
+        "source": _source(source, config=config, split=split, revision=revision, kind=kind),
+    }
+    if limit is not None:
+        body["limit"] = limit
+    if recipe is None:
+        drafted = draft(source, body, id_field)
+        emit(drafted, lambda o: _show_draft(sources, o))
+        return
+    body["recipe"] = with_id_field(recipe_spec(recipe), id_field)
+    rest = {k: v for k, v in body.items() if k not in ("recipe", "source")}
+    out = wire(client().preview(body["source"], recipe=body["recipe"], **rest))
+
+    def render(p: dict[str, Any]) -> None:
+        from caseshelf.cli.common import dumps
+
+        say(f"[bold]fields[/]  {escape(', '.join(p['fields']))}")
+        failed = {err["row"]: err["detail"] for err in p["errors"]}
+        cases = iter(p["cases"])
+        for index, row in enumerate(p["rows"]):
+            say(f"[bold]row {index}[/]")
+            say(escape(dumps(_clipped(row))))
+            if index in failed:
+                say(f"[red]does not map:[/] {escape(failed[index])}")
+            else:
+                say("[bold]becomes[/]")
+                say(escape(dumps(next(cases))))
+        note(f"{len(p['cases'])} of {len(p['rows'])} rows mapped; nothing was registered")
+
+    emit(out, render)
+
+
+def import_bundle(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            metavar="BUNDLE", help="An everdict bundle file (datasets and recipes together)."
+        ),
+    ],
+) -> None:
+    """Import a bundle's datasets and recipes, each validated as if registered alone."""
+    out = wire(client().import_bundle(file))
+    for line in out["warnings"]:
+        note(f"warning: {line}")
+    for section, n in out["skipped"].items():
+        note(f"skipped {section}: {n} item(s); a dataset registry keeps no {section}")
+
+    def render(o: dict[str, Any]) -> None:
+        rows = [
+            [
+                r["kind"],
+                f"{r['id']}@{r['version']}",
+                r["status"],
+                short(r.get("content_digest")),
+            ]
+            for r in o["results"]
+        ]
+        table(["kind", "item", "status", "digest"], rows)
+
+    emit(out, render)
+    conflicts = [r for r in out["results"] if r["status"] == "conflict"]
+    if conflicts:
+        abort("; ".join(f"{r['kind']} {r['id']}@{r['version']}: {r['message']}" for r in conflicts))
+
+
+def benchmarks() -> None:
+    """The first-party benchmark catalog (import one with `--recipe ID`)."""
+    out = wire(client().benchmarks())
+
+    def render(page: dict[str, Any]) -> None:
+        rows = [
+            [
+                b["id"],
+                b["version"],
+                b["category"],
+                b["source"].get("dataset", ""),
+                b["description"][:70],
+            ]
+            for b in page["items"]
+        ]
+        table(["id", "version", "category", "source", "description"], rows)
+
+    emit(out, render)
+
+
 def register_commands(app: typer.Typer) -> None:
-    recipes = typer.Typer(
-        help="Manage recipes: register, validate, ls, get, rm, revive, publish-catalog.",
-        no_args_is_help=True,
-    )
-    app.add_typer(recipes, name="recipes")
-
-    @command(app, "import")
-    def import_(
-        sources: SourceArg,
-        recipe: RecipeOpt,
-        dataset: DatasetOpt = None,
-        version: VersionOpt = None,
-        bump: Bump = None,
-        limit: LimitOpt = None,
-        config: ConfigOpt = None,
-        split: SplitOpt = None,
-        revision: RevisionOpt = None,
-        kind: KindOpt = None,
-        num_proc: NumProcOpt = None,
-        id_field: IdFieldOpt = None,
-        wait: WaitOpt = 900.0,
-    ) -> None:
-        """Import a benchmark's rows through a recipe and register them as a dataset version."""
-        if num_proc is not None and state().api:
-            raise typer.BadParameter(
-                "an import through --api runs on the server, which uses its own "
-                "CASESHELF_NUM_PROC; drop --num-proc",
-                param_hint="--num-proc",
-            )
-        state().num_proc = num_proc
-        source = _one_or_list(sources)
-        body = {
-            "recipe": with_id_field(recipe_spec(recipe), id_field),
-            "source": _source(source, config=config, split=split, revision=revision, kind=kind),
-            **_target(dataset, version, bump, limit),
-        }
-        if state().api and any(map(_is_local, sources)):
-            out = _upload_rows(_one_local_file(sources), body, wait)
-        else:
-            with progress("importing rows"):
-                rest = {k: v for k, v in body.items() if k not in ("recipe", "source")}
-                out = wire(client().import_(body["source"], recipe=body["recipe"], **rest))
-        emit(out, _show_import)
-
-    @command(app, "preview")
-    def preview(
-        sources: SourceArg,
-        recipe: Annotated[
-            str | None,
-            typer.Option(
-                "--recipe",
-                "-r",
-                metavar="R",
-                help="A recipe file or id; without one, a recipe is drafted from the rows' "
-                "fields and printed as YAML.",
-                show_default=False,
-            ),
-        ] = None,
-        limit: LimitOpt = None,
-        config: ConfigOpt = None,
-        split: SplitOpt = None,
-        revision: RevisionOpt = None,
-        kind: KindOpt = None,
-        id_field: IdFieldOpt = None,
-    ) -> None:
-        """The first rows of a source, the fields found, and the cases they would become.
-
-        Without --recipe: a recipe drafted from the fields (task, answer and id guessed by
-        their names, the rest kept as metadata), printed as YAML to save and edit."""
-        source = _one_or_list(sources)
-        body: dict[str, Any] = {
-            "source": _source(source, config=config, split=split, revision=revision, kind=kind),
-        }
-        if limit is not None:
-            body["limit"] = limit
-        if recipe is None:
-            drafted = draft(source, body, id_field)
-            emit(drafted, lambda o: _show_draft(sources, o))
-            return
-        body["recipe"] = with_id_field(recipe_spec(recipe), id_field)
-        rest = {k: v for k, v in body.items() if k not in ("recipe", "source")}
-        out = wire(client().preview(body["source"], recipe=body["recipe"], **rest))
-
-        def render(p: dict[str, Any]) -> None:
-            from caseshelf.cli import dumps
-
-            say(f"[bold]fields[/]  {escape(', '.join(p['fields']))}")
-            failed = {err["row"]: err["detail"] for err in p["errors"]}
-            cases = iter(p["cases"])
-            for index, row in enumerate(p["rows"]):
-                say(f"[bold]row {index}[/]")
-                say(escape(dumps(_clipped(row))))
-                if index in failed:
-                    say(f"[red]does not map:[/] {escape(failed[index])}")
-                else:
-                    say("[bold]becomes[/]")
-                    say(escape(dumps(next(cases))))
-            note(f"{len(p['cases'])} of {len(p['rows'])} rows mapped; nothing was registered")
-
-        emit(out, render)
-
-    @command(app, "import-bundle")
-    def import_bundle(
-        file: Annotated[
-            Path,
-            typer.Argument(
-                metavar="BUNDLE", help="An everdict bundle file (datasets and recipes together)."
-            ),
-        ],
-    ) -> None:
-        """Import a bundle's datasets and recipes, each validated as if registered alone."""
-        out = wire(client().import_bundle(file))
-        for line in out["warnings"]:
-            note(f"warning: {line}")
-        for section, n in out["skipped"].items():
-            note(f"skipped {section}: {n} item(s); a dataset registry keeps no {section}")
-
-        def render(o: dict[str, Any]) -> None:
-            rows = [
-                [
-                    r["kind"],
-                    f"{r['id']}@{r['version']}",
-                    r["status"],
-                    short(r.get("content_digest")),
-                ]
-                for r in o["results"]
-            ]
-            table(["kind", "item", "status", "digest"], rows)
-
-        emit(out, render)
-        conflicts = [r for r in out["results"] if r["status"] == "conflict"]
-        if conflicts:
-            abort(
-                "; ".join(
-                    f"{r['kind']} {r['id']}@{r['version']}: {r['message']}" for r in conflicts
-                )
-            )
-
-    @command(app, "benchmarks")
-    def benchmarks() -> None:
-        """The first-party benchmark catalog (import one with `--recipe ID`)."""
-        out = wire(client().benchmarks())
-
-        def render(page: dict[str, Any]) -> None:
-            rows = [
-                [
-                    b["id"],
-                    b["version"],
-                    b["category"],
-                    b["source"].get("dataset", ""),
-                    b["description"][:70],
-                ]
-                for b in page["items"]
-            ]
-            table(["id", "version", "category", "source", "description"], rows)
-
-        emit(out, render)
-
-    @command(recipes, "register")
-    def register(file: RecipeFileArg) -> None:
-        """Register a recipe version (idempotent for the same content)."""
-        out = wire(client().register_recipe(load_recipe_file(file)))
-        what = "registered" if out["created"] else "already registered, unchanged"
-        emit(out, lambda o: say(f"{what} {o['id']}@{o['version']}  {short(o['content_digest'])}"))
-
-    @command(recipes, "validate")
-    def validate(file: RecipeFileArg) -> None:
-        """Check a recipe without registering it."""
-        out = wire(client().validate_recipe(load_recipe_file(file)))
-
-        def render(o: dict[str, Any]) -> None:
-            clash = "  (would conflict with the registered version)" if o["would_conflict"] else ""
-            say(f"valid {o['id']}@{o['version']}  {short(o['content_digest'])}{clash}")
-
-        emit(out, render)
-
-    @command(recipes, "ls")
-    def ls(
-        shared: Annotated[bool, typer.Option("--shared", help="List the _shared tenant.")] = False,
-        limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 50,
-        cursor: Annotated[str | None, typer.Option("--cursor", show_default=False)] = None,
-    ) -> None:
-        """The tenant's recipes (or the shared ones)."""
-        out = wire(client().list_recipes(shared=shared, cursor=cursor, limit=limit))
-
-        def render(page: dict[str, Any]) -> None:
-            rows = [
-                [r["id"], r["latest"], r["category"], r["version_count"], r["description"][:60]]
-                for r in page["items"]
-            ]
-            table(["id", "latest", "category", "versions", "description"], rows)
-            if page.get("next_cursor"):
-                note(f"more: --cursor {page['next_cursor']}")
-
-        emit(out, render)
-
-    @command(recipes, "get")
-    def get(
-        ref: Annotated[str, typer.Argument(metavar="ID@REF", help="ID alone means latest.")],
-    ) -> None:
-        """A recipe (own, shared, or from the catalog), as YAML."""
-        parse_ref(ref, what="ID@REF")
-        out = wire(client().recipe(ref))
-
-        def render(o: dict[str, Any]) -> None:
-            import yaml
-
-            note(f"{o['id']}@{o['version']} from {o['owner']}  {short(o['content_digest'])}")
-            say(escape(yaml.safe_dump(o["recipe"], sort_keys=False, allow_unicode=True).rstrip()))
-
-        emit(out, render)
-
-    @command(recipes, "rm")
-    def rm(ref: Annotated[str, typer.Argument(metavar="ID@VERSION")]) -> None:
-        """Tombstone a recipe version (the creator or an admin)."""
-        name, version = parse_version(ref, what="ID@VERSION")
-        out = wire(client().delete_recipe(f"{name}@{version}"))
-        emit(out, lambda o: say(f"deleted {o['id']}@{o['version']}"))
-
-    @command(recipes, "revive")
-    def revive(ref: Annotated[str, typer.Argument(metavar="ID@VERSION")]) -> None:
-        """Revive a tombstoned recipe version (the creator or an admin)."""
-        name, version = parse_version(ref, what="ID@VERSION")
-        out = wire(client().revive_recipe(f"{name}@{version}"))
-        emit(out, lambda o: say(f"revived {o['id']}@{o['version']}"))
-
-    @command(recipes, "publish-catalog")
-    def publish_catalog() -> None:
-        """Register the first-party catalog as recipes of the _shared tenant (idempotent).
-
-        Run it as an admin of _shared: `--tenant _shared --roles admin` on the embedded store
-        or the local server; a token of that tenant on a deployed API."""
-        out = wire(client().publish_catalog())
-
-        def render(page: dict[str, Any]) -> None:
-            rows = [
-                [
-                    r["id"],
-                    r["version"],
-                    "registered" if r["created"] else "unchanged",
-                    short(r["content_digest"]),
-                ]
-                for r in page["items"]
-            ]
-            table(["id", "version", "state", "content digest"], rows)
-
-        emit(out, render)
+    command(app, "import")(import_)
+    command(app, "preview")(preview)
+    command(app, "import-bundle")(import_bundle)
+    command(app, "benchmarks")(benchmarks)

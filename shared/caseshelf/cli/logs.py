@@ -9,8 +9,7 @@ as they are. On Lambda the functions keep Powertools' structured JSON logs.
 
 Only the console script configures logging (`caseshelf.cli.main`: the command owns its
 process); `caseshelf.cli.run`, called in another program's process (tests), leaves that
-program's logging alone. Imported when a command first builds its settings or client: not on
-the start-up path of a command that answers without them (`caseshelf.cli.answers`).
+program's logging alone.
 """
 
 from __future__ import annotations

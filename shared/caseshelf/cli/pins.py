@@ -12,7 +12,8 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from caseshelf.cli import client, command, emit, escape, json_mode, note, say, short, table, wire
+from caseshelf.cli.common import client, emit, escape, json_mode, note, say, short, table, wire
+from caseshelf.cli.root import command
 from caseshelf.client.cache import Cache, parse_size
 from caseshelf.client.pins import LOCK_ENV, CheckOut, PinCheckOut, Pins
 from caseshelf.domain.lockfile import Pin

@@ -1,6 +1,6 @@
 """The `caseshelf` typer app: the root callback, the common options every command takes
 (`command`), and the run that turns errors into exit codes. What commands share at run time
-(state, client, output) is `caseshelf.cli`, which needs neither typer nor rich to start.
+(state, client, output) is `caseshelf.cli.common`, which needs neither typer nor rich to start.
 
 Option and argument types (`Annotated[...]` aliases) must be defined at module level: commands'
 annotations are resolved against their module's globals.
@@ -9,24 +9,14 @@ annotations are resolved against their module's globals.
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
-import sys
 import typing
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, NoReturn
 
 import typer
 
-from caseshelf.cli import (
-    COMMAND_MODULES,
-    COMMANDS,
-    begin,
-    command_name,
-    fail,
-    failed,
-    state,
-)
+from caseshelf.cli.common import begin, fail, failed, state
 
 try:  # typer vendors click and names its exception base TyperException; older ones use click's
     from typer import TyperException as CliError
@@ -209,9 +199,8 @@ def _usage_error(exc: Any) -> None:
 
 
 def run_app(argv: Sequence[str] | None = None) -> int:
-    """Run the typer app and answer its exit code: 0, 1 on a failed command, 2 on a usage
-    error."""
-    load_commands(sys.argv[1:] if argv is None else argv)
+    """Run the typer app, its commands declared (`caseshelf.cli.load_commands`), and answer
+    its exit code: 0, 1 on a failed command, 2 on a usage error."""
     command_ = typer.main.get_command(app)
     try:
         rv = command_.main(
@@ -231,19 +220,3 @@ def run_app(argv: Sequence[str] | None = None) -> int:
             raise
         return code
     return rv if isinstance(rv, int) else 0
-
-
-_loaded: set[str] = set()
-
-
-def load_commands(argv: Sequence[str] | None = None) -> None:
-    """Declare the commands: with `argv`, only those of the module of the command it names
-    (start-up pays for one capability module, not six); otherwise, or for help and unknown
-    names, every module's."""
-    name = command_name(argv) if argv is not None else None
-    wanted = [COMMANDS[name]] if name in COMMANDS else COMMAND_MODULES
-    for module_name in wanted:
-        if module_name not in _loaded:
-            module = importlib.import_module(f"caseshelf.cli.{module_name}")
-            module.register_commands(app)
-            _loaded.add(module_name)

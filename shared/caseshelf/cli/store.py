@@ -12,7 +12,8 @@ import typer
 import caseshelf
 from caseshelf.adapters.sqlite import SqliteIndex
 from caseshelf.adapters.sqlite_stamp import INDEX_FILE
-from caseshelf.cli import abort, command, emit, fields_table, note, say, state
+from caseshelf.cli.common import emit, fields_table, note, say, state
+from caseshelf.cli.root import abort, command
 from caseshelf.storehome import ENV, PROJECT_DIR, StoreHome, find_home
 
 
@@ -77,39 +78,42 @@ def init_store(directory: Path) -> dict[str, Any]:
     return {"store": home.path, "created": created}
 
 
+def info() -> None:
+    """Which store commands run here use, and how it was found.
+
+    Also the backend and the version of caseshelf. The embedded store is CASESHELF_HOME,
+    else the nearest .caseshelf/ at or above the working directory (a project's store;
+    caseshelf init makes one), else the user's data directory.
+    """
+    emit(store_info(), _render_info)
+
+
+def init(
+    directory: Annotated[
+        Path,
+        typer.Argument(help="The project's root (default: the working directory)."),
+    ] = Path(),
+) -> None:
+    """Make a project store, DIRECTORY/.caseshelf/.
+
+    Commands run at or below DIRECTORY then use it (unless CASESHELF_HOME names another).
+    """
+    if state().api:
+        raise typer.BadParameter("init makes a store on this machine; drop --api")
+    out = init_store(directory)
+
+    def render(o: dict[str, Any]) -> None:
+        if o["created"]:
+            say(f"created a project store at {o['store']}")
+        else:
+            say(f"a store is already at {o['store']}")
+
+    emit(out, render)
+    chosen = find_home(cwd=str(directory.resolve()))
+    if os.environ.get(ENV) and chosen.path != out["store"]:
+        note(f"{ENV} is set ({chosen.path}): commands use that store until it is unset")
+
+
 def register_commands(app: typer.Typer) -> None:
-    @command(app, "info")
-    def info() -> None:
-        """Which store commands run here use, and how it was found.
-
-        Also the backend and the version of caseshelf. The embedded store is CASESHELF_HOME,
-        else the nearest .caseshelf/ at or above the working directory (a project's store;
-        caseshelf init makes one), else the user's data directory.
-        """
-        emit(store_info(), _render_info)
-
-    @command(app, "init")
-    def init(
-        directory: Annotated[
-            Path,
-            typer.Argument(help="The project's root (default: the working directory)."),
-        ] = Path(),
-    ) -> None:
-        """Make a project store, DIRECTORY/.caseshelf/.
-
-        Commands run at or below DIRECTORY then use it (unless CASESHELF_HOME names another).
-        """
-        if state().api:
-            raise typer.BadParameter("init makes a store on this machine; drop --api")
-        out = init_store(directory)
-
-        def render(o: dict[str, Any]) -> None:
-            if o["created"]:
-                say(f"created a project store at {o['store']}")
-            else:
-                say(f"a store is already at {o['store']}")
-
-        emit(out, render)
-        chosen = find_home(cwd=str(directory.resolve()))
-        if os.environ.get(ENV) and chosen.path != out["store"]:
-            note(f"{ENV} is set ({chosen.path}): commands use that store until it is unset")
+    command(app, "info")(info)
+    command(app, "init")(init)

@@ -22,18 +22,9 @@ import orjson
 import typer
 from rich.markup import escape
 
-from caseshelf.cli import (
-    client,
-    command,
-    emit,
-    json_mode,
-    note,
-    out_console,
-    say,
-    short,
-    wire,
-)
+from caseshelf.cli.common import client, emit, json_mode, note, out_console, say, short, wire
 from caseshelf.cli.registry import BumpKind, parse_ref, parse_version
+from caseshelf.cli.root import command
 from caseshelf.domain.paging import MAX_PAGE
 from caseshelf.domain.textdiff import Segment, around_changes, marked, word_diff
 
@@ -227,174 +218,179 @@ def _render_change(ch: dict[str, Any], view: DiffView, *, indent: str) -> None:
         say(f"{indent}[green]+  {escape(view.value(ch['after']))}[/]")
 
 
-def register_commands(app: typer.Typer) -> None:
-    @command(app, "subset")
-    def subset(
-        ref: Annotated[str, typer.Argument(metavar="ID@REF", help="ID alone means latest.")],
-        ids: IdsOpt = None,
-        tags: TagsOpt = None,
-        limit: LimitOpt = None,
-        sample: Annotated[
-            int | None, typer.Option("--sample", min=1, help="N cases by the seeded sample rule.")
-        ] = None,
-        seed: Annotated[
-            str | None, typer.Option("--seed", help="Seed of the sample rule (default 0).")
-        ] = None,
-        register_as: Annotated[
-            str | None,
-            typer.Option(
-                "--register-as",
-                metavar="ID[@VERSION]",
-                help="Register the selection as a derived version (no case bytes copied).",
-            ),
-        ] = None,
-        bump: Annotated[
-            BumpKind | None,
-            typer.Option("--bump", help="With --register-as ID: the bump (default minor)."),
-        ] = None,
-        cases: Annotated[
-            bool, typer.Option("--cases", help="Print the selected cases as JSON lines.")
-        ] = False,
-        include_deleted: Annotated[
-            bool, typer.Option("--include-deleted", help="Allow a tombstoned version.")
-        ] = False,
-    ) -> None:
-        """Select a stamped subset of a version: ids -> tags -> limit -> sample."""
-        parse_ref(ref)
-        body: dict[str, Any] = {
-            "ids": split_list(ids, "--ids"),
-            "tags": split_list(tags, "--tags"),
-            "limit": limit,
-            "sample": sample,
-            "seed": _seed(seed),
-            "register_as": _register_as(register_as, bump),
-        }
-        body = {k: v for k, v in body.items() if v is not None}
-        out = wire(client().subset(ref, body, with_cases=cases, include_deleted=include_deleted))
+def subset(
+    ref: Annotated[str, typer.Argument(metavar="ID@REF", help="ID alone means latest.")],
+    ids: IdsOpt = None,
+    tags: TagsOpt = None,
+    limit: LimitOpt = None,
+    sample: Annotated[
+        int | None, typer.Option("--sample", min=1, help="N cases by the seeded sample rule.")
+    ] = None,
+    seed: Annotated[
+        str | None, typer.Option("--seed", help="Seed of the sample rule (default 0).")
+    ] = None,
+    register_as: Annotated[
+        str | None,
+        typer.Option(
+            "--register-as",
+            metavar="ID[@VERSION]",
+            help="Register the selection as a derived version (no case bytes copied).",
+        ),
+    ] = None,
+    bump: Annotated[
+        BumpKind | None,
+        typer.Option("--bump", help="With --register-as ID: the bump (default minor)."),
+    ] = None,
+    cases: Annotated[
+        bool, typer.Option("--cases", help="Print the selected cases as JSON lines.")
+    ] = False,
+    include_deleted: Annotated[
+        bool, typer.Option("--include-deleted", help="Allow a tombstoned version.")
+    ] = False,
+) -> None:
+    """Select a stamped subset of a version: ids -> tags -> limit -> sample."""
+    parse_ref(ref)
+    body: dict[str, Any] = {
+        "ids": split_list(ids, "--ids"),
+        "tags": split_list(tags, "--tags"),
+        "limit": limit,
+        "sample": sample,
+        "seed": _seed(seed),
+        "register_as": _register_as(register_as, bump),
+    }
+    body = {k: v for k, v in body.items() if v is not None}
+    out = wire(client().subset(ref, body, with_cases=cases, include_deleted=include_deleted))
 
-        def render(o: dict[str, Any]) -> None:
-            note(_stamp_line(o))
-            if o["cases"] is not None:
-                for case in o["cases"]:
-                    sys.stdout.write(orjson.dumps(case).decode() + "\n")
-            else:
-                sys.stdout.write("".join(f"{cid}\n" for cid in o["case_ids"]))
-            sys.stdout.flush()
-            reg = o.get("registered")
-            if reg is not None:
-                verb = "registered" if reg["created"] else "already registered"
-                note(
-                    f"{verb} {reg['id']}@{reg['version']}  {reg['content_digest']}  "
-                    f"{reg['case_count']} cases"
-                )
-
-        emit(out, render)
-
-    @command(app, "diff")
-    def diff(
-        base: Annotated[str, typer.Argument(metavar="A@REF", help="The base version.")],
-        candidate: Annotated[
-            str,
-            typer.Argument(
-                metavar="[B@]REF", help="The candidate: a ref of A, or B@REF of another dataset."
-            ),
-        ],
-        summary_only: Annotated[
-            bool,
-            typer.Option("--summary-only", help="Counts and metadata changes only (no case read)."),
-        ] = False,
-        include_deleted: Annotated[
-            bool, typer.Option("--include-deleted", help="Allow tombstoned versions.")
-        ] = False,
-        jsonl: Annotated[
-            bool,
-            typer.Option(
-                "--jsonl",
-                help="JSON Lines, streamed a page at a time: a head line, then one an entry.",
-            ),
-        ] = False,
-        page_size: Annotated[
-            int,
-            typer.Option("--page-size", min=1, max=MAX_PAGE, help="Entries asked for a request."),
-        ] = MAX_PAGE,
-        fmt: Annotated[
-            DiffFormat,
-            typer.Option(
-                "--format",
-                help="text (default), json (= --json), jsonl (= --jsonl), or markdown: a "
-                "GitHub pull-request comment, at most 65,536 characters.",
-            ),
-        ] = DiffFormat.text,
-        ui_url: Annotated[
-            str | None,
-            typer.Option(
-                "--ui-url",
-                envvar=UI_URL_ENV,
-                metavar="URL",
-                help=f"markdown: link the versions and cases to the web UI at URL "
-                f"(default ${UI_URL_ENV}).",
-            ),
-        ] = None,
-        max_cases: Annotated[
-            int,
-            typer.Option(
-                "--max-cases", min=0, help="markdown: changed, added and removed cases shown."
-            ),
-        ] = 20,
-        full: Annotated[
-            bool, typer.Option("--full", help="Whole values, not cut around the change.")
-        ] = False,
-        color: Annotated[
-            bool | None,
-            typer.Option(
-                "--color/--no-color",
-                help="Mark changed words with colours (default: on a terminal) or as "
-                "[-old-]{+new+}.",
-            ),
-        ] = None,
-    ) -> None:
-        """What changed between two versions: changed (field by field), added, removed.
-
-        Read and printed a page of entries at a time (`--jsonl` for JSON Lines); `--json`
-        prints one document with every entry; `--format markdown` a pull-request comment."""
-        parse_ref(base, what="A@REF")
-        if "@" in candidate:
-            parse_ref(candidate, what="[B@]REF")
+    def render(o: dict[str, Any]) -> None:
+        note(_stamp_line(o))
+        if o["cases"] is not None:
+            for case in o["cases"]:
+                sys.stdout.write(orjson.dumps(case).decode() + "\n")
         else:
-            parse_ref(f"{base.partition('@')[0]}@{candidate}", what="[B@]REF")
-        if fmt is DiffFormat.markdown:
-            text = client().diff_markdown(
-                base,
-                candidate,
-                ui_url=ui_url or None,
-                max_cases=max_cases,
-                summary=summary_only,
-                include_deleted=include_deleted,
+            sys.stdout.write("".join(f"{cid}\n" for cid in o["case_ids"]))
+        sys.stdout.flush()
+        reg = o.get("registered")
+        if reg is not None:
+            verb = "registered" if reg["created"] else "already registered"
+            note(
+                f"{verb} {reg['id']}@{reg['version']}  {reg['content_digest']}  "
+                f"{reg['case_count']} cases"
             )
-            sys.stdout.write(text)
-            sys.stdout.flush()
-            return
-        jsonl = jsonl or fmt is DiffFormat.jsonl
-        if json_mode() or fmt is DiffFormat.json:  # one document, every entry joined
-            out = client().diff(
-                base, candidate, summary=summary_only, include_deleted=include_deleted
-            )
-            emit(wire(out))
-            return
-        pages = client().diff_pages(
-            base, candidate, summary=summary_only, include_deleted=include_deleted, limit=page_size
+
+    emit(out, render)
+
+
+SummaryOnlyOpt = Annotated[
+    bool,
+    typer.Option("--summary-only", help="Counts and metadata changes only (no case read)."),
+]
+DiffJsonlOpt = Annotated[
+    bool,
+    typer.Option(
+        "--jsonl",
+        help="JSON Lines, streamed a page at a time: a head line, then one an entry.",
+    ),
+]
+PageSizeOpt = Annotated[
+    int,
+    typer.Option("--page-size", min=1, max=MAX_PAGE, help="Entries asked for a request."),
+]
+DiffFormatOpt = Annotated[
+    DiffFormat,
+    typer.Option(
+        "--format",
+        help="text (default), json (= --json), jsonl (= --jsonl), or markdown: a "
+        "GitHub pull-request comment, at most 65,536 characters.",
+    ),
+]
+UiUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ui-url",
+        envvar=UI_URL_ENV,
+        metavar="URL",
+        help=f"markdown: link the versions and cases to the web UI at URL (default ${UI_URL_ENV}).",
+    ),
+]
+MaxCasesOpt = Annotated[
+    int,
+    typer.Option("--max-cases", min=0, help="markdown: changed, added and removed cases shown."),
+]
+FullOpt = Annotated[bool, typer.Option("--full", help="Whole values, not cut around the change.")]
+ColorOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--color/--no-color",
+        help="Mark changed words with colours (default: on a terminal) or as [-old-]{+new+}.",
+    ),
+]
+
+
+def diff(
+    base: Annotated[str, typer.Argument(metavar="A@REF", help="The base version.")],
+    candidate: Annotated[
+        str,
+        typer.Argument(
+            metavar="[B@]REF", help="The candidate: a ref of A, or B@REF of another dataset."
+        ),
+    ],
+    summary_only: SummaryOnlyOpt = False,
+    include_deleted: Annotated[
+        bool, typer.Option("--include-deleted", help="Allow tombstoned versions.")
+    ] = False,
+    jsonl: DiffJsonlOpt = False,
+    page_size: PageSizeOpt = MAX_PAGE,
+    fmt: DiffFormatOpt = DiffFormat.text,
+    ui_url: UiUrlOpt = None,
+    max_cases: MaxCasesOpt = 20,
+    full: FullOpt = False,
+    color: ColorOpt = None,
+) -> None:
+    """What changed between two versions: changed (field by field), added, removed.
+
+    Read and printed a page of entries at a time (`--jsonl` for JSON Lines); `--json`
+    prints one document with every entry; `--format markdown` a pull-request comment."""
+    parse_ref(base, what="A@REF")
+    if "@" in candidate:
+        parse_ref(candidate, what="[B@]REF")
+    else:
+        parse_ref(f"{base.partition('@')[0]}@{candidate}", what="[B@]REF")
+    if fmt is DiffFormat.markdown:
+        text = client().diff_markdown(
+            base,
+            candidate,
+            ui_url=ui_url or None,
+            max_cases=max_cases,
+            summary=summary_only,
+            include_deleted=include_deleted,
         )
-        if jsonl:
-            for line in _diff_lines(pages):
-                sys.stdout.write(line.decode() + "\n")
-            sys.stdout.flush()
-            return
-        view = DiffView(full=full, color=color)
-        last: dict[str, Any] | None = None
-        for n, page in enumerate(pages):  # one page held at a time
-            last = wire(page)
-            if n == 0:
-                _render_diff_head(last, view)
-            _render_diff_entries(last, view)
-        if last is not None:
-            _render_diff_summary(last)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    jsonl = jsonl or fmt is DiffFormat.jsonl
+    if json_mode() or fmt is DiffFormat.json:  # one document, every entry joined
+        out = client().diff(base, candidate, summary=summary_only, include_deleted=include_deleted)
+        emit(wire(out))
+        return
+    pages = client().diff_pages(
+        base, candidate, summary=summary_only, include_deleted=include_deleted, limit=page_size
+    )
+    if jsonl:
+        for line in _diff_lines(pages):
+            sys.stdout.write(line.decode() + "\n")
+        sys.stdout.flush()
+        return
+    view = DiffView(full=full, color=color)
+    last: dict[str, Any] | None = None
+    for n, page in enumerate(pages):  # one page held at a time
+        last = wire(page)
+        if n == 0:
+            _render_diff_head(last, view)
+        _render_diff_entries(last, view)
+    if last is not None:
+        _render_diff_summary(last)
+
+
+def register_commands(app: typer.Typer) -> None:
+    command(app, "subset")(subset)
+    command(app, "diff")(diff)

@@ -8,8 +8,9 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from caseshelf.cli import client, command, emit, say, table, wire
+from caseshelf.cli.common import client, emit, say, table, wire
 from caseshelf.cli.registry import parse_ref, parse_version
+from caseshelf.cli.root import command
 
 TagsArg = Annotated[list[str], typer.Argument(metavar="TAG", help="One or more tag names.")]
 

@@ -22,8 +22,9 @@ from typing import Annotated, Any
 
 import typer
 
-from caseshelf.cli import client, command, emit, fields_table, note, say, state, wire
+from caseshelf.cli.common import client, emit, fields_table, note, say, state, wire
 from caseshelf.cli.imports import WaitOpt
+from caseshelf.cli.root import command
 from caseshelf.domain.errors import BadRequest
 
 
@@ -196,106 +197,109 @@ def _upload_tasks(
     return result
 
 
+ImageTemplateOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--image-template",
+        help="Prebuilt image for tasks that name none; {id} is the case id, {name} the "
+        "task directory.",
+    ),
+]
+SkipInvalidOpt = Annotated[
+    bool,
+    typer.Option(
+        "--skip-invalid",
+        help="Leave out invalid tasks (each is reported and the skip is stamped).",
+    ),
+]
+ProjectRootOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--project-root",
+        help="case-dirs: the root {dest, source} resolves against (default: the "
+        "directory above eval/ for eval/<name>/eval.yaml, else the eval.yaml's own).",
+    ),
+]
+
+
+def import_tasks(
+    path: Annotated[
+        str,
+        typer.Argument(
+            help="A directory of tasks, one task, a .tar.gz/.zip, an s3:// prefix, or (for "
+            "case-dirs) an eval.yaml or its directory."
+        ),
+    ],
+    format: Annotated[
+        TaskFormat, typer.Option("--format", "-f", help="The tree's format.")
+    ] = TaskFormat.terminal_bench,
+    image_template: ImageTemplateOpt = None,
+    skip_invalid: SkipInvalidOpt = False,
+    id_prefix: Annotated[str, typer.Option("--id-prefix", help="Prefix for every case id.")] = "",
+    dataset: Annotated[str | None, typer.Option("--dataset", help="Dataset id.")] = None,
+    version: Annotated[str | None, typer.Option("--version", help="Version label.")] = None,
+    bump: Annotated[
+        str | None, typer.Option("--bump", help="major|minor|patch (default: minor).")
+    ] = None,
+    project_root: ProjectRootOpt = None,
+    wait: WaitOpt = 900.0,
+) -> None:
+    """Import container tasks or case directories as a dataset version."""
+    if bump is not None and bump not in ("major", "minor", "patch"):
+        raise typer.BadParameter("major, minor or patch", param_hint="--bump")
+    if format == TaskFormat.case_dirs and (image_template or skip_invalid or id_prefix):
+        raise typer.BadParameter(
+            "--image-template, --skip-invalid and --id-prefix are for container tasks",
+            param_hint="--format",
+        )
+    if project_root is not None and format != TaskFormat.case_dirs:
+        raise typer.BadParameter("--project-root is for case-dirs", param_hint="--format")
+    options: dict[str, Any] = {
+        "image_template": image_template,
+        "skip_invalid": skip_invalid,
+        "id_prefix": id_prefix,
+        "dataset": dataset,
+        "version": version,
+        "bump": bump,
+    }
+    result: dict[str, Any]
+    if state().api and not path.startswith("s3://"):
+        result = _upload_tasks(path, format.value, options, wait, project_root)
+    elif format == TaskFormat.case_dirs:
+        from caseshelf.services.casedirs import build_case_dir_dataset
+
+        built = build_case_dir_dataset(
+            path,
+            dataset=dataset,
+            version=version,
+            bump=bump,  # type: ignore[arg-type]
+            project_root=project_root,
+        )
+        for line in built.warnings:
+            note(f"warning: {line}")
+        result = wire(client().register(built.body))
+        result["skipped"] = []
+    else:
+        result = _register_tasks(path, format.value, options)
+    left_out = result.get("skipped") or []
+    if left_out:
+        n = len(left_out)
+        note(f"skipped {n} task{'s' if n > 1 else ''}: {', '.join(s['task'] for s in left_out)}")
+        for skipped in left_out:
+            note(f"  {skipped['reason']}")
+
+    def render(data: dict[str, Any]) -> None:
+        verb = "registered" if data.get("created") else "already registered"
+        say(f"{verb} {data['id']}@{data['version']} ({data['case_count']} cases)")
+        fields_table(
+            [
+                ("content_digest", data.get("content_digest")),
+                ("skipped", len(data.get("skipped") or [])),
+            ]
+        )
+
+    emit(result, render)
+
+
 def register_commands(app: typer.Typer) -> None:
-    @command(app, "import-tasks")
-    def import_tasks(
-        path: Annotated[
-            str,
-            typer.Argument(
-                help="A directory of tasks, one task, a .tar.gz/.zip, an s3:// prefix, or (for "
-                "case-dirs) an eval.yaml or its directory."
-            ),
-        ],
-        format: Annotated[
-            TaskFormat, typer.Option("--format", "-f", help="The tree's format.")
-        ] = TaskFormat.terminal_bench,
-        image_template: Annotated[
-            str | None,
-            typer.Option(
-                "--image-template",
-                help="Prebuilt image for tasks that name none; {id} is the case id, {name} the "
-                "task directory.",
-            ),
-        ] = None,
-        skip_invalid: Annotated[
-            bool,
-            typer.Option(
-                "--skip-invalid",
-                help="Leave out invalid tasks (each is reported and the skip is stamped).",
-            ),
-        ] = False,
-        id_prefix: Annotated[
-            str, typer.Option("--id-prefix", help="Prefix for every case id.")
-        ] = "",
-        dataset: Annotated[str | None, typer.Option("--dataset", help="Dataset id.")] = None,
-        version: Annotated[str | None, typer.Option("--version", help="Version label.")] = None,
-        bump: Annotated[
-            str | None, typer.Option("--bump", help="major|minor|patch (default: minor).")
-        ] = None,
-        project_root: Annotated[
-            Path | None,
-            typer.Option(
-                "--project-root",
-                help="case-dirs: the root {dest, source} resolves against (default: the "
-                "directory above eval/ for eval/<name>/eval.yaml, else the eval.yaml's own).",
-            ),
-        ] = None,
-        wait: WaitOpt = 900.0,
-    ) -> None:
-        """Import container tasks or case directories as a dataset version."""
-        if bump is not None and bump not in ("major", "minor", "patch"):
-            raise typer.BadParameter("major, minor or patch", param_hint="--bump")
-        if format == TaskFormat.case_dirs and (image_template or skip_invalid or id_prefix):
-            raise typer.BadParameter(
-                "--image-template, --skip-invalid and --id-prefix are for container tasks",
-                param_hint="--format",
-            )
-        if project_root is not None and format != TaskFormat.case_dirs:
-            raise typer.BadParameter("--project-root is for case-dirs", param_hint="--format")
-        options: dict[str, Any] = {
-            "image_template": image_template,
-            "skip_invalid": skip_invalid,
-            "id_prefix": id_prefix,
-            "dataset": dataset,
-            "version": version,
-            "bump": bump,
-        }
-        result: dict[str, Any]
-        if state().api and not path.startswith("s3://"):
-            result = _upload_tasks(path, format.value, options, wait, project_root)
-        elif format == TaskFormat.case_dirs:
-            from caseshelf.services.casedirs import build_case_dir_dataset
-
-            built = build_case_dir_dataset(
-                path,
-                dataset=dataset,
-                version=version,
-                bump=bump,  # type: ignore[arg-type]
-                project_root=project_root,
-            )
-            for line in built.warnings:
-                note(f"warning: {line}")
-            result = wire(client().register(built.body))
-            result["skipped"] = []
-        else:
-            result = _register_tasks(path, format.value, options)
-        left_out = result.get("skipped") or []
-        if left_out:
-            n = len(left_out)
-            note(
-                f"skipped {n} task{'s' if n > 1 else ''}: {', '.join(s['task'] for s in left_out)}"
-            )
-            for skipped in left_out:
-                note(f"  {skipped['reason']}")
-
-        def render(data: dict[str, Any]) -> None:
-            verb = "registered" if data.get("created") else "already registered"
-            say(f"{verb} {data['id']}@{data['version']} ({data['case_count']} cases)")
-            fields_table(
-                [
-                    ("content_digest", data.get("content_digest")),
-                    ("skipped", len(data.get("skipped") or [])),
-                ]
-            )
-
-        emit(result, render)
+    command(app, "import-tasks")(import_tasks)

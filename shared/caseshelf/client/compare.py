@@ -33,12 +33,14 @@ class CompareMixin(CasesMixin):
         register_as: Mapping[str, Any] | str | None = None,
         with_cases: bool = False,
         include_deleted: bool = False,
+        wait: float = 3600.0,
     ) -> SubsetOut:
         """A stamped selection of a version's cases: ids -> tags -> limit -> sample.
         `with_cases=True` answers the cases too (in process, with no size cap).
         `register_as` ("id", "id@1.0.0" or `{id, version | bump}`) registers the selection as a
-        derived version."""
-        from caseshelf.api.dto import SubsetOut  # lazy: pydantic, ~0.2 s
+        derived version: the API does that as a job, which this follows (at most `wait`
+        seconds), raising the error it failed with; `.registered` is the version."""
+        from caseshelf.api.dto import SubsetOut, SubsetRegisteredOut  # lazy: pydantic, ~0.2 s
 
         name, r = parse_ref(ref)
         request = dict(_body(body) or {})
@@ -56,14 +58,25 @@ class CompareMixin(CasesMixin):
         request.update(_drop_none(fields))
         query = {"cases": with_cases, "include_deleted": include_deleted}
         path = ("datasets", name, "versions", r, "subset")
+        registered = None
+        if request.get("register_as") is not None:
+            # The registration's job, followed; then the selection of the version it pinned,
+            # without register_as, answers the ids (and cases) as before.
+            done = self._as(
+                SubsetRegisteredOut,
+                self._job_result(path, request, wait, query={"include_deleted": include_deleted}),
+            )
+            registered = done.registered
+            path = ("datasets", done.parent.id, "versions", done.parent.version, "subset")
+            request = {k: v for k, v in request.items() if k != "register_as"}
         data = self.call("POST", *path, query=query, body=request)
-        out = self._as(SubsetOut, data)
+        out = self._as(SubsetOut, data).model_copy(update={"registered": registered})
         if not with_cases or out.cases is None:
             return out
         # The cases come a page at a time (as many as fit one answer): the rest of them, by
-        # the cursor, with the selection alone (it is registered once, by the first call).
+        # the cursor, with the same selection.
         cases = [self._whole_case(case) for case in out.cases]
-        again = {k: v for k, v in request.items() if k != "register_as"}
+        again = request
         cursor = out.cases_next_cursor
         while cursor:
             page = self._as(

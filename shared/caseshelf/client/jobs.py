@@ -45,12 +45,19 @@ class _counting:
 class JobsMixin(ClientBase):
     """Uploads and jobs."""
 
-    def _job_result(self, path: tuple[str, ...], body: Mapping[str, Any], wait: float) -> Any:
+    def _job_result(
+        self,
+        path: tuple[str, ...],
+        body: Mapping[str, Any],
+        wait: float,
+        *,
+        query: Mapping[str, Any] | None = None,
+    ) -> Any:
         """POST `body` to a route that answers a job (202, or an answer at once): the job
         followed to its end (`follow_job`) and its result, or the error it failed with."""
         from caseshelf.api.job_dto import JobOut  # lazy: pydantic, ~0.2 s
 
-        answer = self.transport.send(Request("POST", path, {}, _body(body)))
+        answer = self.transport.send(Request("POST", path, dict(query or {}), _body(body)))
         if answer.status != 202:
             return answer.json()
         job = self.follow_job(self._as(JobOut, answer.json()).id, wait=wait)

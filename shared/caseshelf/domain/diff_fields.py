@@ -50,8 +50,9 @@ class FieldCounts:
     """The field paths of a diff's changed cases. `paths` holds every path met, most cases
     first (ties by path); `counts[k]` is how many changed cases changed at `paths[k]`;
     `case_paths[n]` are the indices into `paths` of the n-th changed case (in the diff's
-    order); `counted` is how many changed cases were read (every one unless the diff has more
-    than the service reads for a summary)."""
+    order); `counted` is how many changed cases were read: the first `counted` of the diff's
+    (every one, once a service that counts a part a request has been asked often enough:
+    `caseshelf.services.diff.DiffService`)."""
 
     paths: list[str]
     counts: list[int]
@@ -61,7 +62,18 @@ class FieldCounts:
     @classmethod
     def of(cls, per_case: Iterable[Iterable[Change]]) -> FieldCounts:
         """The counts of the changed cases' changes, one list of changes per case in order."""
-        sets: list[frozenset[str]] = [frozenset(field_path(c.path) for c in ch) for ch in per_case]
+        return cls._of_sets([frozenset(field_path(c.path) for c in ch) for ch in per_case])
+
+    def extended(self, per_case: Iterable[Iterable[Change]]) -> FieldCounts:
+        """These counts with the next changed cases' changes counted too (in order): counts
+        made a part at a time equal the counts of the whole (`of`)."""
+        paths = self.paths
+        sets = [frozenset(paths[k] for k in ks) for ks in self.case_paths]
+        sets += [frozenset(field_path(c.path) for c in ch) for ch in per_case]
+        return self._of_sets(sets)
+
+    @classmethod
+    def _of_sets(cls, sets: list[frozenset[str]]) -> FieldCounts:
         tally = Counter(p for s in sets for p in s)
         paths = sorted(tally, key=lambda p: (-tally[p], p))
         index = {p: k for k, p in enumerate(paths)}

@@ -2,7 +2,10 @@
 derived version.
 
 The route parses its input (the resolver validates it against the models), calls the selection
-service and returns a wire model. Status codes for errors come from `caseshelf.api.errors`.
+service and returns a wire model. Status codes for errors come from `caseshelf.api.errors`. A
+selection with `register_as` is registered by a job (202, `Location: /jobs/{id}`): the route
+checks what it can at once and queues it for the importer's worker
+(`caseshelf.services.jobs.JobService.start_subset`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from caseshelf import bootstrap
 from caseshelf.api import dto
 from caseshelf.api.app import count, current_identity, instrumented, make_resolver, problems
-from caseshelf.api.routes import DatasetIdPath, RefPath, created_response
+from caseshelf.api.import_dto import JobOut, job_out
+from caseshelf.api.routes import DatasetIdPath, RefPath
+from caseshelf.domain.errors import BadRequest
 from caseshelf.domain.subset import SubsetRequest
 
 app = make_resolver(
@@ -35,12 +40,21 @@ TAGS = ["subset"]
     "the counts and the selection, so a partial run can never pass for the whole version. "
     "Only the manifest is read unless `cases=true`; the cases then come a page at a time, as "
     "many as fit one answer (5 MB escaped), `cases_next_cursor` asking for the next. With "
-    "`register_as` the selection is registered as a derived version (201 when it is new) "
-    "that points at the same packs.",
+    "`register_as` the selection is registered as a derived version that points at the same "
+    "packs, by a job (202, `Location: /jobs/{id}`): a bad selection, an unknown version or a "
+    "missing right to write is still a 4xx at once; follow the job with `GET /jobs/{id}`, "
+    "whose `progress` counts the cases selected and registered and whose `result`, once "
+    "`succeeded`, is `SubsetRegisteredOut` (`parent`, `stamp`, `registered`: `created` false "
+    "when the same version was there already); once `failed`, `error` says why (a conflict "
+    "on the target's label, unknown ids). The selected ids are this route's answer without "
+    "`register_as`. `cases=true` does not go with `register_as`.",
     tags=TAGS,
     responses={
-        201: {"description": "The selection was registered as a new version."},
-        **problems(400, 403, 404, 409, 413),
+        202: {
+            "description": "The registration's job, started.",
+            "content": {"application/json": {"model": JobOut}},
+        },
+        **problems(400, 403, 404, 413, description="The selection (no `register_as`)."),
     },
 )
 def select(
@@ -56,7 +70,9 @@ def select(
             pattern=dto.CURSOR_PATTERN,
         ),
     ] = None,
-) -> Response[dto.SubsetOut]:
+) -> Response[dto.SubsetOut | JobOut]:
+    if body.register_as is not None:
+        return _start_job(id, ref, body, cases=cases or cursor is not None, deleted=include_deleted)
     res = bootstrap.services().selection.select_subset(
         current_identity(app),
         id,
@@ -67,10 +83,26 @@ def select(
         cursor=cursor,
     )
     count("SubsetsSelected")
-    created = res.registered is not None and res.registered.created
-    if created:
-        count("DatasetVersionsRegistered")
-    return created_response(created, dto.subset_out(res))
+    return Response(status_code=200, content_type="application/json", body=dto.subset_out(res))
+
+
+def _start_job(
+    name: str, ref: str, body: SubsetRequest, *, cases: bool, deleted: bool
+) -> Response[dto.SubsetOut | JobOut]:
+    if cases:
+        raise BadRequest(
+            "cases=true does not go with register_as: the registration runs as a job. Ask "
+            "for the cases with the same selection and no register_as",
+            field="cases",
+        )
+    started = bootstrap.services().jobs.start_subset(
+        current_identity(app), name, ref, body, include_deleted=deleted
+    )
+    job = job_out(started)
+    count("SubsetJobsStarted")
+    return Response(
+        status_code=202, content_type="application/json", body=job, headers={"Location": job.url}
+    )
 
 
 @instrumented

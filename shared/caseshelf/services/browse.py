@@ -11,6 +11,12 @@ records for a text search, `ID_SCAN_CASES` ids of the manifest for a search by i
 answers what it found and a cursor to go on from where it stopped. A page may therefore hold
 fewer matches than asked, even none, and still have a next cursor: the version is not
 exhausted until `next_cursor` is null.
+
+A text search of a version small enough for a search index (`MAX_INDEXED_BYTES`) is not bounded
+so: its page searches the whole rest of the version, from the index once kept
+(`caseshelf.services.search_index`, made with the version's numbers) or, until then, by a scan
+of the records that stops when the page is full (`caseshelf.services.search_scan`). The two
+answer the same pages.
 """
 
 from __future__ import annotations
@@ -34,7 +40,6 @@ from caseshelf.domain.browse import (
     StatsBuilder,
     VersionStats,
     case_matches,
-    id_matches,
     indexable,
     needle_of,
     sniff_text,
@@ -54,6 +59,10 @@ from caseshelf.services.search_index import (
     index_key,
     read_index,
 )
+from caseshelf.services.search_scan import RecordScan
+
+# What answers a text search of a whole version: its kept index, or the scan of its records.
+TextFinder = SearchIndex | RecordScan
 
 # A text search reads at most this much of a version per page.
 TEXT_SCAN_CASES = 5_000
@@ -143,11 +152,11 @@ class BrowseService:
         rec = self.registry.get_version(identity, name, ref, include_deleted=include_deleted)
         total = len(self.registry.manifest(rec))
         start = decode_position(cursor)
-        index = None
+        finder = None
         if by in ("any", "text") and indexable(needle):
-            index = self._index(identity.tenant, rec, total)
-        if index is not None:
-            hits, stop = self._scan_index(rec, index, needle, by, start, limit)
+            finder = self._finder(identity.tenant, rec)
+        if finder is not None:
+            hits, stop = self._scan_index(rec, finder, needle, by, start, limit)
         elif by in ("id", "tag"):
             found, stop = self._scan_manifest(rec, needle, by, start, limit)
             hits = list(self.registry.case_records(rec, found))
@@ -181,66 +190,71 @@ class BrowseService:
     def _scan_manifest(
         self, rec: VersionRecord, needle: str, by: SearchBy, start: int, limit: int
     ) -> tuple[list[int], int]:
+        """The positions from `start` (to the id budget) whose id holds `needle`, or whose tags
+        hold it (`id_matches`, `tag_matches`), at most `limit`, and where the scan stopped:
+        after the last one found when the page is full, else at the budget's end. The ids are
+        searched as one case-folded text; the tags only when a tag name matches."""
         manifest = self.registry.manifest(rec)
-        total = len(manifest)
-        end = min(total, start + self.id_scan_cases)
-        found: list[int] = []
-        i = start
-        while i < end and len(found) < limit:
-            hit = (
-                id_matches(manifest.ids[i], needle)
-                if by == "id"
-                else tag_matches(manifest.tags_of(i), needle)
-            )
-            if hit:
-                found.append(i)
-            i += 1
-        return found, i
+        end = min(len(manifest), start + self.id_scan_cases)
+        if by == "id":
+            found = _ids_holding(manifest.ids[start:end], needle, limit)
+            found = [start + k for k in found]
+        else:
+            tags = {k for k, t in enumerate(manifest.tag_names) if tag_matches([t], needle)}
+            found = []
+            if tags:
+                found = [i for i in range(start, end) if tags.intersection(manifest.case_tags[i])]
+                found = found[:limit]
+        return found, found[-1] + 1 if len(found) == limit else end
 
     def _scan_index(
         self,
         rec: VersionRecord,
-        index: SearchIndex,
+        finder: TextFinder,
         needle: str,
         by: SearchBy,
         start: int,
         limit: int,
     ) -> tuple[list[tuple[int, dict[str, Any]]], int]:
-        """A page of matches from the version's search index: the whole rest of the version
-        is searched (by `any`, the ids and tags to the id budget), then only the matches are
-        read (and checked again against the case itself)."""
-        total = len(index)
+        """A page of matches from the version's search index or the scan of its records (the
+        same answer either way): the whole rest of the version is searched (by `any`, the ids
+        and tags to the id budget), then only the matches are read (and checked again against
+        the case itself). By `any`, the ids and tags are searched first, so the text is
+        searched only as far as they leave the page open."""
+        total = len(finder)
         stop = total if by == "text" else min(total, start + self.id_scan_cases)
-        found = index.find(needle, start, stop, limit)
-        if len(found) == limit:
-            stop = found[-1] + 1
+        named: list[int] = []
         if by == "any":
             named, _ = self._scan_manifest(rec, needle, "id", start, stop - start)
             tagged, _ = self._scan_manifest(rec, needle, "tag", start, stop - start)
-            found = sorted({*found, *(i for i in named + tagged if i < stop)})
+            named = sorted({*named, *tagged})
+        text_stop = named[limit - 1] + 1 if len(named) >= limit else stop
+        found = finder.find(needle, start, text_stop, limit)
+        if len(found) == limit:
+            stop = found[-1] + 1
+        if by == "any":
+            found = sorted({*found, *(i for i in named if i < stop)})
             if len(found) >= limit:
                 found, stop = found[:limit], found[limit - 1] + 1
         cases = self.registry.case_records(rec, found)
         return [(i, c) for i, c in cases if case_matches(c, needle, by)], stop
 
-    def _index(self, tenant: str, rec: VersionRecord, total: int) -> SearchIndex | None:
-        """The version's search index: the last one used, the kept one, or made now by one
-        pass over its records; None for a version too large for one."""
+    def _finder(self, tenant: str, rec: VersionRecord) -> TextFinder | None:
+        """What answers a text search of the version: its search index when one is kept (the
+        last one used, or the one `stats` made), else a scan of its records; None for a
+        version too large for either (its pages are the bounded scan)."""
         key = index_key(tenant, rec.content_digest)
         index = self._last_index.get(key)
         if index is None:
+            total = len(self.registry.manifest(rec))
             index = read_index(self.registry.store, key, rec.content_digest, total)
-        if index is None:
-            if rec.bytes > self.max_indexed_bytes:
-                return None
-            builder = IndexBuilder()
-            for start in range(0, total, READ_BATCH):
-                indices = list(range(start, min(total, start + READ_BATCH)))
-                builder.add_all(case for _, case in self.registry.case_records(rec, indices))
-            index = builder.build(rec.content_digest)
-            self.registry.store.put(key, index.to_bytes(), content_type="application/octet-stream")
-        self._last_index.put(key, index)
-        return index
+        if index is not None:
+            self._last_index.put(key, index)
+            return index
+        if rec.bytes > self.max_indexed_bytes:
+            return None
+        manifest = self.registry.manifest(rec)
+        return RecordScan(self.registry.store, rec.tenant, manifest, self.registry.read_gap)
 
     def _scan_records(
         self, rec: VersionRecord, needle: str, by: SearchBy, start: int, limit: int
@@ -350,3 +364,22 @@ class BrowseService:
             for s in manifest.shared_files
         ]
         return builder.build(rec.content_digest, shared)
+
+
+def _ids_holding(ids: list[str], needle: str, limit: int) -> list[int]:
+    """The indices of the ids that hold `needle` case-folded (`id_matches`), at most `limit`:
+    one search of the ids joined by newlines (an id never holds a control character)."""
+    if "\n" in needle:
+        return []
+    text = "\n".join(ids).casefold()
+    found: list[int] = []
+    line = at = 0  # the line `at` starts, and where the search goes on
+    while len(found) < limit and (hit := text.find(needle, at)) >= 0:
+        line += text.count("\n", at, hit)
+        found.append(line)
+        at = text.find("\n", hit)
+        if at < 0:
+            break
+        at += 1
+        line += 1
+    return found

@@ -39,6 +39,7 @@ from pydantic import Field
 
 from caseshelf.domain import layout
 from caseshelf.domain.canonical import canonical_json, content_digest, digest_of, hex_of
+from caseshelf.domain.downloads import download_name
 from caseshelf.domain.errors import BadRequest, Conflict, NotFound
 from caseshelf.domain.export import (
     BUNDLE_SUFFIX,
@@ -198,6 +199,16 @@ class Target:
 def export_prefix(tenant: str, eid: str) -> str:
     """Where the registry keeps an export in its own bucket."""
     return f"{layout.root(tenant)}exports/{eid}/"
+
+
+def download_names(dataset: Mapping[str, Any] | None, fmt: str) -> tuple[str | None, str | None]:
+    """What an export's downloads are saved as: its bundle `<dataset>-<version>.<format>.tar.gz`
+    and its one file (jsonl, parquet) `<dataset>-<version>.<format>`; (None, None) when the
+    version is not known (the store's key names it then)."""
+    if not dataset or not dataset.get("id") or not dataset.get("version"):
+        return None, None
+    name, version = str(dataset["id"]), str(dataset["version"])
+    return download_name(name, version, f"{fmt}.tar.gz"), download_name(name, version, fmt)
 
 
 def bundle_key(prefix: str) -> str:
@@ -595,6 +606,7 @@ class ExportService:
             secret_ref=secret_ref,
             bundled=bundle or None,
             nbytes=done.nbytes,
+            dataset=spec.dataset,
         )
         return replace(result, warnings=done.warnings or [], warning_count=done.warning_count)
 
@@ -634,6 +646,7 @@ class ExportService:
             fmt=str(found.doc.get("export_format") or FORMAT),
             secret_ref=secret_ref,
             nbytes=sum(size for _, size in found.files.values()),
+            dataset=found.doc.get("dataset"),
         )
 
     def result_of(self, prepared: Prepared, done: Any, *, bundle: bool) -> ExportResult:
@@ -648,6 +661,7 @@ class ExportService:
             secret_ref=prepared.secret_ref,
             bundled=bundle,
             nbytes=done.nbytes,
+            dataset=prepared.spec.dataset,
         )
         return replace(result, warnings=done.warnings, warning_count=done.warning_count)
 
@@ -677,10 +691,14 @@ class ExportService:
         secret_ref: str | None = None,
         bundled: bool | None = None,
         nbytes: int = 0,
+        dataset: Mapping[str, Any] | None = None,
     ) -> ExportResult:
+        """`dataset`: the exported version's `id` and `version` (the export manifest's
+        `dataset`), which name its downloads (`download_names`)."""
         if plan is not None:
             eid, counts, fmt = plan.export_id, (plan.case_count, plan.file_count()), plan.format
             nbytes = plan.total_bytes()
+            dataset = plan.dataset
         assert eid is not None and counts is not None
         warnings = [str(w) for w in plan.warnings] if plan is not None else []
         if target.directory is not None:
@@ -701,11 +719,18 @@ class ExportService:
         key = bundle_key(target.prefix)
         if bundled is None:
             bundled = target.store.exists(key)
-        url = target.store.presign_get(key, expires=self.presign_expiry) if bundled else None
+        bundle_name, file_name = download_names(dataset, fmt)
+        url = (
+            target.store.presign_get(key, expires=self.presign_expiry, filename=bundle_name)
+            if bundled
+            else None
+        )
         # A jsonl or parquet export of cases without files is one file: a link to it alone.
         single = SINGLE_FILE_FORMATS.get(fmt) if counts[1] == 1 else None
         file_url = (
-            target.store.presign_get(target.prefix + single, expires=self.presign_expiry)
+            target.store.presign_get(
+                target.prefix + single, expires=self.presign_expiry, filename=file_name
+            )
             if single
             else None
         )

@@ -54,11 +54,12 @@ from pydantic import Discriminator, Field, RootModel, Tag, ValidationError, mode
 
 from caseshelf.domain import layout
 from caseshelf.domain.envelope import validation_problem
-from caseshelf.domain.errors import BadRequest, CaseshelfError, Conflict, NotFound
+from caseshelf.domain.errors import BadRequest, CaseshelfError, Conflict, NotFound, TooLarge
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.keys import tenant_pk
 from caseshelf.domain.models import BumpKind, DatasetId, Label, Strict
 from caseshelf.domain.paths import relative_path_problem
+from caseshelf.domain.subset import SubsetRequest, check_selection
 from caseshelf.domain.words import FILENAME_RULE
 from caseshelf.ports import BlobStore, Index, Queue
 from caseshelf.services.imports import (
@@ -68,11 +69,13 @@ from caseshelf.services.imports import (
     RowReader,
     SourceOverride,
 )
+from caseshelf.services.selection import SubsetProgress
 from caseshelf.services.tasks import TaskOptions, TaskProgress, TaskSourceRef
 from caseshelf.services.versioned import Clock, iso, utc_now
 
 if TYPE_CHECKING:
     from caseshelf.services.registry import RegisterResult, RegistryService
+    from caseshelf.services.selection import SelectionService
     from caseshelf.services.tasks import TaskImportRequest, TaskImportResult, TaskImportService
 
 log = logging.getLogger("caseshelf.jobs")
@@ -89,6 +92,15 @@ SWEEP_EVERY_SECONDS = 60
 LEASE_SECONDS = 45  # a worker that has not renewed its lease for this long is taken for dead
 MAX_ATTEMPTS = 3  # attempts of one job (the first and two resumptions) before it fails
 QUEUED_TASKS = "tasks"  # a job's `work`: a task import started through the tasks API
+QUEUED_SUBSET = "subset"  # a job's `work`: a subset registered as a version (`register_as`)
+# What a queued job's message may start, and what to do when its worker keeps stopping.
+_QUEUED_WORK = {
+    QUEUED_TASKS: "Split the tasks into smaller archives and import each",
+    QUEUED_SUBSET: "Select fewer cases a time (limit, or tags) and register each",
+}
+# A subset job keeps its request and its result's stamp in its item (the index's rows hold
+# 390 KiB on DynamoDB): a selection's request, ids and all, may take this much.
+SUBSET_JOB_REQUEST_BYTES = 128 * 1024
 _FILENAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _UPLOAD_KEY = re.compile(r"^t/([^/]+)/uploads/([0-9a-f]{32})/([^/]+)$")
 _DROP_KEY = re.compile(r"^t/([^/]+)/imports/((?:[^/]+/)*)([^/]+)$")
@@ -269,6 +281,7 @@ class JobService:
         max_attempts: int = MAX_ATTEMPTS,
         registry: RegistryService | None = None,
         queue: Callable[[], Queue] | None = None,
+        selection: Callable[[], SelectionService] | None = None,
     ) -> None:
         # Dataset uploads register through the same registry service the imports write to.
         self.registry = registry if registry is not None else imports.registry
@@ -283,7 +296,9 @@ class JobService:
         self.presign_expiry = presign_expiry
         self.clock = clock
         self.queue = queue
-        self.progress: dict[str, TaskProgress] = {}  # of the jobs this process runs
+        self.selection = selection
+        # Of the jobs this process runs.
+        self.progress: dict[str, TaskProgress | SubsetProgress] = {}
 
     # -- creating --------------------------------------------------------------------------
 
@@ -366,18 +381,83 @@ class JobService:
                 mode="json", exclude_none=True, exclude={"archive_base64", "upload_id", "s3"}
             ),
         }
+        return self._queue_job(
+            identity,
+            job_id,
+            QUEUED_TASKS,
+            request,
+            key=ref.key if ref.bucket is None else None,
+            source=ref.plain(),
+            filename=ref.name,
+        )
+
+    def start_subset(
+        self,
+        identity: Identity,
+        name: str,
+        ref: str,
+        req: SubsetRequest,
+        *,
+        include_deleted: bool = False,
+    ) -> dict[str, Any]:
+        """`POST /datasets/{id}/versions/{ref}/subset` with `register_as`: check what can be
+        checked before any work (the selection's form, the version, the right to write, the
+        request's size), pin the version (its label and content digest), write the job
+        (`pending`, via `api`) and queue it for the import worker (`run_queued`), which
+        selects and registers. The route answers the job at once."""
+        if self.queue is None or self.selection is None:
+            raise RuntimeError("subset jobs need the import queue and the selection service")
+        if req.register_as is None:
+            raise BadRequest("a subset job registers its selection: give register_as")
+        identity.check_can_write()
+        check_selection(req.selection())
+        rec = self.registry.get_version(identity, name, ref, include_deleted=include_deleted)
+        request = {
+            "kind": "subset",
+            "dataset": rec.name,
+            "ref": ref,
+            "version": rec.version,
+            "content_digest": rec.content_digest,
+            "include_deleted": include_deleted,
+            **req.model_dump(mode="json", exclude_none=True),
+        }
+        size = len(orjson.dumps(request))
+        if size > SUBSET_JOB_REQUEST_BYTES:
+            raise TooLarge(
+                f"the subset request takes {size:,} bytes; one registered as a job may take "
+                f"{SUBSET_JOB_REQUEST_BYTES:,} (its ids are kept with the job). Select the "
+                "cases by tags, limit or sample instead, or split the ids into several "
+                "subsets and register each",
+                field="ids",
+                limit=SUBSET_JOB_REQUEST_BYTES,
+            )
+        return self._queue_job(identity, uuid.uuid4().hex, QUEUED_SUBSET, request)
+
+    def _queue_job(
+        self,
+        identity: Identity,
+        job_id: str,
+        work: str,
+        request: dict[str, Any],
+        *,
+        key: str | None = None,
+        source: dict[str, Any] | None = None,
+        filename: str | None = None,
+    ) -> dict[str, Any]:
+        """Write a queued job's item (`pending`, via `api`) and send its one message."""
+        assert self.queue is not None
         now = self.clock()
         job = {
             "id": job_id,
-            "tenant": tenant,
+            "tenant": identity.tenant,
             "principal": identity.principal,
             "roles": sorted(identity.roles),
             "state": "pending",
             "via": "api",
-            "work": QUEUED_TASKS,
-            "key": ref.key if ref.bucket is None else None,
-            "source": ref.plain(),
-            "filename": ref.name,
+            "work": work,
+            "key": key,
+            "source": source,
+            "filename": filename,
             "request": request,
             "created_at": iso(now),
             "updated_at": iso(now),
@@ -398,7 +478,7 @@ class JobService:
         message to the queue, which delivers it again once its visibility timeout is past (the
         lease has expired by then: the job is resumed as a new attempt)."""
         job = self.index.get_item(job_pk(job_id), JOB_SK)
-        if job is None or job.get("work") != QUEUED_TASKS:
+        if job is None or job.get("work") not in _QUEUED_WORK:
             return Outcome("rejected", job_id, "no such queued job")
         return self._run(job)
 
@@ -406,14 +486,14 @@ class JobService:
         """A queued job whose every delivery failed (its worker stopped each time: a timeout
         or out of memory): the job fails, saying so; nothing was registered."""
         job = self.index.get_item(job_pk(job_id), JOB_SK)
-        if job is None or job.get("work") != QUEUED_TASKS:
+        if job is None or job.get("work") not in _QUEUED_WORK:
             return Outcome("rejected", job_id, "no such queued job")
         if job.get("state") in ("succeeded", "failed"):
             return Outcome("duplicate", job_id, "the job has ended")
         detail = (
-            f"the import's worker stopped without finishing on each of its {receives} "
-            "deliveries (a timeout or out of memory); nothing was registered. Split the tasks "
-            "into smaller archives and import each"
+            f"the job's worker stopped without finishing on each of its {receives} "
+            "deliveries (a timeout or out of memory); nothing was registered. "
+            + _QUEUED_WORK[job["work"]]
         )
         error = {
             "title": "Worker Stopped",
@@ -637,6 +717,8 @@ class JobService:
         try:
             if job.get("work") == QUEUED_TASKS:
                 result = self._queued_tasks(job, identity)
+            elif job.get("work") == QUEUED_SUBSET:
+                result = self._queued_subset(job, identity)
             elif isinstance(spec := parse_upload(job["request"]).root, TasksUpload):
                 result = self._import_tasks(job, identity, spec)
             elif isinstance(spec, DatasetUpload):
@@ -732,7 +814,7 @@ class JobService:
             job["key"],
             options,
             via=job.get("via", "upload"),
-            progress=self.progress.setdefault(job["id"], TaskProgress()),
+            progress=self._task_progress(job["id"]),
         )
         return _task_result(res)
 
@@ -749,7 +831,7 @@ class JobService:
             bump=req.get("bump"),
         )
         ref = TaskSourceRef(**job["source"])
-        progress = self.progress.setdefault(job["id"], TaskProgress())
+        progress = self._task_progress(job["id"])
         try:
             res = self.tasks.run(identity, req["format"], ref, options, progress=progress)
         finally:
@@ -758,6 +840,42 @@ class JobService:
         out = _task_result(res)
         out.pop("warnings", None)
         return out
+
+    def _task_progress(self, job_id: str) -> TaskProgress:
+        progress = TaskProgress()
+        self.progress[job_id] = progress
+        return progress
+
+    def _queued_subset(self, job: dict[str, Any], identity: Identity) -> dict[str, Any]:
+        """A subset registered as a version, started through the subset route: the selection
+        of the version pinned when the job started, registered. The result is
+        `SubsetRegisteredOut` (the parent, the stamp, the derived version)."""
+        assert self.selection is not None
+        req = job["request"]
+        fields = {k: v for k, v in req.items() if k in SubsetRequest.model_fields}
+        progress = SubsetProgress()
+        self.progress[job["id"]] = progress
+        res = self.selection().select_subset(
+            identity,
+            req["dataset"],
+            req["version"],
+            SubsetRequest.model_validate(fields),
+            include_deleted=bool(req.get("include_deleted")),
+            pinned=req["content_digest"],
+            progress=progress,
+        )
+        assert res.registered is not None
+        rec = res.record
+        stamp = res.subset.stamp
+        return {
+            "parent": {
+                "id": rec.name,
+                "version": rec.version,
+                "content_digest": rec.content_digest,
+            },
+            "stamp": None if stamp is None else stamp.model_dump(mode="json"),
+            "registered": _registered(res.registered),
+        }
 
     def _finish(self, job_id: str, worker: str, state: str, **changes: Any) -> bool:
         """Record the end, only while this worker holds the job; False when another attempt
@@ -798,7 +916,9 @@ class JobService:
         return {} if now is None else {"progress": _progress_item(now)}
 
 
-def _progress_item(p: TaskProgress) -> dict[str, int]:
+def _progress_item(p: TaskProgress | SubsetProgress) -> dict[str, int]:
+    if isinstance(p, SubsetProgress):
+        return {"cases_selected": p.selected, "cases_registered": p.registered}
     return {"tasks_total": p.total, "tasks_read": p.read, "tasks_mapped": p.mapped}
 
 

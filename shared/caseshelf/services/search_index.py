@@ -2,10 +2,13 @@
 search of the whole version is one substring scan in memory instead of reading and parsing
 every record (`caseshelf.services.browse`).
 
-The index is made by one pass over the version's records (with its numbers, `BrowseService.stats`,
-or by the first search that needs it) and kept by content digest under the caller's tenant, in
+The index is made by the pass over the version's records that makes its numbers
+(`BrowseService.stats`, which the version page asks for) and kept by content digest under the
+caller's tenant, in
 the transient `exports/` area beside the numbers (expired by the bucket's lifecycle rule; made
 again when missing). The last index read is kept in memory for the next page of a search.
+Until a version has one, its text searches scan its records (`caseshelf.services.search_scan`),
+which answer the same pages: a search never waits for the index to be made.
 
 Layout of the object: `INDEX_MAGIC`, the number of cases `n` (8 bytes, little-endian), the
 `n + 1` offsets of the lines (8 bytes each), then the lines (`caseshelf.domain.browse.index_line`,

@@ -28,7 +28,7 @@ from caseshelf.domain.answers import (
     oversized_case,
 )
 from caseshelf.domain.chunks import Root, SampleColumn, concat_chunks, join_sample_columns
-from caseshelf.domain.errors import BadRequest, Corrupt
+from caseshelf.domain.errors import BadRequest, Conflict, Corrupt
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.manifest import Manifest, column_array
 from caseshelf.domain.paging import decode_selection_position, encode_selection_position
@@ -53,6 +53,15 @@ class _Part(Protocol):
 
 
 _P = TypeVar("_P", bound=_Part)
+
+
+@dataclass
+class SubsetProgress:
+    """How far a selection registered as a job is (`caseshelf.services.jobs`), set as it goes:
+    the cases selected, then those registered."""
+
+    selected: int = 0
+    registered: int = 0
 
 
 @dataclass(frozen=True)
@@ -87,14 +96,25 @@ class SelectionService:
         with_cases: bool = False,
         include_deleted: bool = False,
         cursor: str | None = None,
+        pinned: str | None = None,
+        progress: SubsetProgress | None = None,
     ) -> SubsetResult:
         """The selection `request` of `name@ref`. With `with_cases`, its cases too, a page at a
         time (`answer_bytes`): `cursor` (the `cases_next_cursor` of the page before, which pins
-        the version by content digest) asks for the next page."""
+        the version by content digest) asks for the next page. `pinned`: the content digest
+        `name@ref` must have (a job's, resolved when it started); `progress` is told the cases
+        selected, then registered."""
         start = 0
         if cursor:
             ref, start = decode_selection_position(cursor)
         rec = self.registry.get_version(identity, name, ref, include_deleted=include_deleted)
+        if pinned is not None and rec.content_digest != pinned:
+            raise Conflict(
+                f"{name}@{ref} is now {rec.content_digest}, not {pinned} as when the subset "
+                "was asked for (it was deleted and registered again); ask again",
+                id=name,
+                version=ref,
+            )
         selection = request.selection()
         root = self.registry.root(rec)
         page: tuple[list[dict[str, Any]], str | None] | None = None
@@ -109,6 +129,8 @@ class SelectionService:
             if with_cases:
                 page = self._cases(rec, subset, case_ids, lengths, start)
 
+        if progress is not None:
+            progress.selected = len(subset.indices)
         registered = None
         if request.register_as is not None:
             target = request.register_as
@@ -129,6 +151,8 @@ class SelectionService:
                     "selection": selection.as_record(),
                 },
             )
+            if progress is not None:
+                progress.registered = registered.record.case_count
         cases, nxt = page if page is not None else (None, None)
         return SubsetResult(rec, subset, case_ids, cases, registered, nxt, start)
 

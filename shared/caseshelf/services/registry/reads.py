@@ -291,7 +291,7 @@ class RegistryReads(RegistryCaches):
             return None
         filename = f"{rec.name}-{rec.version}.json"
         if self.presign_downloads:
-            url = self.store.presign_get(key, expires=self.presign_expiry)
+            url = self.store.presign_get(key, expires=self.presign_expiry, filename=filename)
             if url is not None:
                 return Download(filename=filename, url=url)
         return Download(filename=filename, body=self.store.get(key))

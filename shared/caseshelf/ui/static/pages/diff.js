@@ -103,26 +103,41 @@ function card(kind, n) {
 }
 
 // The field paths changed, one bar each (cases that changed there), each a link filtering the
-// diff by that path; the current filter marked.
+// diff by that path; the current filter marked. Counts not yet complete (a large diff on AWS
+// is counted 50,000 changed cases a request) are shown as "at least" (≥).
 function fieldBars(fields, changed, hrefOf, current) {
   if (!fields) return null;
-  if (!fields.paths.length) return h("p", { class: "muted" }, "No field of a case changed.");
+  const partial = !fields.complete;
+  if (!fields.paths.length && !partial) return h("p", { class: "muted" }, "No field of a case changed.");
   const max = Math.max(1, ...fields.paths.map((f) => f.cases));
   const rows = fields.paths.map((f) =>
     h("tr", { "data-field-path": f.path, class: f.path === current ? "current" : null },
       h("th", { scope: "row" }, h("a", { href: hrefOf(f.path), class: "mono", "aria-current": f.path === current ? "true" : null }, f.path)),
-      h("td", { class: "num" }, fmtInt(f.cases)),
+      h("td", { class: "num", title: partial ? `at least ${fmtInt(f.cases)}` : null }, partial ? `≥ ${fmtInt(f.cases)}` : fmtInt(f.cases)),
       h("td", { class: "bar-cell", "aria-hidden": "true" },
         svg("svg", { viewBox: "0 0 100 10", preserveAspectRatio: "none", class: "bar" }, svg("rect", { x: 0, y: 0, height: 10, width: Math.max(0.5, (100 * f.cases) / max), class: "chart-bar" })))));
   const note = [];
-  if (fields.counted < changed) note.push(`Counted over the first ${fmtInt(fields.counted)} of ${fmtInt(changed)} changed cases.`);
+  if (partial) note.push(`Counted so far over the first ${fmtInt(fields.counted)} of ${fmtInt(changed)} changed cases: each count is at least the number shown. Counting the rest…`);
   if (fields.other_paths) note.push(`${fmtInt(fields.other_paths)} more field paths, each changed in fewer cases, are not shown.`);
   return [
     h("div", { class: "scroll-x" }, h("table", { class: "fields", "aria-label": "Fields changed" },
       h("thead", null, h("tr", null, h("th", { scope: "col" }, "field path"), h("th", { scope: "col" }, "cases"), h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "share")))),
       h("tbody", null, rows))),
-    note.length ? h("p", { class: "muted" }, note.join(" ")) : null,
+    note.length ? h("p", { class: "muted", role: "status", "data-fields-note": "" }, note.join(" ")) : null,
   ];
+}
+
+// Asks for the summary again while its field counts are not complete (each answer counts on
+// from where the one before stopped), redrawing the bars after each answer.
+async function countOn(ctx, { id, q, path, summary, box, hrefOf }) {
+  let fields = summary.fields;
+  while (fields && !fields.complete) {
+    const next = await get(`${paths.dataset(id)}/diff`, { ...q, summary: true, fields: true, path });
+    if (!ctx.alive()) return;
+    if (next.fields.counted <= fields.counted) return; // no progress: leave the note as it is
+    fields = next.fields;
+    replace(box, fieldBars(fields, summary.summary.changed, hrefOf, path));
+  }
 }
 
 function compareForm(id, labels, base, candidate, candidateId) {
@@ -193,6 +208,7 @@ export async function diffRoute(ctx) {
   const s = summary.summary;
   const detail = h("div", null, h("p", { class: "muted", role: "status" }, "Reading the changed cases…"));
   const meta = summary.meta;
+  const fieldsBox = h("div", { "data-fields": "" }, fieldBars(summary.fields, s.changed, hrefOf, path));
   replace(
     ctx.main,
     head,
@@ -205,14 +221,16 @@ export async function diffRoute(ctx) {
       meta.case_order_changed ? h("p", null, "The cases both versions hold come in another order.") : null),
     s.changed ? h("section", { "aria-labelledby": "fields-h" }, h("h2", { id: "fields-h" }, "Fields changed"),
       h("p", { class: "muted" }, "How many changed cases changed each field; pick one to see only those changes."),
-      fieldBars(summary.fields, s.changed, hrefOf, path),
+      fieldsBox,
       pathFilter(summary.fields, path, hrefOf)) : null,
     h("section", { "aria-labelledby": "meta-h" }, h("h2", { id: "meta-h" }, "Version metadata"),
       meta.changes.length ? meta.changes.map(changeView) : h("p", { class: "muted" }, "Description, tags and shared files are the same.")),
     detail,
   );
   ctx.ready();
+  const counting = countOn(ctx, { id, q, path, summary, box: fieldsBox, hrefOf }).catch((err) => { if (ctx.alive()) replace(fieldsBox, errorBox(err)); });
   await drawEntries(ctx, { id, q, path, s, summary, detail });
+  await counting;
 }
 
 // The entries come a page at a time (changed, then added, then removed), the next page when

@@ -1,7 +1,8 @@
 // The subset builder: choose a selection, see its stamp and the cases it selects, then
 // register it as a derived version (`register_as`). Nothing is registered before that.
+// Registering is a job (202): followed with GET /jobs/{id} until it ends, as exports are.
 
-import { paths, post } from "../api.js";
+import { get, paths, post } from "../api.js";
 import { field, fmtInt, h, replace } from "../dom.js";
 import { jsonBlock } from "../highlight.js";
 import { errorBox } from "../app.js";
@@ -9,6 +10,23 @@ import { selectionForm } from "./selection.js";
 import { userText } from "./version.js";
 
 const SHOWN = 50;
+const POLL_MS = 500;
+
+// The registration's job followed to its end: its result (`parent`, `stamp`, `registered`),
+// its progress shown in `status` meanwhile; a failed job throws its error.
+async function registeredBy(answer, status) {
+  let job = answer.data;
+  while (job.state !== "succeeded" && job.state !== "failed") {
+    const p = job.progress;
+    replace(status, h("p", { class: "muted", role: "status" }, p ? `Registering… ${fmtInt(p.cases_registered)} of ${fmtInt(p.cases_selected)} cases` : "Registering…"));
+    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    job = await get(job.url);
+  }
+  if (job.state === "failed") {
+    throw new Error((job.error && job.error.detail) || "the registration failed");
+  }
+  return job.result;
+}
 
 export async function subsetRoute(ctx) {
   const [id, ref] = ctx.params;
@@ -30,8 +48,7 @@ export async function subsetRoute(ctx) {
     else target.version = targetVersion.value.trim();
     replace(registered, h("p", { class: "muted", role: "status" }, "Registering…"));
     try {
-      const res = await post(url, { ...last, register_as: target });
-      const r = res.data.registered;
+      const r = (await registeredBy(await post(url, { ...last, register_as: target }), registered)).registered;
       replace(registered, h("div", { class: "ok", role: "status" },
         `${r.created ? "Registered" : "Already registered"} ${r.id}@${r.version} with ${fmtInt(r.case_count)} cases (${r.content_digest.slice(0, 19)}). `,
         h("a", { href: paths.version(r.id, r.version) }, `Open ${r.id}@${r.version}`)));
