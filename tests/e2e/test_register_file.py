@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import caseshelf
-from caseshelf.client import core
+from caseshelf.client import core, datasets
 from caseshelf.domain.errors import BadRequest
 from tests.helpers import dev_server, run_cli
 
@@ -40,6 +40,8 @@ def jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 @pytest.fixture(autouse=True)
 def small_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the client's own limit, and the one the command line reads from `caseshelf.client.core`
+    monkeypatch.setattr(datasets, "STREAM_FILE_BYTES", 1024)
     monkeypatch.setattr(core, "STREAM_FILE_BYTES", 1024)
 
 
@@ -59,7 +61,7 @@ def test_a_large_file_registers_the_version_the_whole_document_makes(
     # Given a JSON Lines file over the limit, and the same cases as one document
     rows = cases(200)
     big = jsonl(tmp_path / "big.jsonl", rows)
-    assert big.stat().st_size > core.STREAM_FILE_BYTES
+    assert big.stat().st_size > datasets.STREAM_FILE_BYTES
     cs = where["client"]
 
     # When the CLI registers the file, and the client registers the document under another id

@@ -95,6 +95,32 @@ def test_every_read_and_change_of_a_version(cs: Client) -> None:
     assert derived.registered is not None and derived.registered.case_count == 2
 
 
+def test_a_recipe_is_listed_tombstoned_and_revived_as_a_dataset_is(cs: Client) -> None:
+    # Given two versions of a recipe
+    recipe = {
+        "id": "mini-recipe",
+        "category": "qa",
+        "source": {"kind": "jsonl"},
+        "mapping": {"task_field": "q", "answer_field": "a"},
+    }
+    cs.register_recipe({**recipe, "version": "1.0.0"})
+    cs.register_recipe({**recipe, "version": "1.1.0"})
+    # When it is listed, then its id and both versions show, newest first
+    assert "mini-recipe" in [r.id for r in cs.list_recipes().items]
+    assert [v.version for v in cs.recipe_versions("mini-recipe").items] == ["1.1.0", "1.0.0"]
+    # When the newest is tombstoned, then it is hidden unless asked for, and revived it is back
+    assert cs.delete_recipe("mini-recipe@1.1.0").deleted_at is not None
+    assert [v.version for v in cs.recipe_versions("mini-recipe").items] == ["1.0.0"]
+    shown = cs.recipe_versions("mini-recipe", include_deleted=True).items
+    assert [v.version for v in shown] == ["1.1.0", "1.0.0"]
+    assert cs.revive_recipe("mini-recipe@1.1.0").deleted_at is None
+    assert cs.recipe("mini-recipe").version == "1.1.0"
+    # And the dataset twins answer the same way
+    cs.register("twin", cases=CASES, version="1.0.0")
+    assert [d.id for d in cs.list_datasets().items] == ["twin"]
+    assert [v.version for v in cs.list_versions("twin").items] == ["1.0.0"]
+
+
 def test_diff_pages_lazily_and_joins_them(cs: Client) -> None:
     # Given v2 with every case of v1 changed and 3 more (7 changed, 3 added)
     cs.register("paged", cases=CASES, version="1.0.0")

@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
 from pydantic import BaseModel, ConfigDict
@@ -46,12 +46,32 @@ from caseshelf.domain.lockfile import (
 from caseshelf.domain.words import DATASET_ID_RULE
 
 if TYPE_CHECKING:
+    from caseshelf.api.dto import DiffOut, SubsetOut, VersionOut
     from caseshelf.api.refs_dto import RefResolvedOut
-    from caseshelf.client.core import Client
+    from caseshelf.client.downloads import Downloaded
+    from caseshelf.client.transport import Transport
     from caseshelf.domain.subset import Selection
 
 LOCK_ENV = "CASESHELF_LOCK"
 _PROJECT_MARKERS = (LOCK_NAME, "pyproject.toml", ".git")
+
+
+class Client(Protocol):
+    """What the lock file asks of the registry: `caseshelf.Client` is one."""
+
+    transport: Transport
+
+    def get(self, ref: str, *, include_deleted: bool = False) -> VersionOut: ...
+
+    def subset(self, ref: str, body: Mapping[str, Any] | BaseModel | None = None) -> SubsetOut: ...
+
+    def resolve_refs(self, refs: Iterable[str | Mapping[str, Any]]) -> list[RefResolvedOut]: ...
+
+    def diff(
+        self, base: str, candidate: str, *, summary: bool = False, include_deleted: bool = False
+    ) -> DiffOut: ...
+
+    def download(self, ref: str) -> Downloaded: ...
 
 
 # -- the lock file on disk --------------------------------------------------------------------

@@ -290,7 +290,21 @@ def _fold_item(item: dict[str, Any], index: int | None) -> tuple[dict[str, Any],
     if exp_raw is not None and not isinstance(exp_raw, dict):
         return out, fold.codes
 
-    # -- prompt keys and turns -> inputs.user / inputs.hitl
+    _fold_prompt(out, inputs, fold)
+    _fold_inputs(out, inputs, fold)
+    _fold_expectations(out, expectations, fold)
+    _fold_metadata(out, fold)
+    _fold_nested(out, fold)
+
+    if inputs or inputs_raw is not None:
+        out["inputs"] = inputs
+    if expectations or exp_raw is not None:
+        out["expectations"] = expectations
+    return out, fold.codes
+
+
+def _fold_prompt(out: dict[str, Any], inputs: dict[str, Any], fold: _Fold) -> None:
+    """Prompt keys and turns -> inputs.user, inputs.hitl and inputs.messages."""
     given = [k for k in PROMPT_KEYS if k in out]
     if len(given) > 1:
         raise fold.fail(f"several prompt keys {given}; keep one as inputs.user", "inputs.user")
@@ -335,7 +349,9 @@ def _fold_item(item: dict[str, Any], index: int | None) -> tuple[dict[str, Any],
             raise fold.fail("both a conversation and inputs.messages are given", "inputs.messages")
         inputs["messages"] = messages
 
-    # -- inputs that used to sit on the item
+
+def _fold_inputs(out: dict[str, Any], inputs: dict[str, Any], fold: _Fold) -> None:
+    """Inputs that used to sit on the item -> inputs."""
     for key in INPUT_KEYS:
         if key in out:
             fold.note(LEGACY_ITEM)
@@ -348,7 +364,9 @@ def _fold_item(item: dict[str, Any], index: int | None) -> tuple[dict[str, Any],
         if key in inputs:
             inputs[key] = _strip_dot(inputs[key])
 
-    # -- expectations: app keys -> details, legacy answers -> ground_truth
+
+def _fold_expectations(out: dict[str, Any], expectations: dict[str, Any], fold: _Fold) -> None:
+    """Expectations: app keys -> details, legacy answers -> ground_truth."""
     details_raw = expectations.get("details")
     details: dict[str, Any] = dict(details_raw) if isinstance(details_raw, dict) else {}
     app_keys = [k for k in expectations if k not in EXPECTATION_KEYS]
@@ -388,7 +406,9 @@ def _fold_item(item: dict[str, Any], index: int | None) -> tuple[dict[str, Any],
     if details:
         expectations["details"] = details
 
-    # -- lab metadata keys (category, group, ...) -> metadata; not a deprecation
+
+def _fold_metadata(out: dict[str, Any], fold: _Fold) -> None:
+    """Lab metadata keys (category, group, ...) -> metadata; not a deprecation."""
     meta_keys = [k for k in METADATA_KEYS if k in out]
     if meta_keys:
         meta_raw = out.get("metadata")
@@ -405,18 +425,14 @@ def _fold_item(item: dict[str, Any], index: int | None) -> tuple[dict[str, Any],
             metadata[key] = value
         out["metadata"] = metadata
 
-    # -- camelCase inside env / resources / network
+
+def _fold_nested(out: dict[str, Any], fold: _Fold) -> None:
+    """camelCase inside env / resources / network."""
     nested = (("env", ENV_CAMEL), ("resources", RESOURCE_CAMEL), ("network", NETWORK_CAMEL))
     for key, table in nested:
         sub = out.get(key)
         if isinstance(sub, dict):
             out[key] = _rename(sub, table, fold, f"{key}.")
-
-    if inputs or inputs_raw is not None:
-        out["inputs"] = inputs
-    if expectations or exp_raw is not None:
-        out["expectations"] = expectations
-    return out, fold.codes
 
 
 # Every item-level key a dataset item may have: the envelope's, and the older ones folded in.

@@ -326,29 +326,20 @@ class RowMapper:
         every row of every import runs it, so it reads no attributes, skips what the recipe
         does not use, and takes strings (the common case) before the checks that only other
         values need."""
-        id_value = self._id
-        id_prefix = self._id_prefix
-        case_id = self.case_id
+        id_value, id_prefix, case_id = self._id, self._id_prefix, self.case_id
         task, task_key = self._task, self._task_key
         hitl = self._hitl.value if self._hitl is not None else None
         answer_value = self._answer.value if self._answer is not None else None
-        answer_grader = self._answer_grader
-        details = self._details
+        answer_grader, details, metadata = self._answer_grader, self._details, self._metadata
         env_of = self._env
         env_fixed = env_of.value if isinstance(env_of, _Fixed) else None
-        image_value = self._image_field.value if self._image_field is not None else None
-        fixed_image = self._image
-        needs_image = self._needs_image
-        test_cmd = self._test_cmd.value if self._test_cmd is not None else None
-        extra = self._extra
-        templates = self._templates
+        image_of = self._compile_image()  # None: the recipe names no image and needs none
+        more_graders = self._compile_graders()  # None: no grader but the answer's
         tag_values = [t.value for t in self._tags]
-        metadata = self._metadata
 
         def build(row: Row, index: int) -> dict[str, Any]:
             cid = f"{id_prefix}{index}" if id_value is None else case_id(row, index)
             case: dict[str, Any] = {"id": cid}
-
             inputs: dict[str, Any] = {}
             if task_key is not None:
                 try:
@@ -366,9 +357,7 @@ class RowMapper:
                 else:
                     _task_inputs(user, inputs)
             if hitl is not None:
-                lines = _texts(hitl(row, index), "inputs.hitl")
-                if lines:
-                    inputs["hitl"] = [*inputs.get("hitl", ()), *lines]
+                _add_hitl(inputs, hitl(row, index))
             if inputs:
                 case["inputs"] = inputs
 
@@ -392,6 +381,37 @@ class RowMapper:
             if env is not None:
                 case["env"] = env
 
+            if image_of is not None:
+                image = image_of(row, index, cid)
+                if image is not None:
+                    case["image"] = image
+
+            if more_graders is not None:
+                more_graders(row, index, graders)
+            if graders:
+                case["graders"] = graders
+
+            if tag_values:
+                tags = _tags(tag_values, row, index)
+                if tags:
+                    case["tags"] = tags
+
+            if metadata:
+                case["metadata"] = _values(metadata, row, index)
+            return case
+
+        return build
+
+    def _compile_image(self) -> Callable[[Row, int, str], str | None] | None:
+        """A row's image (its image field's, else the recipe's fixed one), or None when the
+        recipe names no image and needs none. A container case with no image is refused."""
+        image_value = self._image_field.value if self._image_field is not None else None
+        fixed_image = self._image
+        needs_image = self._needs_image
+        if image_value is None and fixed_image is None and not needs_image:
+            return None
+
+        def image_of(row: Row, index: int, cid: str) -> str | None:
             image = None
             if image_value is not None:
                 v = image_value(row, index)
@@ -399,16 +419,27 @@ class RowMapper:
                     image = _text(v, "image")
             if image is None:
                 image = fixed_image
-            if image is not None:
-                case["image"] = image
-            elif needs_image:
+            if image is None and needs_image:
                 raise _Bad(
                     "image",
                     f"is required: case {cid!r} runs in a container and no prebuilt image is "
                     "given (set mapping.image or mapping.image_field; images are referenced, "
                     "never built)",
                 )
+            return image
 
+        return image_of
+
+    def _compile_graders(self) -> Callable[[Row, int, list[dict[str, Any]]], None] | None:
+        """What adds a row's graders after the answer's (the test command's, the extra ones,
+        the templated ones), or None when the recipe has none of them."""
+        test_cmd = self._test_cmd.value if self._test_cmd is not None else None
+        extra = self._extra
+        templates = self._templates
+        if test_cmd is None and not extra and not templates:
+            return None
+
+        def more_graders(row: Row, index: int, graders: list[dict[str, Any]]) -> None:
             if test_cmd is not None:
                 cmd = test_cmd(row, index)
                 if not _empty(cmd):
@@ -423,21 +454,23 @@ class RowMapper:
                 else:
                     cfg = _finite(config(row, index), f"graders.{gid}.config")
                     graders.append({"id": gid, "config": cfg} if cfg else {"id": gid})
-            if graders:
-                case["graders"] = graders
 
-            if tag_values:
-                tags: list[str] = []
-                for tag_value in tag_values:
-                    tags.extend(_texts(tag_value(row, index), "tags"))
-                if tags:
-                    case["tags"] = sorted(set(tags)) if len(tags) > 1 else tags
+        return more_graders
 
-            if metadata:
-                case["metadata"] = _values(metadata, row, index)
-            return case
 
-        return build
+def _add_hitl(inputs: dict[str, Any], value: Any) -> None:
+    """A row's HITL lines after those its task gave (`inputs.hitl`)."""
+    lines = _texts(value, "inputs.hitl")
+    if lines:
+        inputs["hitl"] = [*inputs.get("hitl", ()), *lines]
+
+
+def _tags(tag_values: list[Builder], row: Row, index: int) -> list[str]:
+    """A row's tags from every tag field, sorted and unique."""
+    tags: list[str] = []
+    for tag_value in tag_values:
+        tags.extend(_texts(tag_value(row, index), "tags"))
+    return sorted(set(tags)) if len(tags) > 1 else tags
 
 
 def _values(fields: FieldMap, row: Row, index: int) -> dict[str, Any]:

@@ -397,20 +397,66 @@ def harbor_case(
     """
     case_id = f"{id_prefix}{task.case_key}"
     files = task.files
+    doc = _harbor_toml(files, case_id)
+    env = doc.get("environment") or {}
+    agent = doc.get("agent") or {}
+    steps = doc.get("steps") or []
+    user, step_tests = _harbor_instructions(files, steps, case_id)
+
+    image = _literal_image(env.get("docker_image")) or _template_image(
+        image_template, case_id, task.name
+    )
+    if image is None:
+        raise no_image_error(case_id, "[environment].docker_image is not set")
+
+    grader_config = _harbor_grader(doc.get("verifier") or {}, steps, step_tests)
+    case: dict[str, Any] = {
+        "id": case_id,
+        "inputs": {"user": user},
+        "image": image,
+        "graders": [{"id": "reward-file", "config": grader_config}],
+    }
+    a_timeout = _harbor_agent_timeout(agent, steps)
+    if a_timeout:
+        case["timeout_sec"] = a_timeout
+    resources = _harbor_resources(env, case_id)
+    if resources:
+        case["resources"] = resources
+    if env.get("allow_internet") is False:
+        case["network"] = {"mode": "none"}
+
+    task_table = doc.get("task") or {}
+    meta_table = doc.get("metadata") or {}
+    tags = _unique(
+        [
+            *(task_table.get("keywords") or []),
+            *(meta_table.get("tags") or []),
+            meta_table.get("difficulty"),
+            meta_table.get("category"),
+        ]
+    )
+    if tags:
+        case["tags"] = tags
+    case["metadata"] = _harbor_metadata(task, doc, catalog)
+    case["files"] = file_entries(files, case_id)
+    return case
+
+
+def _harbor_toml(files: Mapping[str, bytes], case_id: str) -> dict[str, Any]:
+    """The task's `task.toml`, parsed."""
     if HARBOR_MARKER not in files:
         raise _fail(case_id, "has no task.toml", HARBOR_MARKER)
     try:
-        doc = tomllib.loads(_text(files, HARBOR_MARKER, case_id))
+        return tomllib.loads(_text(files, HARBOR_MARKER, case_id))
     except tomllib.TOMLDecodeError as exc:
         raise _fail(case_id, f"task.toml is not valid TOML: {exc}", HARBOR_MARKER) from None
 
-    env = doc.get("environment") or {}
-    agent = doc.get("agent") or {}
-    verifier = doc.get("verifier") or {}
-    task_table = doc.get("task") or {}
-    meta_table = doc.get("metadata") or {}
-    steps = doc.get("steps") or []
 
+def _harbor_instructions(
+    files: Mapping[str, bytes], steps: list[Any], case_id: str
+) -> tuple[str | list[str], list[str]]:
+    """The task's instruction (a multi-step task: each step's, in order) and each step's test
+    script; a task without them is refused, naming the file it lacks."""
     step_tests: list[str] = []
     if steps:
         instructions = []
@@ -423,24 +469,23 @@ def harbor_case(
                 raise _fail(case_id, f"step {name!r} has no {path}", path)
             step_tests.append(_harbor_step_test(files, name, case_id))
             instructions.append(_text(files, path, case_id))
-        user: str | list[str] = instructions
-    else:
-        if "instruction.md" not in files:
-            raise _fail(case_id, "has no instruction.md", "instruction.md")
-        if HARBOR_TEST_SCRIPT not in files:
-            raise _fail(
-                case_id,
-                f"is incomplete: no {HARBOR_TEST_SCRIPT} (the script Harbor's verifier runs)",
-                HARBOR_TEST_SCRIPT,
-            )
-        user = _text(files, "instruction.md", case_id)
+        return instructions, step_tests
+    if "instruction.md" not in files:
+        raise _fail(case_id, "has no instruction.md", "instruction.md")
+    if HARBOR_TEST_SCRIPT not in files:
+        raise _fail(
+            case_id,
+            f"is incomplete: no {HARBOR_TEST_SCRIPT} (the script Harbor's verifier runs)",
+            HARBOR_TEST_SCRIPT,
+        )
+    return _text(files, "instruction.md", case_id), step_tests
 
-    image = _literal_image(env.get("docker_image")) or _template_image(
-        image_template, case_id, task.name
-    )
-    if image is None:
-        raise no_image_error(case_id, "[environment].docker_image is not set")
 
+def _harbor_grader(
+    verifier: dict[str, Any], steps: list[Any], step_tests: list[str]
+) -> dict[str, Any]:
+    """The `reward-file` grader's config: the verifier's command, timeout and env, and the
+    steps with the test script each runs."""
     grader_config: dict[str, Any] = {"cmd": HARBOR_TEST_COMMAND}
     v_timeout = _timeout(verifier.get("timeout_sec"))
     if v_timeout:
@@ -451,37 +496,28 @@ def harbor_case(
         grader_config["steps"] = [
             {**_jsonable(s), "test_path": test} for s, test in zip(steps, step_tests, strict=True)
         ]
+    return grader_config
 
-    case: dict[str, Any] = {
-        "id": case_id,
-        "inputs": {"user": user},
-        "image": image,
-        "graders": [{"id": "reward-file", "config": grader_config}],
-    }
+
+def _harbor_agent_timeout(agent: dict[str, Any], steps: list[Any]) -> int | None:
+    """The agent's timeout: the task's, or, when every step has one, their sum."""
     a_timeout = _timeout(agent.get("timeout_sec"))
     if steps:
         step_timeouts = [_timeout((s.get("agent") or {}).get("timeout_sec")) for s in steps]
         if all(step_timeouts):
             a_timeout = sum(t for t in step_timeouts if t)
-    if a_timeout:
-        case["timeout_sec"] = a_timeout
-    resources = _harbor_resources(env, case_id)
-    if resources:
-        case["resources"] = resources
-    if env.get("allow_internet") is False:
-        case["network"] = {"mode": "none"}
+    return a_timeout
 
-    tags = _unique(
-        [
-            *(task_table.get("keywords") or []),
-            *(meta_table.get("tags") or []),
-            meta_table.get("difficulty"),
-            meta_table.get("category"),
-        ]
-    )
-    if tags:
-        case["tags"] = tags
 
+def _harbor_metadata(
+    task: TaskSource, doc: dict[str, Any], catalog: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The case's metadata: where the task came from, and every table of `task.toml` the case's
+    own fields do not carry, kept as it is."""
+    env = doc.get("environment") or {}
+    agent = doc.get("agent") or {}
+    task_table = doc.get("task") or {}
+    meta_table = doc.get("metadata") or {}
     metadata: dict[str, Any] = {"source": HARBOR, "task": task.location or task.name}
     for key in ("version", "schema_version"):
         if key in doc:
@@ -523,9 +559,7 @@ def harbor_case(
     modes = _file_modes(task.modes)
     if modes:
         metadata["file_modes"] = modes
-    case["metadata"] = metadata
-    case["files"] = file_entries(files, case_id)
-    return case
+    return metadata
 
 
 def _harbor_step_test(files: Mapping[str, bytes], step: str, task: str) -> str:

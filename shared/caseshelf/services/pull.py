@@ -199,13 +199,7 @@ def pull(
     progress = progress or current_progress()
     if prefix and not prefix.endswith("/"):
         prefix += "/"
-    try:
-        manifest_bytes = per_object(partial(store.get, prefix + MANIFEST_NAME))
-    except NotFound:
-        raise NotFound(
-            f"no {MANIFEST_NAME} under {prefix!r}: not an export, or an incomplete one",
-            key=prefix + MANIFEST_NAME,
-        ) from None
+    manifest_bytes = _manifest_bytes(store, prefix)
     manifest = parse_manifest(manifest_bytes)
     if (dest / MANIFEST_NAME).is_file():  # complete: nothing to write (or another export)
         found = _already_there(dest, manifest.export_id)
@@ -217,6 +211,27 @@ def pull(
         got = _pull_bundle(store, prefix, dest, manifest, manifest_bytes)
         progress.advance(got.file_count, got.bytes)
         return got
+    wanted = _wanted(store, prefix, dest, manifest)
+    return _pull_files(store, prefix, dest, manifest, manifest_bytes, wanted, concurrency, progress)
+
+
+def _manifest_bytes(store: BlobStore, prefix: str) -> bytes:
+    """The export's manifest, or `NotFound` saying the prefix holds no complete export."""
+    try:
+        return per_object(partial(store.get, prefix + MANIFEST_NAME))
+    except NotFound:
+        raise NotFound(
+            f"no {MANIFEST_NAME} under {prefix!r}: not an export, or an incomplete one",
+            key=prefix + MANIFEST_NAME,
+        ) from None
+
+
+def _wanted(
+    store: BlobStore, prefix: str, dest: Path, manifest: ExportManifest
+) -> list[tuple[str, str]]:
+    """The export's files as `(key, path relative to dest)`, listed under `prefix` and held to
+    the manifest: a key it does not name is refused, and so is a file it names that is not
+    there."""
     wanted: list[tuple[str, str]] = []
     listed: set[str] = set()
     listing: list[ObjectInfo] = per_object(lambda: list(store.list(prefix)))
@@ -237,6 +252,22 @@ def pull(
             + ", ".join(missing[:20]),
             missing=missing[:50],
         )
+    return wanted
+
+
+def _pull_files(
+    store: BlobStore,
+    prefix: str,
+    dest: Path,
+    manifest: ExportManifest,
+    manifest_bytes: bytes,
+    wanted: list[tuple[str, str]],
+    concurrency: int,
+    progress: Progress,
+) -> PullResult:
+    """The `wanted` files fetched `concurrency` at a time into a staging directory (going on
+    with what an interrupted run verified), checked against the manifest, and put in place
+    at `dest` whole."""
     total = resumed = 0
     source = _source(prefix, manifest_bytes)
     with Staging(dest, what="destination", source=source, expected=manifest.files) as staging:
