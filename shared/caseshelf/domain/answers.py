@@ -23,9 +23,10 @@ from typing import Any
 
 # Lambda's invoke payload limit: the request event, and the handler's answer (bytes of JSON).
 LAMBDA_PAYLOAD_BYTES = 6_291_456
-# What one answer's body may hold, escaped: the rest of the response payload (status, headers,
-# the JSON around the body) fits in what is left below LAMBDA_PAYLOAD_BYTES.
-ANSWER_BUDGET_BYTES = 5 * 1024 * 1024
+# What one answer's body may hold, escaped: 5 MB (decimal, as the answers are specified), the
+# rest of the response payload (status, headers, the JSON around the body) in what is left
+# below LAMBDA_PAYLOAD_BYTES.
+ANSWER_BUDGET_BYTES = 5_000_000
 # Room in an event for what is not the body: headers (twice: single and multi-value), the
 # request context with the authorizer's claims, the path and query parameters.
 EVENT_ROOM_BYTES = 64 * 1024
