@@ -1,0 +1,102 @@
+"""/tmp in the Lambda emulation: a case-directory archive larger than the importer's /tmp (an
+ext4 file system of its EphemeralStorage, here made 8 MiB) fails its job as `StorageFull` (507)
+before anything is written; the invocation itself ends well (no crash, no 500); an archive that
+fits is imported by the same environment."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from caseshelf.api.errors import status_of
+from caseshelf.client.transport import job_error
+from tests.lambda_emulation import Emulation, api_event, function_specs, moto_stack, s3_notification
+
+TMP_MB = 8
+
+
+@pytest.fixture(scope="module")
+def small_tmp(
+    layer: Path, moto_server: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Emulation]:
+    """The template's importer with an 8 MiB /tmp."""
+    spec = function_specs()["ImporterFunction"]
+    specs = {"ImporterFunction": dataclasses.replace(spec, tmp_mb=TMP_MB)}
+    with (
+        moto_stack(moto_server) as (bucket, table),
+        Emulation(
+            endpoint_url=moto_server,
+            bucket=bucket,
+            table=table,
+            layer=layer,
+            specs=specs,
+            scratch=tmp_path_factory.mktemp("lambda-tmp"),
+        ) as emu,
+    ):
+        yield emu
+
+
+def archive(name: str, payload: int) -> bytes:
+    """A case-directory project (`eval.yaml`, one case carrying `payload` random bytes)."""
+    files = {
+        f"{name}/eval.yaml": f"name: {name}\ndataset:\n  path: cases\n".encode(),
+        f"{name}/cases/c1/input.yaml": b"prompt: write the answer to answer.txt\n",
+        f"{name}/cases/c1/data.bin": os.urandom(payload),
+    }
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for path, data in files.items():
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def import_case_dirs(emu: Emulation, name: str, data: bytes) -> tuple[Any, dict[str, Any]]:
+    """Upload `data` as case directories and deliver its S3 notification: (the worker's
+    outcome, the job as `GET /jobs/{id}` answers it)."""
+    body = {"kind": "tasks", "format": "case-dirs", "filename": f"{name}.tar.gz"}
+    up = emu.call("ImporterFunction", api_event("POST", "/uploads", body=body))
+    assert up.status == 201, (up.body[:2000], up.outcome.log[-4000:])
+    upload = up.json()
+    put = httpx.put(upload["upload_url"], content=data, timeout=60)
+    assert put.status_code == 200, put.text
+    event = s3_notification(emu.refs["DataBucket"], upload["key"], "0" * 32, len(data))
+    outcome = emu.invoke("ImporterFunction", event)
+    job = emu.call(
+        "ImporterFunction", api_event("GET", "/jobs/{id}", {"id": upload["job_id"]})
+    ).json()
+    return outcome, job
+
+
+def test_an_archive_over_the_importers_tmp_fails_as_storage_full(small_tmp: Emulation) -> None:
+    # Given the importer's 8 MiB /tmp and a case-directory archive of 12 MiB of files
+    outcome, job = import_case_dirs(small_tmp, "big", archive("big", 12 * 2**20))
+    # Then the invocation ends well (no crash, no OOM, no ENOSPC) and the job fails as
+    # StorageFull naming /tmp's size, the bytes needed and free, and the way around it
+    assert outcome.kind == "ok" and not outcome.oom, (outcome.error, outcome.log[-4000:])
+    assert outcome.json()["objects"][0]["status"] == "failed", outcome.json()
+    error = job["error"]
+    assert job["state"] == "failed" and error["code"] == "StorageFull", job
+    assert error["path"] == "/tmp" and error["limit_bytes"] <= TMP_MB * 2**20
+    assert error["needed_bytes"] > 12 * 2**20 > TMP_MB * 2**20 >= error["free_bytes"]
+    assert "EphemeralStorage" in error["detail"]
+    # and the client following the job raises the 507's error, not a 500
+    assert status_of(job_error(job["id"], error)) == (507, "storage-full")
+
+
+def test_an_archive_that_fits_the_importers_tmp_is_imported(small_tmp: Emulation) -> None:
+    # Given the same /tmp and an archive of 2 MiB of files
+    outcome, job = import_case_dirs(small_tmp, "small", archive("small", 2 * 2**20))
+    # Then it is registered
+    assert outcome.kind == "ok", (outcome.error, outcome.log[-4000:])
+    assert job["state"] == "succeeded", job
+    assert job["result"]["case_count"] == 1
