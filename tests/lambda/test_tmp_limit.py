@@ -1,18 +1,21 @@
-"""/tmp in the Lambda emulation: a case-directory archive larger than the importer's /tmp (an
-ext4 file system of its EphemeralStorage, here made 8 MiB) fails its job as `StorageFull` (507)
-before anything is written; the invocation itself ends well (no crash, no 500); an archive that
-fits is imported by the same environment."""
+"""/tmp in the Lambda emulation (an ext4 file system of the function's EphemeralStorage, made
+small here): a case-directory archive larger than the importer's /tmp fails its job as
+`StorageFull` (507) before anything is written, the invocation itself ending well (no crash, no
+500), and one that fits is imported; an export with its bundle, several times larger than the
+export worker's /tmp, completes (its parts stream to S3 and stage nothing there)."""
 
 from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import os
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import httpx
 import pytest
 
@@ -21,15 +24,23 @@ from caseshelf.client.transport import job_error
 from tests.lambda_emulation import Emulation, api_event, function_specs, moto_stack, s3_notification
 
 TMP_MB = 8
+WORKER_TMP_MB = 1
 
 
 @pytest.fixture(scope="module")
 def small_tmp(
     layer: Path, moto_server: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Emulation]:
-    """The template's importer with an 8 MiB /tmp."""
-    spec = function_specs()["ImporterFunction"]
-    specs = {"ImporterFunction": dataclasses.replace(spec, tmp_mb=TMP_MB)}
+    """The template's importer with an 8 MiB /tmp, its export worker with 1 MiB."""
+    every = function_specs()
+    specs = {
+        "ImporterFunction": dataclasses.replace(every["ImporterFunction"], tmp_mb=TMP_MB),
+        "ExportFunction": every["ExportFunction"],
+        "ExportWorkerFunction": dataclasses.replace(
+            every["ExportWorkerFunction"], tmp_mb=WORKER_TMP_MB
+        ),
+        "RegistryFunction": every["RegistryFunction"],
+    }
     with (
         moto_stack(moto_server) as (bucket, table),
         Emulation(
@@ -100,3 +111,75 @@ def test_an_archive_that_fits_the_importers_tmp_is_imported(small_tmp: Emulation
     assert outcome.kind == "ok", (outcome.error, outcome.log[-4000:])
     assert job["state"] == "succeeded", job
     assert job["result"]["case_count"] == 1
+
+
+def drain_exports(emu: Emulation) -> list[dict[str, Any]]:
+    """Deliver every message of the export queue to the export worker, as its SQS event
+    source does (batch size 1): what each invocation answered."""
+    sqs = boto3.client(
+        "sqs",
+        endpoint_url=emu.endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    url, arn = emu.refs["ExportQueue"], emu.refs["ExportQueue.Arn"]
+    answers = []
+    while got := sqs.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=1, AttributeNames=["All"]
+    ).get("Messages", []):
+        msg = got[0]
+        record = {
+            "messageId": msg["MessageId"],
+            "receiptHandle": msg["ReceiptHandle"],
+            "body": msg["Body"],
+            "attributes": msg["Attributes"],
+            "eventSource": "aws:sqs",
+            "eventSourceARN": arn,
+        }
+        outcome = emu.invoke("ExportWorkerFunction", {"Records": [record]})
+        assert outcome.kind == "ok", (outcome.kind, outcome.error, outcome.log[-4000:])
+        answers.append(outcome.json())
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=msg["ReceiptHandle"])
+    return answers
+
+
+def test_an_export_and_its_bundle_larger_than_the_workers_tmp_complete(
+    small_tmp: Emulation,
+) -> None:
+    # Given a version of 400 cases of 8 KiB of hex (3.2 MB of rows, a bundle of ~1.7 MB:
+    # each more than the export worker's 1 MiB /tmp)
+    cases = [{"id": f"c{i:04d}", "inputs": {"user": os.urandom(4096).hex()}} for i in range(400)]
+    body = {"id": "wide", "version": "1.0.0", "cases": cases}
+    made = small_tmp.call("RegistryFunction", api_event("POST", "/datasets", body=body))
+    assert made.status == 201, made.body[:2000]
+    # When it is exported as jsonl with its bundle, and the worker takes every part
+    p = {"id": "wide", "ref": "1.0.0"}
+    started = small_tmp.call(
+        "ExportFunction",
+        api_event(
+            "POST",
+            "/datasets/{id}/versions/{ref}/exports",
+            p,
+            body={"format": "jsonl", "bundle": True},
+        ),
+    )
+    assert started.status == 202, (started.body[:2000], started.outcome.log[-4000:])
+    answers = drain_exports(small_tmp)
+    # Then every part was written and the job succeeded, manifest and bundle in S3
+    assert answers and all(r["status"] != "failed" for a in answers for r in a["records"])
+    job = small_tmp.call(
+        "ImporterFunction", api_event("GET", "/jobs/{id}", {"id": started.json()["id"]})
+    ).json()
+    assert job["state"] == "succeeded", json.dumps(job)[:2000]
+    result = job["result"]
+    assert result["case_count"] == 400 and result["bytes"] > 3 * 2**20
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=small_tmp.endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    bundle = s3.head_object(Bucket=small_tmp.refs["DataBucket"], Key=result["bundle_key"])
+    assert bundle["ContentLength"] > WORKER_TMP_MB * 2**20
