@@ -1,8 +1,9 @@
-"""A case-directory archive is written out to the temporary directory (a Lambda function's /tmp)
-to be read: when that disk cannot hold it, the import job fails as `StorageFull` (507) naming
-the bytes needed and free and the way around it, before anything is written; never a bare
-`ENOSPC` (500) halfway through. The importer Lambda fed API Gateway and S3 events on moto, the
-disk a real small tmpfs, or `shutil.disk_usage` answering for a full one."""
+"""A task archive is written out to the temporary directory (a Lambda function's /tmp) member by
+member, and a case-directory tree once more to be read: when that disk cannot hold what comes
+next, the import job fails as `StorageFull` (507) naming the bytes needed and free and the way
+around it, before it is written; never a bare `ENOSPC` (500) halfway through. The importer
+Lambda fed API Gateway and S3 events on moto, the disk a real small tmpfs, or
+`shutil.disk_usage` answering for a full one."""
 
 from __future__ import annotations
 
@@ -48,12 +49,16 @@ def case_tree(root: Path, name: str, payload: int) -> bytes:
     return tar_gz(root / name, name)
 
 
-def import_upload(backend: Any, name: str, data: bytes) -> dict[str, Any]:
-    """POST /uploads for a case-directory archive, the object put, its S3 event delivered:
+def import_upload(
+    backend: Any, name: str, data: bytes, tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
+    """POST /uploads for a case-directory archive, the object put, its S3 event delivered with
+    the temporary directory at `tmp` (only then: moto keeps large objects in temporary files):
     the job as `GET /jobs/{id}` answers it."""
     status, up = api("POST", "/uploads", {**CASE_DIRS, "filename": f"{name}.tar.gz"})
     assert status == 201, up
     backend.s3.put_object(Bucket=backend.settings.bucket, Key=up["key"], Body=data)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     _, handled = call_function("importer", s3_event(up["key"]))
     assert handled["objects"][0]["job_id"] == up["job_id"]
     status, job = api("GET", f"/jobs/{up['job_id']}")
@@ -61,51 +66,68 @@ def import_upload(backend: Any, name: str, data: bytes) -> dict[str, Any]:
     return dict(job)
 
 
-def staged_dirs(tmp: Path) -> list[str]:
-    return [p.name for p in tmp.iterdir() if p.name.startswith("caseshelf-case-dirs-")]
+MiB = 1024 * 1024
 
 
-def test_a_tree_the_temporary_disk_cannot_hold_fails_as_storage_full(
+def test_a_tree_the_disk_cannot_hold_twice_fails_before_its_second_copy(
     backend: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a temporary directory on a real 1 MiB disk, and an archive of 2 MiB of files
+    # Given a temporary directory on a real 40 MiB disk, and an archive of 22 MiB of files:
+    # written out member by member it fits (with the scratch area's 16 MiB reserve), written
+    # out once more to be read as case directories it does not
     disk = tmp_path / "disk"
-    with tmpfs(disk, "1m"):
-        monkeypatch.setattr(tempfile, "tempdir", str(disk))
-        data = case_tree(tmp_path / "src", "big", 2 * 1024 * 1024)
+    with tmpfs(disk, "40m"):
+        data = case_tree(tmp_path / "src", "big", 22 * MiB)
         # When it is uploaded as case directories
-        job = import_upload(backend, "big", data)
-        # Then the job fails as StorageFull, naming the bytes needed and free, the disk's size
-        # and the ways around it; nothing was written to the disk and nothing is registered
+        job = import_upload(backend, "big", data, disk, monkeypatch)
+        # Then the job fails as StorageFull before the second copy, naming the bytes needed and
+        # free, the disk and its size, and the ways around it; nothing is left on the disk and
+        # nothing is registered
         assert job["state"] == "failed", job
         error = job["error"]
         assert (error["code"], error["title"]) == ("StorageFull", "Insufficient Storage")
-        assert error["needed_bytes"] > 2 * 1024 * 1024 > error["free_bytes"]
-        assert error["limit_bytes"] == 1024 * 1024 and error["path"] == str(disk)
+        assert "written out to be read" in error["detail"]
+        assert error["needed_bytes"] > 22 * MiB > error["free_bytes"]
+        assert error["limit_bytes"] == 40 * MiB and error["disk"] == str(disk)
         assert f"{error['needed_bytes']:,} bytes" in error["detail"]
         assert "EphemeralStorage" in error["detail"] and "caseshelf register" in error["detail"]
-        assert staged_dirs(disk) == [] and free_bytes(disk) == error["free_bytes"]
+        assert list(disk.iterdir()) == [] and free_bytes(disk) == 40 * MiB
         with pytest.raises(NotFound):
             backend.services.registry.get_version(ME, "big", "latest")
         # and a client following the job gets the 507's error type
         assert isinstance(job_error(job["id"], error), StorageFull)
 
 
+def test_a_member_the_disk_cannot_hold_fails_before_it_is_written(
+    backend: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the same 40 MiB disk and an archive whose one file is 48 MiB
+    disk = tmp_path / "disk"
+    with tmpfs(disk, "40m"):
+        data = case_tree(tmp_path / "src", "huge", 48 * MiB)
+        job = import_upload(backend, "huge", data, disk, monkeypatch)
+        # Then the job fails as StorageFull naming the entry, through the same check
+        assert job["state"] == "failed" and job["error"]["code"] == "StorageFull", job
+        error = job["error"]
+        assert error["path"] == "huge/cases/c1/data.bin" and error["limit_bytes"] == 40 * MiB
+        assert error["needed_bytes"] > 48 * MiB and "EphemeralStorage" in error["detail"]
+        assert list(disk.iterdir()) == []
+
+
 def test_a_tree_that_fits_the_temporary_disk_is_imported(
     backend: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given the same 1 MiB disk and an archive of 256 KiB of files
+    # Given the same 40 MiB disk and an archive of 4 MiB of files
     disk = tmp_path / "disk"
-    with tmpfs(disk, "1m"):
-        monkeypatch.setattr(tempfile, "tempdir", str(disk))
-        data = case_tree(tmp_path / "src", "small", 256 * 1024)
+    with tmpfs(disk, "40m"):
+        data = case_tree(tmp_path / "src", "small", 4 * MiB)
         # When it is uploaded as case directories
-        job = import_upload(backend, "small", data)
-        # Then it is registered, and its staging directory is gone
+        job = import_upload(backend, "small", data, disk, monkeypatch)
+        # Then it is registered, and nothing is left on the disk
         assert job["state"] == "succeeded", job
         rec = backend.services.registry.get_version(ME, "small", "latest")
         assert rec.case_count == 1
-        assert staged_dirs(disk) == []
+        assert list(disk.iterdir()) == []
 
 
 def test_the_check_asks_the_disk_of_the_temporary_directory(
@@ -115,7 +137,6 @@ def test_the_check_asks_the_disk_of_the_temporary_directory(
     real = shutil.disk_usage
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     asked: list[str] = []
 
     def usage(path: Any) -> Any:
@@ -127,11 +148,12 @@ def test_the_check_asks_the_disk_of_the_temporary_directory(
 
     monkeypatch.setattr(shutil, "disk_usage", usage)
     # When a 64 KiB archive tree is uploaded as case directories
-    job = import_upload(backend, "full", case_tree(tmp_path / "src", "full", 64 * 1024))
+    data = case_tree(tmp_path / "src", "full", 64 * 1024)
+    job = import_upload(backend, "full", data, tmp, monkeypatch)
     # Then the job fails as StorageFull naming that disk's 512 MiB, 10 KiB free
     assert job["state"] == "failed" and job["error"]["code"] == "StorageFull", job
     assert (job["error"]["limit_bytes"], job["error"]["free_bytes"]) == (512 * 2**20, 10240)
-    assert str(tmp) in asked and staged_dirs(tmp) == []
+    assert str(tmp) in asked and list(tmp.iterdir()) == []
 
 
 def test_staged_bytes_counts_a_block_more_for_every_file_and_directory(tmp_path: Path) -> None:

@@ -43,6 +43,7 @@ import shutil
 from collections.abc import Collection
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import orjson
 
@@ -71,19 +72,21 @@ def staged_bytes(sizes: Collection[int], directories: int = 0) -> int:
     return sum(sizes) + BLOCK_BYTES * (len(sizes) + directories)
 
 
-def ensure_room(where: Path, needed: int, *, what: str, around: str) -> None:
-    """Refuse to stage `needed` bytes under `where` when its disk has less free: `StorageFull`
-    naming `what`, the disk's size (the limit), the bytes needed and free, and `around` (the
-    way around it), before anything is written."""
+def ensure_room(where: Path, needed: int, *, what: str, around: str, **fields: Any) -> None:
+    """Refuse to write `needed` bytes under `where` when its disk has less free: `StorageFull`
+    naming `what`, the disk (`disk`) and its size (`limit_bytes`), the bytes needed and free,
+    and `around` (the way around it), before anything is written. `fields` go on the error
+    (the entry's `path`, say)."""
     usage = shutil.disk_usage(where)
     if needed > usage.free:
         raise StorageFull(
             f"{what} needs {needed:,} bytes of local disk at {where} and {usage.free:,} of its "
             f"{usage.total:,} are free; {around}",
-            path=str(where),
+            disk=str(where),
             needed_bytes=needed,
             free_bytes=usage.free,
             limit_bytes=usage.total,
+            **fields,
         )
 
 
