@@ -533,6 +533,20 @@ class Limits:
                     return int(f.read_text().split()[0])
         return None
 
+    def rss_peak_bytes(self) -> int | None:
+        """The largest peak resident set (VmHWM) of the processes in the memory cgroup now: the
+        runtime's own, without the page cache the cgroup's peak also counts."""
+        peaks = []
+        for base in self.dirs[:1]:
+            with contextlib.suppress(OSError):
+                for pid in (base / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(OSError):
+                        status = Path(f"/proc/{pid}/status").read_text()
+                        for line in status.splitlines():
+                            if line.startswith("VmHWM:"):
+                                peaks.append(int(line.split()[1]) * 1024)
+        return max(peaks) if peaks else None
+
     def oom_kills(self) -> int:
         for base in self.dirs[:1]:
             for name in ("memory.events", "memory.oom_control"):
@@ -817,6 +831,7 @@ class Outcome:
     peak_bytes: int | None = None
     oom: bool = False
     log: str = ""
+    rss_peak_bytes: int | None = None  # the runtime process's VmHWM (no page cache)
 
     def json(self) -> Any:
         return json.loads(self.answer)
@@ -991,6 +1006,7 @@ class ExecutionEnvironment:
     def _outcome(self, inv: Invocation, cold: bool, init_ms: float | None, mark: int) -> Outcome:
         limits = self.limits
         peak = limits.peak_bytes() if limits is not None else None
+        rss = limits.rss_peak_bytes() if limits is not None else None
         oom = bool(limits and limits.oom_kills())
         duration = (inv.finished - inv.started) * 1000 if inv.started and inv.finished else None
         out = Outcome(
@@ -1003,6 +1019,7 @@ class ExecutionEnvironment:
             peak_bytes=peak,
             oom=oom,
             log=self._log_since(mark),
+            rss_peak_bytes=rss,
         )
         if inv.kind in ("crashed", "timeout") or not self.alive():
             self.stop()

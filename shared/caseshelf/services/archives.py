@@ -33,6 +33,7 @@ from typing import IO, Any, BinaryIO
 
 from caseshelf.domain.errors import BadRequest, StorageFull, TooLarge
 from caseshelf.domain.paths import relative_path_problem
+from caseshelf.services.staging import ensure_room
 
 MAX_MEMBERS = 200_000
 MAX_TOTAL_BYTES = 512 * 1024 * 1024
@@ -486,14 +487,14 @@ class Extracted:
 
 
 def _room(dest: Path, need: int, where: str, path: str) -> None:
-    free = shutil.disk_usage(dest).free
-    if free < need + SCRATCH_RESERVE_BYTES:
-        raise StorageFull(
-            f"{where}: entry {path!r} needs {need} bytes and the scratch space at {dest} has "
-            f"{free} bytes free: split the tasks into several smaller archives, or give the "
-            "worker more scratch space (its EphemeralStorage)",
-            path=path,
-        )
+    ensure_room(
+        dest,
+        need + SCRATCH_RESERVE_BYTES,
+        what=f"{where}: entry {path!r} (with the scratch area's reserve)",
+        around="split the tasks into several smaller archives, or give the worker more scratch "
+        "space (its EphemeralStorage)",
+        path=path,
+    )
 
 
 def _write_member(member: Member, target: Path, where: str) -> None:

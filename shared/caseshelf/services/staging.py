@@ -25,6 +25,11 @@ downloads only the files not already there and verified. A staging directory is 
 when it names the same source, its commit had not begun (no `.moving`), and it holds nothing but
 directories and regular files the manifest lists (no symlink, nothing else); any other is removed
 as above.
+
+Work that must stage a known number of bytes on a local disk (a case-directory archive written out
+in a Lambda function's /tmp) asks `ensure_room` first: too little free space is `StorageFull`
+(507) naming the disk, the bytes needed and free, and the way around it, before anything is
+written, never an `ENOSPC` halfway through.
 """
 
 from __future__ import annotations
@@ -38,10 +43,17 @@ import shutil
 from collections.abc import Collection
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import orjson
 
-from caseshelf.domain.errors import BackendUnavailable, BadRequest, Conflict, Upstream
+from caseshelf.domain.errors import (
+    BackendUnavailable,
+    BadRequest,
+    Conflict,
+    StorageFull,
+    Upstream,
+)
 from caseshelf.domain.export import MANIFEST_NAME
 
 STAGING_PREFIX = ".caseshelf-staging-"
@@ -49,6 +61,33 @@ JOURNAL = ".moving"
 SOURCE = ".caseshelf-source"
 _SOURCE_BYTES = 4096  # what is read of a staging directory's source name
 _OLD_SIBLING = re.compile(r"^\.(?P<name>.+)\.(?:export|pull)-[0-9a-f]{12}$")
+# What one file or directory takes on a disk beyond its bytes, at most: its last, partly used
+# block (ext4's and most file systems' 4 KiB).
+BLOCK_BYTES = 4096
+
+
+def staged_bytes(sizes: Collection[int], directories: int = 0) -> int:
+    """The room files of `sizes` (and `directories` directories) take on a disk: each file's
+    bytes and at most one block more, a block for each directory."""
+    return sum(sizes) + BLOCK_BYTES * (len(sizes) + directories)
+
+
+def ensure_room(where: Path, needed: int, *, what: str, around: str, **fields: Any) -> None:
+    """Refuse to write `needed` bytes under `where` when its disk has less free: `StorageFull`
+    naming `what`, the disk (`disk`) and its size (`limit_bytes`), the bytes needed and free,
+    and `around` (the way around it), before anything is written. `fields` go on the error
+    (the entry's `path`, say)."""
+    usage = shutil.disk_usage(where)
+    if needed > usage.free:
+        raise StorageFull(
+            f"{what} needs {needed:,} bytes of local disk at {where} and {usage.free:,} of its "
+            f"{usage.total:,} are free; {around}",
+            disk=str(where),
+            needed_bytes=needed,
+            free_bytes=usage.free,
+            limit_bytes=usage.total,
+            **fields,
+        )
 
 
 def _remove(path: Path) -> None:

@@ -58,6 +58,7 @@ from caseshelf.services.archives import (
 )
 from caseshelf.services.archives import clean_member as _clean_member
 from caseshelf.services.objectio import open_object
+from caseshelf.services.staging import ensure_room, staged_bytes
 
 FORMATS = (TERMINAL_BENCH, HARBOR)
 CASE_DIRS = "case-dirs"
@@ -688,6 +689,7 @@ def case_dirs_from_tree(
     if len(evals) > 1:
         raise BadRequest(f"{tree.name}: several eval.yaml files: {evals}", field="archive")
     top = tree.name if _DIR_NAME.match(tree.name) else CASE_DIRS
+    _check_room_for(tree)
     with tempfile.TemporaryDirectory(prefix="caseshelf-case-dirs-") as tmp:
         base = (Path(tmp) / top).resolve()
         for rel, data in tree.files.items():
@@ -719,6 +721,22 @@ def case_dirs_from_tree(
             eval_path, dataset=dataset, version=version, bump=bump, project_root=root
         )
     return built.body, built.warnings
+
+
+def _check_room_for(tree: Tree) -> None:
+    """`StorageFull` (507) before `case_dirs_from_tree` writes the tree out, when the temporary
+    directory's disk (a Lambda function's /tmp: its EphemeralStorage) cannot hold it."""
+    parents = {posixpath.dirname(rel) for rel in tree.files}
+    needed = staged_bytes([len(data) for data in tree.files.values()], len(parents) + 2)
+    ensure_room(
+        Path(tempfile.gettempdir()),
+        needed,
+        what=f"{tree.name}: the case-directory archive, written out to be read",
+        around="register it on the embedded store (`caseshelf import-tasks PATH --format "
+        "case-dirs`), then `caseshelf download ID@REF -o FILE` and `caseshelf register FILE "
+        "--api URL` (a document upload is read in ranges, not written to disk); or give the "
+        "importer function more EphemeralStorage (infra/template.yaml)",
+    )
 
 
 DIGEST_CHUNK = 8 << 20
