@@ -330,7 +330,7 @@ class BrowseService:
             pass  # not kept yet, or kept in another format: computed again below
         # The same pass makes the version's search index, when it has none yet.
         ikey = index_key(identity.tenant, rec.content_digest)
-        total = len(self.registry.manifest(rec))
+        total = len(self.registry.root(rec))
         wants_index = (
             rec.bytes <= self.max_indexed_bytes
             and read_index(store, ikey, rec.content_digest, total) is None
@@ -344,24 +344,26 @@ class BrowseService:
         return rec, stats
 
     def compute_stats(self, rec: VersionRecord, index: IndexBuilder | None = None) -> VersionStats:
-        """The version's numbers, by one pass over its records (which also feeds `index`)."""
-        manifest = self.registry.manifest(rec)
-        total = len(manifest)
+        """The version's numbers, by one pass over its records (which also feeds `index`). The
+        pass reads the version's root and then its chunks one at a time
+        (`RegistryService.iter_records`): it neither loads the whole manifest nor keeps the
+        chunks, so a warm function reading many versions' numbers holds only its bounded
+        cache across requests."""
+        root = self.registry.root(rec)
         builder = StatsBuilder()
-        for start in range(0, total, READ_BATCH):
-            indices = list(range(start, min(total, start + READ_BATCH)))
-            for _, case in self.registry.case_records(rec, indices):
-                builder.add(case)
-                if index is not None:
-                    index.add(case)
-        locations = manifest.blob_locations()
+        for _, record in self.registry.iter_records(rec):
+            case = orjson.loads(record)
+            builder.add(case)
+            if index is not None:
+                index.add(case)
+        locations = root.blob_locations()
         shared = [
             SharedFileInfo(
                 dest=s["dest"],
                 digest=s["digest"],
                 size=loc.length if (loc := locations.get(hex_of(s["digest"]))) else 0,
             )
-            for s in manifest.shared_files
+            for s in root.shared_files
         ]
         return builder.build(rec.content_digest, shared)
 
