@@ -115,12 +115,17 @@ class BrowseService:
         id_scan_cases: int = ID_SCAN_CASES,
         answer_bytes: int = ANSWER_BUDGET_BYTES,
         max_indexed_bytes: int = MAX_INDEXED_BYTES,
+        index_bytes: int = MAX_INDEXED_BYTES,
     ) -> None:
         """`answer_bytes`: the escaped bytes a page of matches may take
         (`caseshelf.domain.answers`). `max_indexed_bytes`: the largest version (in record
-        bytes) given a search index (`caseshelf.services.search_index`)."""
+        bytes) whose whole rest a text search page searches. `index_bytes`: the largest this
+        process makes or reads a search index of (`caseshelf.services.search_index`,
+        `index_bytes_for` its memory); a version between the two is searched by the scan of
+        its records."""
         self.registry = registry
         self.max_indexed_bytes = max_indexed_bytes
+        self.index_bytes = index_bytes
         self._last_index = LastIndex()
         self.answer_bytes = answer_bytes
         self.max_file_bytes = max_file_bytes
@@ -245,7 +250,7 @@ class BrowseService:
         version too large for either (its pages are the bounded scan)."""
         key = index_key(tenant, rec.content_digest)
         index = self._last_index.get(key)
-        if index is None:
+        if index is None and rec.bytes <= self.index_bytes:
             total = len(self.registry.manifest(rec))
             index = read_index(self.registry.store, key, rec.content_digest, total)
         if index is not None:
@@ -332,7 +337,7 @@ class BrowseService:
         ikey = index_key(identity.tenant, rec.content_digest)
         total = len(self.registry.root(rec))
         wants_index = (
-            rec.bytes <= self.max_indexed_bytes
+            rec.bytes <= min(self.max_indexed_bytes, self.index_bytes)
             and read_index(store, ikey, rec.content_digest, total) is None
         )
         index = IndexBuilder() if wants_index else None
