@@ -246,8 +246,10 @@ class Services:
     @cached_property
     def browse(self) -> BrowseService:
         from caseshelf.services.browse import BrowseService
+        from caseshelf.services.search_index import index_bytes_for  # lazy: on use
 
-        return BrowseService(self.registry)
+        memory = self.settings.memory_mb * 1024 * 1024
+        return BrowseService(self.registry, index_bytes=index_bytes_for(memory))
 
     @cached_property
     def diff(self) -> DiffService:

@@ -81,3 +81,32 @@ def test_the_bound_follows_the_function_memory(tmp_path: Path) -> None:
     assert default.registry.cache.limit == cache_bytes_for(1024 * 1024 * 1024)
     fixed = {"CASESHELF_MANIFEST_CACHE_BYTES": "12345"}
     assert build(load_settings(fixed, home=str(tmp_path / "x"))).registry.cache.limit == 12345
+
+
+def test_a_version_s_numbers_leave_the_cache_holding_only_its_root(tmp_path: Path) -> None:
+    # Given versions of several chunks each
+    services = build(load_settings({}, home=str(tmp_path / "home")))
+    reg = services.registry
+    records = []
+    for v in range(3):
+        cases = [
+            {"id": f"c{i:05d}", "inputs": {"user": f"v{v} q {i}"}, "tags": [f"t{i % 3}"]}
+            for i in range(3000)
+        ]
+        doc = {"id": "qa", "version": f"{v}.0.0", "cases": cases}
+        records.append(reg.register(ME, parse_dataset(doc)).record)
+    reg.cache.clear()
+    for rec in records:
+        chunk_keys = reg.root(rec).chunk_keys
+        assert len(chunk_keys) > 1
+        # When its numbers are made (one pass over every record, which also makes its index)
+        _, stats = services.browse.stats(ME, "qa", rec.version)
+        assert stats.case_count == 3000
+        assert dict(stats.tags) == {"t0": 1000, "t1": 1000, "t2": 1000}
+        # Then neither its whole manifest nor any of its chunks stayed in the cache
+        assert ("manifest", rec.manifest_key) not in reg.cache
+        assert not [k for k in chunk_keys if ("chunk", rec.tenant, k) in reg.cache]
+        assert ("root", rec.manifest_key) in reg.cache
+    # And the index the pass made answers a text search of the whole version
+    page = services.browse.search_cases(ME, "qa", records[-1].version, "v2 q 2999", by="text")
+    assert [c["id"] for c in page.items] == ["c02999"]

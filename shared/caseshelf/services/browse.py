@@ -115,12 +115,17 @@ class BrowseService:
         id_scan_cases: int = ID_SCAN_CASES,
         answer_bytes: int = ANSWER_BUDGET_BYTES,
         max_indexed_bytes: int = MAX_INDEXED_BYTES,
+        index_bytes: int = MAX_INDEXED_BYTES,
     ) -> None:
         """`answer_bytes`: the escaped bytes a page of matches may take
         (`caseshelf.domain.answers`). `max_indexed_bytes`: the largest version (in record
-        bytes) given a search index (`caseshelf.services.search_index`)."""
+        bytes) whose whole rest a text search page searches. `index_bytes`: the largest this
+        process makes or reads a search index of (`caseshelf.services.search_index`,
+        `index_bytes_for` its memory); a version between the two is searched by the scan of
+        its records."""
         self.registry = registry
         self.max_indexed_bytes = max_indexed_bytes
+        self.index_bytes = index_bytes
         self._last_index = LastIndex()
         self.answer_bytes = answer_bytes
         self.max_file_bytes = max_file_bytes
@@ -245,7 +250,7 @@ class BrowseService:
         version too large for either (its pages are the bounded scan)."""
         key = index_key(tenant, rec.content_digest)
         index = self._last_index.get(key)
-        if index is None:
+        if index is None and rec.bytes <= self.index_bytes:
             total = len(self.registry.manifest(rec))
             index = read_index(self.registry.store, key, rec.content_digest, total)
         if index is not None:
@@ -330,9 +335,9 @@ class BrowseService:
             pass  # not kept yet, or kept in another format: computed again below
         # The same pass makes the version's search index, when it has none yet.
         ikey = index_key(identity.tenant, rec.content_digest)
-        total = len(self.registry.manifest(rec))
+        total = len(self.registry.root(rec))
         wants_index = (
-            rec.bytes <= self.max_indexed_bytes
+            rec.bytes <= min(self.max_indexed_bytes, self.index_bytes)
             and read_index(store, ikey, rec.content_digest, total) is None
         )
         index = IndexBuilder() if wants_index else None
@@ -344,24 +349,26 @@ class BrowseService:
         return rec, stats
 
     def compute_stats(self, rec: VersionRecord, index: IndexBuilder | None = None) -> VersionStats:
-        """The version's numbers, by one pass over its records (which also feeds `index`)."""
-        manifest = self.registry.manifest(rec)
-        total = len(manifest)
+        """The version's numbers, by one pass over its records (which also feeds `index`). The
+        pass reads the version's root and then its chunks one at a time
+        (`RegistryService.iter_records`): it neither loads the whole manifest nor keeps the
+        chunks, so a warm function reading many versions' numbers holds only its bounded
+        cache across requests."""
+        root = self.registry.root(rec)
         builder = StatsBuilder()
-        for start in range(0, total, READ_BATCH):
-            indices = list(range(start, min(total, start + READ_BATCH)))
-            for _, case in self.registry.case_records(rec, indices):
-                builder.add(case)
-                if index is not None:
-                    index.add(case)
-        locations = manifest.blob_locations()
+        for _, record in self.registry.iter_records(rec):
+            case = orjson.loads(record)
+            builder.add(case)
+            if index is not None:
+                index.add(case)
+        locations = root.blob_locations()
         shared = [
             SharedFileInfo(
                 dest=s["dest"],
                 digest=s["digest"],
                 size=loc.length if (loc := locations.get(hex_of(s["digest"]))) else 0,
             )
-            for s in manifest.shared_files
+            for s in root.shared_files
         ]
         return builder.build(rec.content_digest, shared)
 

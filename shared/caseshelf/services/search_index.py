@@ -15,7 +15,11 @@ Layout of the object: `INDEX_MAGIC`, the number of cases `n` (8 bytes, little-en
 each followed by a newline).
 
 A version whose records are over `MAX_INDEXED_BYTES` has no index: its text searches are the
-bounded scan of every page (the index would not fit a function's memory).
+bounded scan of every page (the index would not fit a function's memory). A process makes and
+reads the index only of a version whose records are at most `index_bytes_for` its memory (an
+eighth: the index is about as large as the records and is held twice while it is made and
+stored, beside the registry's cache of a quarter, `caseshelf.services.memo`); a larger one's
+text searches scan its records (`caseshelf.services.search_scan`), which answer the same pages.
 """
 
 from __future__ import annotations
@@ -35,6 +39,14 @@ from caseshelf.domain.errors import NotFound
 INDEX_MAGIC = b"caseshelf.search/1\n"
 # The most record bytes a version may hold and have an index (its lines are about as long).
 MAX_INDEXED_BYTES = 256 * 1024 * 1024
+# The share of the process's memory a version's records may be and have their index made or read.
+INDEX_SHARE = 0.125
+
+
+def index_bytes_for(memory_bytes: int) -> int:
+    """The largest version (record bytes) a process of `memory_bytes` makes or reads an index
+    of."""
+    return min(MAX_INDEXED_BYTES, int(memory_bytes * INDEX_SHARE))
 
 
 def index_key(tenant: str, content_digest: str) -> str:
@@ -86,25 +98,26 @@ class SearchIndex:
 
 
 class IndexBuilder:
-    """The index of a version, made a case at a time (in order)."""
+    """The index of a version, made a case at a time (in order), into one buffer (no object
+    a line)."""
 
     def __init__(self) -> None:
-        self._parts: list[bytes] = []
+        self._text = bytearray()
         self._offsets = array("Q", [0])
-        self._size = 0
 
     def add(self, case: Mapping[str, Any]) -> None:
-        line = index_line(case) + b"\n"
-        self._parts.append(line)
-        self._size += len(line)
-        self._offsets.append(self._size)
+        self._text += index_line(case)
+        self._text += b"\n"
+        self._offsets.append(len(self._text))
 
     def add_all(self, cases: Iterable[Mapping[str, Any]]) -> None:
         for case in cases:
             self.add(case)
 
     def build(self, content_digest: str) -> SearchIndex:
-        return SearchIndex(content_digest, self._offsets, b"".join(self._parts))
+        text = bytes(self._text)
+        self._text = bytearray()  # the buffer goes: the index holds the one copy
+        return SearchIndex(content_digest, self._offsets, text)
 
 
 class LastIndex:

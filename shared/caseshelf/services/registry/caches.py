@@ -23,6 +23,9 @@ from caseshelf.services.storage import (
 )
 from caseshelf.services.versioned import VersionedStore
 
+# Records read at once by a pass over every record of a version (`iter_records`).
+RECORD_BATCH = 1_000
+
 
 class RegistryCaches:
     """The registry's state (set by `RegistryService.__init__`) and its reads of stored
@@ -123,6 +126,18 @@ class RegistryCaches:
             return
         chunks = self._stream_chunks(rec.tenant, stored.chunk_keys)
         yield from zip(stored.chunk_starts(), chunks, strict=False)
+
+    def iter_records(self, rec: VersionRecord) -> Iterator[tuple[int, bytes]]:
+        """Every stored record of a version in order, as `(position, canonical bytes)`, each
+        checked against its digest: the chunks are read one at a time and not kept, so a pass
+        over a whole version holds one chunk's records at once and leaves the cache as it was
+        (a pass that kept them would push every other version out for chunks read once)."""
+        for first, chunk in self.iter_chunks(rec):
+            for start in range(0, len(chunk), RECORD_BATCH):
+                local = range(start, min(len(chunk), start + RECORD_BATCH))
+                got = read_cases(self.store, rec.tenant, chunk, local)
+                for j in local:
+                    yield first + j, got[j]
 
     def read_chunks(self, rec: VersionRecord, numbers: Sequence[int]) -> Iterator[Manifest]:
         """The chunks `numbers` of a version, in that order, read as they are iterated (not
