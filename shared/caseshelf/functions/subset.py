@@ -40,7 +40,7 @@ TAGS = ["subset"]
     tags=TAGS,
     responses={
         201: {"description": "The selection was registered as a new version."},
-        **problems(400, 403, 404, 409, 413),
+        **problems(400, 403, 404, 409, 413, 507),
     },
 )
 def select(

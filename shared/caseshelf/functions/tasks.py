@@ -37,7 +37,7 @@ def _run(fmt: str, body: TaskImportRequest) -> Response[dto.TaskImportOut]:
 
 
 _RESPONSES = created_responses(
-    dto.TaskImportOut, 400, 403, 404, 409, 413, description="A new version was created."
+    dto.TaskImportOut, 400, 403, 404, 409, 413, 507, description="A new version was created."
 )
 
 
