@@ -72,7 +72,7 @@ from caseshelf.services.export_stream import (
 from caseshelf.services.pull import Progress, current_progress
 from caseshelf.services.registry import RegistryService
 from caseshelf.services.selection import SelectionService
-from caseshelf.services.staging import Staging
+from caseshelf.services.staging import Staging, destination_full
 from caseshelf.services.storage import read_blobs
 from caseshelf.services.windowread import WholePacks, read_ahead, window_cases
 from caseshelf.services.workspace import EvalConfig, Roots, collect_case_tree, resolve_shared
@@ -585,7 +585,17 @@ class ExportService:
                     concurrency=self.concurrency,
                     bundle_key=bundle_key(prefix) if bundle else None,
                 )
-        done = write_stream(spec, windows, read_bodies, shared_bodies, sink, progress, self.warn)
+        try:
+            done = write_stream(
+                spec, windows, read_bodies, shared_bodies, sink, progress, self.warn
+            )
+        except OSError as exc:
+            if target.directory is None:
+                raise
+            full = destination_full(target.directory, "export destination", exc)
+            if full is None:
+                raise
+            raise full from None
         result = self._result(
             None,
             target,

@@ -31,6 +31,7 @@ when `expected` is given; no symlink, nothing else); any other is removed as abo
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -42,7 +43,13 @@ from types import TracebackType
 
 import orjson
 
-from caseshelf.domain.errors import BackendUnavailable, BadRequest, Conflict, Upstream
+from caseshelf.domain.errors import (
+    BackendUnavailable,
+    BadRequest,
+    Conflict,
+    StorageFull,
+    Upstream,
+)
 from caseshelf.domain.export import MANIFEST_NAME
 
 STAGING_PREFIX = ".caseshelf-staging-"
@@ -144,6 +151,25 @@ def clean_leftovers(
     return removed
 
 
+def destination_full(dest: Path, what: str, exc: BaseException) -> StorageFull | None:
+    """The error for a destination whose disk filled up while `exc` was raised (None when `exc`
+    is no full disk): it names the destination and the room left, and says the next run goes
+    on from what was written."""
+    if not isinstance(exc, OSError) or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    try:
+        free = shutil.disk_usage(dest).free
+    except OSError:
+        free = 0
+    return StorageFull(
+        f"{what} {dest} is full ({exc.strerror}; {free:,} bytes free): free space on that disk, "
+        "or choose another destination, and run it again: it goes on from the files already "
+        "written",
+        path=str(dest),
+        free_bytes=free,
+    )
+
+
 def keeps_staging(exc: BaseException | None) -> bool:
     """Whether a run that failed with `exc` leaves its staging directory for the next run. A
     source found wrong (a key refused, a digest that does not match, a file missing, a case the
@@ -173,6 +199,7 @@ class Staging:
         if dest.exists() and not dest.is_dir():
             raise BadRequest(f"{what} {dest} is not a directory", path=str(dest))
         self.dest = dest
+        self.what = what
         self.created = False
         if not dest.exists():
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -277,3 +304,6 @@ class Staging:
         tb: TracebackType | None,
     ) -> None:
         self.abort(keep=keeps_staging(exc))
+        full = destination_full(self.dest, self.what, exc) if exc is not None else None
+        if full is not None:
+            raise full from None
