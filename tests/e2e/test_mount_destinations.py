@@ -209,3 +209,48 @@ def test_a_second_export_into_a_destination_being_written_is_refused(
     assert got.returncode == 1
     assert "another pull or export" in got.stderr and str(mount) in got.stderr
     assert list(mount.iterdir()) == []
+
+
+def test_an_export_into_a_full_mount_says_so_and_goes_on_once_there_is_room(
+    tmp_path: Path,
+) -> None:
+    # Given a version of ~1.6 MB and a 1 MiB volume mounted as the destination
+    big = {
+        "id": "big",
+        "version": "1.0.0",
+        "cases": [
+            {"id": f"c{i:02d}", "inputs": {"user": f"q{i}"}, "files": {"big.txt": {"text": t}}}
+            for i, t in enumerate(os.urandom(20_000).hex() + f"{n:02d}" for n in range(40))
+        ],
+    }
+    (tmp_path / "big.json").write_text(json.dumps(big))
+    assert run(tmp_path, "register", tmp_path / "big.json").returncode == 0
+    with tmpfs(tmp_path / "mnt" / "td", "1m") as mount:
+        # When it is exported there, the disk fills: one line naming the destination and the room
+        got = run(tmp_path, "export", "big@1.0.0", "--to", mount)
+        assert got.returncode == 1
+        last = got.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: ") and "Traceback" not in got.stderr, got.stderr
+        assert str(mount) in last and "bytes free" in last and "run it again" in last
+        # And nothing there looks complete: only the hidden staging, with what fitted
+        [staging] = list(mount.iterdir())
+        assert staging.name.startswith(".caseshelf-staging-")
+        written = {
+            p.relative_to(staging).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns)
+            for p in staging.rglob("big.txt")
+            if p.stat().st_size == 40_002
+        }
+        assert written
+        # When the volume grows and the export runs again
+        grown = subprocess.run(["mount", "-o", "remount,size=8m", str(mount)], check=False)
+        assert grown.returncode == 0
+        again = run(tmp_path, "export", "big@1.0.0", "--to", mount)
+        # Then it completes, equal to an export elsewhere, the files that fitted kept as they were
+        assert again.returncode == 0, again.stderr
+        local = run(tmp_path, "export", "big@1.0.0", "--to", tmp_path / "local")
+        assert local.returncode == 0, local.stderr
+        assert tree(mount) == tree(tmp_path / "local")
+        kept = {
+            rel: ((mount / rel).stat().st_ino, (mount / rel).stat().st_mtime_ns) for rel in written
+        }
+        assert kept == written

@@ -213,8 +213,18 @@ def test_a_failed_local_export_leaves_nothing_that_looks_complete(svc, tmp_path,
     with pytest.raises(OSError, match="disk full"):
         svc.exports.export_version(ME, "demo", "1.0.0", ExportRequest(format=fmt), to=str(out))
     monkeypatch.undo()
-    assert not out.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
+    # Only the hidden staging directory is left, kept for the next run to resume
+    _only_staging_left(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "out"]
+    again = svc.exports.export_version(ME, "demo", "1.0.0", ExportRequest(format=fmt), to=str(out))
+    assert (out / "manifest.json").is_file() and again.reused is False
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
+
+
+def _only_staging_left(out):
+    [left] = list(out.iterdir())
+    assert left.name.startswith(".caseshelf-staging-") and left.is_dir()
+    assert not (out / "manifest.json").exists()
 
 
 @pytest.mark.parametrize("fmt", ["case-dirs", "harbor", "inspect", "jsonl", "parquet"])
@@ -664,5 +674,4 @@ def test_a_parquet_window_that_fails_to_build_fails_the_export_leaving_nothing(
         svc.exports.export_version(
             ME, "rows", "1.0.0", ExportRequest(format="parquet"), to=str(out)
         )
-    assert not out.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]
+    _only_staging_left(out)  # nothing that looks complete; kept for the next run

@@ -285,3 +285,47 @@ def test_storage_that_stays_down_is_a_503_with_retry_after_naming_the_row_and_th
 def _quiet_retries(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     caplog.set_level("ERROR", logger="caseshelf.services.objectio")
     yield
+
+
+READS: list[tuple[str, str, dict[str, str] | None]] = [
+    ("registry", "/datasets", None),
+    ("registry", "/datasets/routes", None),
+    ("registry", "/datasets/routes/versions", None),
+    ("registry", "/datasets/routes/versions/2.0.0", None),
+    ("registry", "/datasets/routes/versions/2.0.0/cases", None),
+    ("registry", "/datasets/routes/versions/2.0.0/cases/3", None),
+    ("registry", "/datasets/routes/versions/2.0.0/stats", None),
+    ("registry", "/datasets/routes/versions/2.0.0/download", None),
+    ("diff", "/datasets/routes/diff", {"base": "1.0.0", "candidate": "2.0.0"}),
+    ("diff", "/datasets/routes/diff", {"base": "1.0.0", "candidate": "2.0.0", "fields": "true"}),
+]
+
+
+def test_at_twenty_percent_faults_no_route_answers_a_500(direct: Backend) -> None:
+    # Given two versions of a dataset, registered without faults
+    for version, n in (("1.0.0", 12), ("2.0.0", 14)):
+        doc = {**dataset_doc("routes", n), "version": version}
+        direct.services.registry.register(ME, parse_dataset(doc))
+    # When every read route, the diff among them, is asked three times past a 20% fault proxy,
+    # one attempt a request, so that some faults outlive the client's retries
+    statuses: dict[int, int] = {}
+    with fault_proxy(direct.endpoint_url or "", rate=0.20, seed=11) as proxy:
+        svc = behind(direct, proxy, aws_max_attempts=1)
+        bootstrap.use(svc)
+        try:
+            apis = {
+                fn: Api("moto", svc, f"caseshelf.functions.{fn}") for fn in ("registry", "diff")
+            }
+            for _ in range(3):
+                for fn, path, query in READS:
+                    got = apis[fn]("GET", path, query=query, tenant=ME.tenant)
+                    statuses[got.status] = statuses.get(got.status, 0) + 1
+                    # Then each is answered (a download not rendered yet starts its job: 202),
+                    # or a 503 saying when to come back; never a 500
+                    ok = (200, 202, 503) if path.endswith("/download") else (200, 503)
+                    assert got.status in ok, (path, got.status, got.body)
+                    if got.status == 503:
+                        assert got.headers["retry-after"].isdigit(), got.headers
+        finally:
+            bootstrap.use(None)
+    assert sum(statuses.values()) == 3 * len(READS) and proxy.injected > 0, proxy.counts

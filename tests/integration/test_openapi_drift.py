@@ -39,3 +39,40 @@ def test_document_declares_every_template_route_behind_the_authorizer() -> None:
     for ops in doc["paths"].values():
         for op in ops.values():
             assert "422" not in op["responses"]
+
+
+# Routes that never reach the registry's storage: the caller, the first-party catalog, the Hub.
+NO_STORE = {
+    ("get", "/me"),
+    ("get", "/benchmarks"),
+    ("get", "/benchmarks/hf/search"),
+    ("get", "/benchmarks/hf/splits"),
+    ("get", "/benchmarks/hf/files"),
+}
+# Routes that write nothing, though they are POSTs: they check or read what they are sent.
+READ_ONLY_POSTS = {
+    "/datasets/validate",
+    "/recipes/validate",
+    "/refs/resolve",
+    "/benchmarks/preview",
+}
+
+
+def test_storage_failures_and_a_full_disk_are_documented() -> None:
+    doc = json.loads(merged_schema())
+    checked = 0
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            answers = op["responses"]
+            # Every route that reaches the storage may answer 503, saying when to try again
+            if (method, path) in NO_STORE:
+                assert "503" not in answers, (method, path)
+            else:
+                assert answers["503"]["headers"]["Retry-After"]["schema"] == {"type": "integer"}
+                assert "application/problem+json" in answers["503"]["content"]
+                checked += 1
+            # And every route that writes may answer 507 (the embedded store's disk full)
+            writes = method in {"post", "put", "delete"} and path not in READ_ONLY_POSTS
+            if writes:
+                assert "application/problem+json" in answers["507"]["content"], (method, path)
+    assert checked >= 30

@@ -100,10 +100,10 @@ def event(
 
 
 class Api:
-    def __init__(self, backend: str, services: bootstrap.Services) -> None:
+    def __init__(self, backend: str, services: bootstrap.Services, module: str = REGISTRY) -> None:
         self.backend = backend
         self.services = services
-        self.handler = load_function(REGISTRY).lambda_handler
+        self.handler = load_function(module).lambda_handler
 
     def invoke(self, ev: dict[str, Any]) -> SimpleNamespace:
         out = self.handler(ev, lambda_context("RegistryFunction"))

@@ -448,23 +448,36 @@ def tidy_openapi(schema: Any) -> Any:
 
 
 def problems(
-    *statuses: int, ok: int | None = 200, description: str = "Success"
+    *statuses: int, ok: int | None = 200, description: str = "Success", store: bool = True
 ) -> dict[int, OpenAPIResponse]:
     """OpenAPI answers of a route: its success (`ok`, described by the return type) and the
-    problem+json answers it can give."""
+    problem+json answers it can give. A route that reaches the registry's storage (`store`,
+    all but a few) can also answer 503 with `Retry-After` (`BackendUnavailable`); a route that
+    writes to it lists 507 (a full disk on the embedded store)."""
     descriptions = {
         400: "Invalid input; the body names the field (and case id, row) at fault.",
         403: "Not allowed (no tenant in the authorizer context, or not the creator).",
         404: "No such dataset or version for this tenant.",
         409: "The label is registered with other content; both digests are named.",
         413: f"Request body over the limit; use {UPLOADS_ROUTE}.",
+        503: "The registry's storage (S3, DynamoDB) failed after its retries; nothing was "
+        "changed half-way. Try again after `Retry-After` seconds.",
+        507: "The embedded store's disk is full; the body names the store and the space "
+        "needed. Free space (`caseshelf gc`, or on the disk) and try again.",
     }
     out: dict[int, OpenAPIResponse] = {}
     if ok is not None:
         out[ok] = {"description": description}
-    for s in statuses:
+    for s in sorted({*statuses, 503} if store else set(statuses)):
         out[s] = {
             "description": descriptions.get(s, "Error"),
             "content": {PROBLEM_JSON: {"model": Problem}},
         }
+        if s == 503:
+            out[s]["headers"] = {
+                "Retry-After": {
+                    "description": "Seconds to wait before trying again.",
+                    "schema": {"type": "integer"},
+                }
+            }
     return out

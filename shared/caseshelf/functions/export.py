@@ -60,7 +60,7 @@ TAGS = ["export"]
             "description": "The export's job, started (or under way already).",
             "content": {"application/json": {"model": JobOut}},
         },
-        **problems(400, 403, 404, 409, 413, description="The export, complete already."),
+        **problems(400, 403, 404, 409, 413, 507, description="The export, complete already."),
     },
 )
 def export(

@@ -73,7 +73,7 @@ def svc() -> bootstrap.Services:
     summary="The first-party benchmark catalog",
     description="Recipes shipped with caseshelf and served from `_shared`; import one by id.",
     tags=BENCH,
-    responses=problems(403),
+    responses=problems(403, store=False),
 )
 def list_benchmarks() -> dto.PageOut[out.BenchmarkOut]:
     items = [out.benchmark_out(r) for r in svc().recipes.benchmarks()]
@@ -101,7 +101,7 @@ def preview(body: Annotated[ImportRequest, Body()]) -> out.PreviewOut:
     tags=BENCH,
     status_code=201,
     responses=created_responses(
-        out.ImportOut, 400, 403, 404, 409, 413, 502, description="A new version."
+        out.ImportOut, 400, 403, 404, 409, 413, 502, 507, description="A new version."
     ),
 )
 def import_benchmark(body: Annotated[ImportRequest, Body()]) -> Response[out.ImportOut]:
@@ -120,7 +120,7 @@ def import_benchmark(body: Annotated[ImportRequest, Body()]) -> Response[out.Imp
     "already holds the same recipe); a version holding other content is a 409 and nothing is "
     "registered.",
     tags=BENCH,
-    responses=problems(403, 409),
+    responses=problems(403, 409, 507),
 )
 def publish_catalog() -> dto.PageOut[out.RecipeRegisterOut]:
     done = svc().recipes.publish_catalog(current_identity(app))
@@ -136,7 +136,7 @@ def publish_catalog() -> dto.PageOut[out.RecipeRegisterOut]:
     "/benchmarks/hf/search",
     summary="Search Hugging Face datasets",
     tags=BENCH,
-    responses=problems(400, 403, 502),
+    responses=problems(400, 403, 502, store=False),
 )
 def hf_search(
     q: Annotated[str, Query(min_length=1, max_length=200, description="Search terms.")],
@@ -152,7 +152,7 @@ def hf_search(
     "/benchmarks/hf/splits",
     summary="A Hugging Face dataset's configs and splits",
     tags=BENCH,
-    responses=problems(400, 403, 404, 502),
+    responses=problems(400, 403, 404, 502, store=False),
 )
 def hf_splits(
     dataset: Annotated[str, Query(min_length=1, max_length=200, description="owner/name")],
@@ -167,7 +167,7 @@ def hf_splits(
     "/benchmarks/hf/files",
     summary="A Hugging Face dataset's files at a revision",
     tags=BENCH,
-    responses=problems(400, 403, 404, 502),
+    responses=problems(400, 403, 404, 502, store=False),
 )
 def hf_files(
     dataset: Annotated[str, Query(min_length=1, max_length=200, description="owner/name")],
@@ -188,7 +188,7 @@ def hf_files(
     tags=RECIPES,
     status_code=201,
     responses=created_responses(
-        out.RecipeRegisterOut, 400, 403, 409, description="A new recipe version."
+        out.RecipeRegisterOut, 400, 403, 409, 507, description="A new recipe version."
     ),
 )
 def register_recipe(body: Annotated[Recipe, Body()]) -> Response[out.RecipeRegisterOut]:
@@ -207,7 +207,7 @@ def register_recipe(body: Annotated[Recipe, Body()]) -> Response[out.RecipeRegis
     "label holds other content is reported as a `conflict` in `results` and the others go on. "
     "Harness, judge, model and runtime sections are reported in `skipped`.",
     tags=RECIPES,
-    responses=problems(400, 403, 413),
+    responses=problems(400, 403, 413, 507),
 )
 def import_bundle(body: Annotated[dict[str, Any], Body()]) -> out.BundleOut:
     from caseshelf.services.bundles import import_bundle as apply
@@ -295,7 +295,7 @@ def get_recipe_version(
     description="`ref` is the version. Hidden from listings and `latest`; content kept; the "
     "creator or an admin only.",
     tags=RECIPES,
-    responses=problems(400, 403, 404),
+    responses=problems(400, 403, 404, 507),
 )
 def delete_recipe_version(id: RecipeIdPath, ref: LabelPath) -> out.RecipeVersionOut:
     return out.recipe_version_out(svc().recipes.delete(current_identity(app), id, ref))
@@ -306,7 +306,7 @@ def delete_recipe_version(id: RecipeIdPath, ref: LabelPath) -> out.RecipeVersion
     summary="Revive a tombstoned recipe version",
     description="`ref` is the version label; the creator or an admin only.",
     tags=RECIPES,
-    responses=problems(400, 403, 404),
+    responses=problems(400, 403, 404, 507),
 )
 def revive_recipe_version(id: RecipeIdPath, ref: LabelPath) -> out.RecipeVersionOut:
     return out.recipe_version_out(svc().recipes.revive(current_identity(app), id, ref))
@@ -326,7 +326,7 @@ def revive_recipe_version(id: RecipeIdPath, ref: LabelPath) -> out.RecipeVersion
     "`GET /jobs/{id}`.",
     tags=JOBS,
     status_code=201,
-    responses=problems(400, 403, 404, ok=201, description="The job and its upload URL."),
+    responses=problems(400, 403, 404, 507, ok=201, description="The job and its upload URL."),
 )
 def create_upload(body: Annotated[UploadRequest, Body()]) -> Response[out.UploadOut]:
     up = svc().jobs.create_upload(current_identity(app), body)
@@ -341,7 +341,7 @@ def create_upload(body: Annotated[UploadRequest, Body()]) -> Response[out.Upload
     "A running job whose worker stopped is resumed or failed (with the reason) once its lease "
     "expires; `attempts` counts the workers that took it.",
     tags=JOBS,
-    responses=problems(400, 403, 404),
+    responses=problems(400, 403, 404, 507),
 )
 def get_job(id: JobIdPath) -> out.JobOut:
     return out.job_out(svc().jobs.get(current_identity(app), id))

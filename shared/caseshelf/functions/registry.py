@@ -69,7 +69,7 @@ def browse() -> BrowseService:
     tags=TAGS,
     status_code=201,
     responses=created_responses(
-        dto.RegisterOut, 400, 403, 409, 413, description="A new version was created."
+        dto.RegisterOut, 400, 403, 409, 413, 507, description="A new version was created."
     ),
 )
 def register(body: Annotated[DatasetVersionInput, Body()]) -> Response[dto.RegisterOut]:
@@ -279,7 +279,7 @@ def get_case(
             "description": "The document's job, started (or under way already).",
             "content": {"application/json": {"model": JobOut}},
         },
-        **problems(400, 403, 404, ok=None),
+        **problems(400, 403, 404, 507, ok=None),
     },
 )
 def download(
@@ -319,7 +319,7 @@ def download(
     "(a tag names at most one version); each tag the version had and the list leaves out is "
     "removed; `[]` removes them all. Tags are metadata, never part of the content digest.",
     tags=TAGS,
-    responses=problems(400, 403, 404),
+    responses=problems(400, 403, 404, 507),
 )
 def set_tags(
     id: DatasetIdPath, ref: LabelPath, body: Annotated[dto.TagsIn, Body()]
@@ -348,7 +348,7 @@ def get_tags(id: DatasetIdPath) -> dto.TagsOut:
     "say from where); a tag already there makes no move. 409 when another request moved the "
     "dataset's tags at the same time.",
     tags=TAGS,
-    responses=problems(400, 403, 404, 409),
+    responses=problems(400, 403, 404, 409, 507),
 )
 def move_tags(id: DatasetIdPath, body: Annotated[dto.TagsMoveIn, Body()]) -> dto.TagMovesOut:
     rec, moves = registry().move_tags(current_identity(app), id, body.version, body.tags)
@@ -364,7 +364,7 @@ def move_tags(id: DatasetIdPath, body: Annotated[dto.TagsMoveIn, Body()]) -> dto
     summary="Remove a tag",
     description="The tag points at no version after this; the move is kept in the history.",
     tags=TAGS,
-    responses=problems(400, 403, 404, 409),
+    responses=problems(400, 403, 404, 409, 507),
 )
 def remove_tag(id: DatasetIdPath, tag: LabelPath) -> dto.TagMovesOut:
     moves = registry().remove_tags(current_identity(app), id, [tag])
@@ -377,7 +377,7 @@ def remove_tag(id: DatasetIdPath, tag: LabelPath) -> dto.TagMovesOut:
     description="`ref` is the version label. Hidden from listings and `latest`; content kept; "
     "the creator or an admin only.",
     tags=TAGS,
-    responses=problems(400, 403, 404),
+    responses=problems(400, 403, 404, 507),
 )
 def delete_version(id: DatasetIdPath, ref: LabelPath) -> dto.VersionOut:
     return dto.version_out(registry().delete_version(current_identity(app), id, ref))
@@ -388,7 +388,7 @@ def delete_version(id: DatasetIdPath, ref: LabelPath) -> dto.VersionOut:
     summary="Revive a tombstoned version",
     description="`ref` is the version label; the creator or an admin only.",
     tags=TAGS,
-    responses=problems(400, 403, 404),
+    responses=problems(400, 403, 404, 507),
 )
 def revive_version(id: DatasetIdPath, ref: LabelPath) -> dto.VersionOut:
     return dto.version_out(registry().revive_version(current_identity(app), id, ref))
@@ -485,7 +485,7 @@ def resolve_refs(body: Annotated[refs_dto.RefsResolveIn, Body()]) -> refs_dto.Re
     description="The tenant, principal and roles the authorizer gave this request, and what "
     "they allow: a version is deleted or revived by its creator or an admin.",
     tags=["caller"],
-    responses=problems(403),
+    responses=problems(403, store=False),
 )
 def me() -> browse_dto.MeOut:
     return browse_dto.me_out(current_identity(app))

@@ -54,7 +54,7 @@ TAGS = ["subset"]
             "description": "The registration's job, started.",
             "content": {"application/json": {"model": JobOut}},
         },
-        **problems(400, 403, 404, 413, description="The selection (no `register_as`)."),
+        **problems(400, 403, 404, 413, 507, description="The selection (no `register_as`)."),
     },
 )
 def select(

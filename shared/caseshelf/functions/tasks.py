@@ -44,7 +44,7 @@ _RESPONSES: dict[int, Any] = {
         "invalid tasks (and `skip_invalid`) or the limit.",
         "content": {"application/json": {"model": JobOut}},
     },
-    **problems(400, 403, 404, 413),
+    **problems(400, 403, 404, 413, 507),
 }
 _JOB = (
     " The import runs as a job (202, `Location: /jobs/{id}`): the archive is read member by "

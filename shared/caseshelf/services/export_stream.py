@@ -10,7 +10,10 @@ whose row groups follow the windows (the same rows and schema).
 Where it goes is a `Sink`:
 
 - `DirectorySink`: a hidden staging directory inside the destination, moved into place at the
-  end, `manifest.json` last (a directory that has `manifest.json` is complete);
+  end, `manifest.json` last (a directory that has `manifest.json` is complete). The staging
+  directory names the export; one left by a killed or failed run of the same export is resumed:
+  a file already there whose size, mode and sha256 match the plan is kept (`Sink.reusable`),
+  and its stored body is not read again;
 - `StoreSink`: a key prefix; files are put by a pool of threads with a bounded queue, the row file
   and the manifest are staged in a local scratch directory and uploaded from disk
   (`BlobStore.put_file`), the bundle (when asked) is built in scratch as the files go by, and
@@ -25,7 +28,9 @@ import gzip
 import hashlib
 import io
 import logging
+import os
 import shutil
+import stat
 import tarfile
 import tempfile
 from collections import deque
@@ -70,7 +75,7 @@ from caseshelf.extras import require
 from caseshelf.ports import BlobStore
 from caseshelf.services.objectio import per_object
 from caseshelf.services.pull import Progress
-from caseshelf.services.staging import Staging
+from caseshelf.services.staging import Staging, keeps_staging
 
 CASE_FORMATS = ("case-dirs", "harbor")
 # Formats that can refuse a case (no instruction text, no verifier): checked in a first pass over
@@ -95,6 +100,10 @@ class Sink(Protocol):
     def local(self, rel: str) -> Path:
         """A local path to write the export's file `rel` at (then `add_local(rel)`)."""
 
+    def reusable(self, files: Sequence[PlannedFile]) -> frozenset[str]:
+        """The paths of `files` an earlier run of this export already wrote and verified; they
+        are not written (nor their bodies read) again."""
+
     def write(self, files: Sequence[PlannedFile], bodies: Mapping[str, bytes]) -> int:
         """Write `files` (generated bodies, or stored ones from `bodies` by hex digest);
         their bytes."""
@@ -105,8 +114,9 @@ class Sink(Protocol):
     def commit(self) -> None:
         """`local(MANIFEST_NAME)` is written: make the export complete."""
 
-    def abort(self) -> None:
-        """Leave nothing that looks like an export."""
+    def abort(self, *, keep: bool = True) -> None:
+        """Leave nothing that looks like an export (with `keep`, a directory sink keeps what it
+        wrote, unseen, for the next run of the same export)."""
 
 
 def _body(f: PlannedFile, bodies: Mapping[str, bytes]) -> bytes:
@@ -129,11 +139,39 @@ class DirectorySink:
         self.pool = ThreadPoolExecutor(max_workers=workers)
         self.pending: deque[Future[None]] = deque()
         self.max_pending = 16 * workers
+        self.resumed = staging.resumed is not None
+        self.reused = 0  # files an earlier run wrote, verified and kept
 
     def local(self, rel: str) -> Path:
         path = self.tmp / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
+
+    def reusable(self, files: Sequence[PlannedFile]) -> frozenset[str]:
+        if not self.resumed or not files:
+            return frozenset()
+        verified = self.pool.map(self._verified, files)
+        found = frozenset(f.path for f, ok in zip(files, verified, strict=True) if ok)
+        self.reused += len(found)
+        return found
+
+    def _verified(self, f: PlannedFile) -> bool:
+        """Whether the staged `f` is there, whole: a regular file of its size, mode and digest.
+        (The resumed staging directory holds no symlink: `staging._resumable`.)"""
+        path = f"{self.root}/{f.path}"
+        try:
+            st = os.lstat(path)
+        except OSError:  # not there, or a parent that is not a directory
+            return False
+        if not stat.S_ISREG(st.st_mode) or st.st_size != f.size:
+            return False
+        if f.mode != DEFAULT_MODE and stat.S_IMODE(st.st_mode) != f.mode:
+            return False
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+        return "sha256:" + h.hexdigest() == f.digest
 
     def _write(self, files: Sequence[PlannedFile], bodies: Mapping[str, bytes]) -> None:
         made: set[str] = set()
@@ -165,12 +203,19 @@ class DirectorySink:
         self.pool.shutdown(wait=True)
         self.staging.commit()
 
-    def abort(self) -> None:
+    def abort(self, *, keep: bool = True) -> None:
+        """With `keep`, the writes already handed over finish (each is verified before the next
+        run reuses it) and the staging directory is kept for that run; else they are cancelled
+        and it is removed."""
         for fut in self.pending:
-            fut.cancel()
+            if not keep:
+                fut.cancel()
+            elif not fut.cancelled():
+                with contextlib.suppress(Exception):  # the failure being handled is raised
+                    fut.result()
         self.pool.shutdown(wait=True)
         self.pending.clear()
-        self.staging.abort()
+        self.staging.abort(keep=keep)
 
 
 class BundleWriter:
@@ -275,6 +320,9 @@ class StoreSink:
             total += len(data)
         return total
 
+    def reusable(self, files: Sequence[PlannedFile]) -> frozenset[str]:
+        return frozenset()  # a failed export removes its objects: nothing is left to reuse
+
     def add_local(self, rel: str, content_type: str | None = None) -> None:
         path = self.local(rel)
         if rel != MANIFEST_NAME:
@@ -312,7 +360,7 @@ class StoreSink:
             )
         self._close()
 
-    def abort(self) -> None:
+    def abort(self, *, keep: bool = True) -> None:
         for fut in self.pending:
             fut.cancel()
         wait(list(self.pending))
@@ -423,6 +471,12 @@ def _wanted(files: Iterable[PlannedFile], have: Mapping[str, bytes]) -> set[str]
     return {f.digest[7:] for f in files if f.body is None and f.digest[7:] not in have}
 
 
+def _to_write(files: Sequence[PlannedFile], sink: Sink) -> list[PlannedFile]:
+    """`files` but those an earlier run of the export already wrote (`Sink.reusable`)."""
+    kept = sink.reusable(files)
+    return [f for f in files if f.path not in kept] if kept else list(files)
+
+
 def write_stream(
     spec: StreamSpec,
     windows: Windows,
@@ -444,8 +498,8 @@ def write_stream(
         else:
             outcome = _write_rows(spec, windows, read_bodies, shared_bodies, sink, progress, warn)
         sink.commit()
-    except BaseException:
-        sink.abort()
+    except BaseException as exc:
+        sink.abort(keep=keeps_staging(exc))
         raise
     return outcome
 
@@ -468,10 +522,12 @@ def _planned_cases(
     windows: Windows,
     read_bodies: BodyReader,
     shared_bodies: Mapping[str, bytes],
+    sink: Sink,
     kept: _Warnings,
-) -> Iterator[tuple[Mapping[str, Any], CasePlan, Mapping[str, bytes]]]:
-    """Each case with its package's plan and the stored bodies its files need, a window of
-    cases planned and their bodies read at a time."""
+) -> Iterator[tuple[Mapping[str, Any], CasePlan, list[PlannedFile], Mapping[str, bytes]]]:
+    """Each case with its package's plan, the files of it to write (those an earlier run did
+    not already write) and the stored bodies they need, a window of cases planned and their
+    bodies read at a time."""
     planner = _planner(spec)
     shared = dict(shared_bodies)
     shared_digests = {s.digest[7:] for s in spec.shared}
@@ -479,12 +535,14 @@ def _planned_cases(
         found: list[ExportWarning] = []
         plans = [planner(case, spec.shared, found) for case in window]
         kept.add(found)
-        bodies = dict(read_bodies(_wanted((f for p in plans for f in p.files), shared)))
+        kept_paths = sink.reusable([f for p in plans for f in p.files])
+        todo = [[f for f in p.files if f.path not in kept_paths] for p in plans]
+        bodies = dict(read_bodies(_wanted((f for files in todo for f in files), shared)))
         for h in shared_digests & bodies.keys():
             shared[h] = bodies[h]  # every case has them: read once
         bodies.update(shared)
-        for case, plan in zip(window, plans, strict=True):
-            yield case, plan, bodies
+        for case, plan, files in zip(window, plans, todo, strict=True):
+            yield case, plan, files, bodies
 
 
 def _write_case_dirs(
@@ -502,8 +560,10 @@ def _write_case_dirs(
     files = nbytes = 0
     with open(sink.local(MANIFEST_NAME), "wb") as out:
         writer = ManifestWriter(out.write, _head(spec))
-        for _, plan, bodies in _planned_cases(spec, windows, read_bodies, shared_bodies, kept):
-            size = sink.write(plan.files, bodies)
+        planned = _planned_cases(spec, windows, read_bodies, shared_bodies, sink, kept)
+        for _, plan, todo, bodies in planned:
+            sink.write(todo, bodies)
+            size = sum(f.size for f in plan.files)
             files += len(plan.files)
             nbytes += size
             writer.case(plan)
@@ -529,9 +589,10 @@ def _write_harbor(
     files = nbytes = 0
     entries_path = sink.local(MANIFEST_NAME).with_name(".manifest-cases")
     with _HarborManifest(spec, sink) as registry, open(entries_path, "wb") as entries:
-        planned = _planned_cases(spec, windows, read_bodies, shared_bodies, kept)
-        for n, (case, plan, bodies) in enumerate(planned):
-            size = sink.write(plan.files, bodies)
+        planned = _planned_cases(spec, windows, read_bodies, shared_bodies, sink, kept)
+        for n, (case, plan, todo, bodies) in enumerate(planned):
+            sink.write(todo, bodies)
+            size = sum(f.size for f in plan.files)
             files += len(plan.files)
             nbytes += size
             entries.write((b"," if n else b"") + case_entry(plan))
@@ -685,8 +746,10 @@ def _write_rows(
                 planned = plan_row_window(spec.fmt, window, found)
                 kept.add(found)
                 rows.add(planned.text, planned.table, planned.count)
-                bodies = read_bodies(_wanted(planned.data, shared_bodies))
-                size = sink.write(planned.data, {**bodies, **shared_bodies})
+                todo = _to_write(planned.data, sink)
+                bodies = read_bodies(_wanted(todo, shared_bodies))
+                sink.write(todo, {**bodies, **shared_bodies})
+                size = sum(f.size for f in planned.data)
                 for f in planned.data:
                     entries.write((b"" if first else b",") + _entry(f))
                     first = False
@@ -700,8 +763,10 @@ def _write_rows(
     main = PlannedFile(name, digest, size, role=ROLE_DATA)
     sink.add_local(name, "application/vnd.apache.parquet" if spec.fmt == "parquet" else None)
     shared_files = shared_row_files(spec.shared)
-    bodies = read_bodies(_wanted(shared_files, shared_bodies))
-    shared_size = sink.write(shared_files, {**bodies, **shared_bodies})
+    todo = _to_write(shared_files, sink)
+    bodies = read_bodies(_wanted(todo, shared_bodies))
+    sink.write(todo, {**bodies, **shared_bodies})
+    shared_size = sum(f.size for f in shared_files)
     files += 1 + len(shared_files)
     nbytes += size + shared_size
     progress.advance(1 + len(shared_files), size + shared_size)

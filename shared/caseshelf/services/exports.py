@@ -5,7 +5,8 @@ selected cases, the file bodies) and applies it to a target:
 
 - a local directory, written into a hidden directory inside it and moved into place,
   `manifest.json` last (`caseshelf.services.staging`), so a directory that looks complete (has
-  `manifest.json`) is complete, and a mount point is a destination like any other;
+  `manifest.json`) is complete, and a mount point is a destination like any other; a killed or
+  failed export's hidden directory is resumed by the next export of the same id;
 - an object store prefix (the registry bucket under `t/<tenant>/exports/<export id>/`, or any
   `s3://bucket/prefix/`), uploaded concurrently, then (when asked) the bundle at the sibling key
   `<prefix without its slash>.bundle.tar.gz`, outside the listed prefix, then `manifest.json`
@@ -72,7 +73,7 @@ from caseshelf.services.export_stream import (
 from caseshelf.services.pull import Progress, current_progress
 from caseshelf.services.registry import RegistryService
 from caseshelf.services.selection import SelectionService
-from caseshelf.services.staging import Staging
+from caseshelf.services.staging import Staging, destination_full
 from caseshelf.services.storage import read_blobs
 from caseshelf.services.windowread import WholePacks, read_ahead, window_cases
 from caseshelf.services.workspace import EvalConfig, Roots, collect_case_tree, resolve_shared
@@ -571,7 +572,7 @@ class ExportService:
         if target.directory is not None:
             if spec.fmt in REFUSING_FORMATS:
                 check_cases(spec, windows, None)
-            sink = DirectorySink(self._directory_staging(target.directory))
+            sink = DirectorySink(self._directory_staging(target.directory, spec.export_id))
         else:
             store, prefix = target.store, target.prefix
             assert store is not None
@@ -595,7 +596,17 @@ class ExportService:
                     concurrency=self.concurrency,
                     bundle_key=bundle_key(prefix) if bundle else None,
                 )
-        done = write_stream(spec, windows, read_bodies, shared_bodies, sink, progress, self.warn)
+        try:
+            done = write_stream(
+                spec, windows, read_bodies, shared_bodies, sink, progress, self.warn
+            )
+        except OSError as exc:
+            if target.directory is None:
+                raise
+            full = destination_full(target.directory, "export destination", exc)
+            if full is None:
+                raise
+            raise full from None
         result = self._result(
             None,
             target,
@@ -754,11 +765,12 @@ class ExportService:
             bytes=nbytes,
         )
 
-    def _directory_staging(self, dest: Path) -> Staging:
-        """The locked destination an export to `dest` is staged inside (what a killed run left
-        there is removed first); it must hold nothing else."""
-        staging = Staging(dest, what="export destination")
-        if any(dest.iterdir()):
+    def _directory_staging(self, dest: Path, eid: str) -> Staging:
+        """The locked destination an export to `dest` is staged inside; it must hold nothing
+        else. What a killed or failed run of this same export left there is resumed (its files
+        are verified as the cases are planned); anything else a killed run left is removed."""
+        staging = Staging(dest, what="export destination", source=f"export {eid}\n", expected=None)
+        if any(p != staging.resumed for p in dest.iterdir()):
             staging.abort()
             raise Conflict(f"export destination {dest} exists and is not empty", path=str(dest))
         return staging

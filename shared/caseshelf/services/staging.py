@@ -18,13 +18,14 @@ from a killed run, and is removed before anything is written:
   `.NAME.pull-<hex>`).
 
 A pull names its source (`Staging(..., source=..., expected=...)`: the prefix and the digest of
-the export's manifest, and the files that manifest lists). Its staging directory carries that
-name (`.caseshelf-source`) and is kept when the pull fails or is killed before its commit, so the
-next pull of the same source into the same destination resumes it (`Staging.resumed`): the pull
-downloads only the files not already there and verified. A staging directory is resumed only
-when it names the same source, its commit had not begun (no `.moving`), and it holds nothing but
-directories and regular files the manifest lists (no symlink, nothing else); any other is removed
-as above.
+the export's manifest, and the files that manifest lists); a directory export names its export id
+(`expected=None`: its files are known only as its cases are planned). The staging directory
+carries that name (`.caseshelf-source`) and is kept when the run fails or is killed before its
+commit (`keeps_staging`), so the next run of the same source into the same destination resumes
+it (`Staging.resumed`): it writes only the files not already there and verified. A staging
+directory is resumed only when it names the same source, its commit had not begun (no
+`.moving`), and it holds nothing but directories and regular files (those the manifest lists,
+when `expected` is given; no symlink, nothing else); any other is removed as above.
 
 Work that must stage a known number of bytes on a local disk (a case-directory archive written out
 in a Lambda function's /tmp) asks `ensure_room` first: too little free space is `StorageFull`
@@ -35,6 +36,7 @@ written, never an `ENOSPC` halfway through.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -116,9 +118,10 @@ def _moved_names(staging: Path) -> list[str]:
     ]
 
 
-def _resumable(staging: Path, source: str, expected: Collection[str]) -> bool:
-    """Whether a leftover staging directory is one of `source` that a pull may go on with: its
-    commit not begun, and nothing in it but directories and the regular files `expected`."""
+def _resumable(staging: Path, source: str, expected: Collection[str] | None) -> bool:
+    """Whether a leftover staging directory is one of `source` that a run may go on with: its
+    commit not begun, and nothing in it but directories and regular files (those `expected`,
+    unless that is None)."""
     try:
         with open(staging / SOURCE, "rb") as fh:
             named = fh.read(_SOURCE_BYTES + 1)
@@ -136,13 +139,15 @@ def _resumable(staging: Path, source: str, expected: Collection[str]) -> bool:
             rel = path.relative_to(staging).as_posix()
             if rel == SOURCE:
                 continue
-            if path.is_symlink() or not path.is_file() or rel not in expected:
+            if path.is_symlink() or not path.is_file():
+                return False
+            if expected is not None and rel not in expected:
                 return False
     return True
 
 
 def clean_leftovers(
-    dest: Path, *, source: str | None = None, expected: Collection[str] = ()
+    dest: Path, *, source: str | None = None, expected: Collection[str] | None = ()
 ) -> list[str]:
     """Remove what killed runs left in and beside `dest` (the caller holds `dest`'s lock);
     the names removed. The first staging directory of `source` that can be resumed is kept."""
@@ -179,6 +184,34 @@ def clean_leftovers(
     return removed
 
 
+def destination_full(dest: Path, what: str, exc: BaseException) -> StorageFull | None:
+    """The error for a destination whose disk filled up while `exc` was raised (None when `exc`
+    is no full disk): it names the destination and the room left, and says the next run goes
+    on from what was written."""
+    if not isinstance(exc, OSError) or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    try:
+        free = shutil.disk_usage(dest).free
+    except OSError:
+        free = 0
+    return StorageFull(
+        f"{what} {dest} is full ({exc.strerror}; {free:,} bytes free): free space on that disk, "
+        "or choose another destination, and run it again: it goes on from the files already "
+        "written",
+        path=str(dest),
+        free_bytes=free,
+    )
+
+
+def keeps_staging(exc: BaseException | None) -> bool:
+    """Whether a run that failed with `exc` leaves its staging directory for the next run. A
+    source found wrong (a key refused, a digest that does not match, a file missing, a case the
+    format cannot carry) is no run to go on with; anything else (storage unavailable, a full
+    disk, an interrupt) leaves what was verified for the next run."""
+    wrong = isinstance(exc, (BadRequest, Upstream)) and not isinstance(exc, BackendUnavailable)
+    return not wrong
+
+
 class Staging:
     """A locked destination and the hidden directory inside it that a pull or an export writes
     into (`start`), moved into place by `commit`, removed by `abort`. As a context manager it
@@ -192,13 +225,14 @@ class Staging:
         *,
         what: str = "destination",
         source: str | None = None,
-        expected: Collection[str] = (),
+        expected: Collection[str] | None = (),
     ) -> None:
         if dest.is_symlink():
             raise BadRequest(f"{what} {dest} is a symlink", path=str(dest))
         if dest.exists() and not dest.is_dir():
             raise BadRequest(f"{what} {dest} is not a directory", path=str(dest))
         self.dest = dest
+        self.what = what
         self.created = False
         if not dest.exists():
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -302,8 +336,7 @@ class Staging:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        # A source found wrong (a key refused, a digest that does not match, a file missing) is
-        # no run to go on with; anything else (storage unavailable, a full disk, an interrupt)
-        # leaves what was verified for the next run.
-        wrong = isinstance(exc, (BadRequest, Upstream)) and not isinstance(exc, BackendUnavailable)
-        self.abort(keep=not wrong)
+        self.abort(keep=keeps_staging(exc))
+        full = destination_full(self.dest, self.what, exc) if exc is not None else None
+        if full is not None:
+            raise full from None
