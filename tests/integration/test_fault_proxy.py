@@ -185,7 +185,9 @@ def test_a_body_cut_mid_stream_is_read_on_from_where_it_stopped(direct: Backend)
     assert any(r.endswith("-") for r in resumed), proxy.ranges  # the whole GET's rest
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+# One seeded run in the suite; `bench/bench_faults.py` runs the same operations at 10,000 cases
+# for ten rounds.
+@pytest.mark.parametrize("seed", [1])
 def test_at_five_percent_faults_every_operation_succeeds(
     direct: Backend, tmp_path: Path, seed: int
 ) -> None:
@@ -306,7 +308,7 @@ def test_at_twenty_percent_faults_no_route_answers_a_500(direct: Backend) -> Non
     for version, n in (("1.0.0", 12), ("2.0.0", 14)):
         doc = {**dataset_doc("routes", n), "version": version}
         direct.services.registry.register(ME, parse_dataset(doc))
-    # When every read route, the diff among them, is asked three times past a 20% fault proxy,
+    # When every read route, the diff among them, is asked twice past a 20% fault proxy,
     # one attempt a request, so that some faults outlive the client's retries
     statuses: dict[int, int] = {}
     with fault_proxy(direct.endpoint_url or "", rate=0.20, seed=11) as proxy:
@@ -316,7 +318,7 @@ def test_at_twenty_percent_faults_no_route_answers_a_500(direct: Backend) -> Non
             apis = {
                 fn: Api("moto", svc, f"caseshelf.functions.{fn}") for fn in ("registry", "diff")
             }
-            for _ in range(3):
+            for _ in range(2):
                 for fn, path, query in READS:
                     got = apis[fn]("GET", path, query=query, tenant=ME.tenant)
                     statuses[got.status] = statuses.get(got.status, 0) + 1
@@ -328,4 +330,4 @@ def test_at_twenty_percent_faults_no_route_answers_a_500(direct: Backend) -> Non
                         assert got.headers["retry-after"].isdigit(), got.headers
         finally:
             bootstrap.use(None)
-    assert sum(statuses.values()) == 3 * len(READS) and proxy.injected > 0, proxy.counts
+    assert sum(statuses.values()) == 2 * len(READS) and proxy.injected > 0, proxy.counts
