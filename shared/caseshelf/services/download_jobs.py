@@ -54,6 +54,7 @@ from caseshelf.services.export_jobs import (
     PartOutcome,
     _identity,
     _plan,
+    fresh_parts,
 )
 from caseshelf.services.jobs import JOB_SK, job_pk
 from caseshelf.services.registry import Download, RegistryService
@@ -196,20 +197,7 @@ class DownloadJobService(PartJobs):
                 "filename": f"{rec.name}-{rec.version}.json",
                 "url": route,
             },
-            "plan": {
-                "case_count": plan.case_count,
-                "cases_per_part": plan.cases_per_part,
-                "files_per_case": plan.files_per_case,
-            },
-            "parts_total": plan.part_count,
-            "parts_done": [],
-            "cases_written": 0,
-            "files_written": 0,
-            "bytes_written": 0,
-            "part_errors": {},
-            "rev": 0,
-            "result": None,
-            "error": None,
+            **fresh_parts(plan),
         }
 
     # -- a part ------------------------------------------------------------------------------

@@ -89,6 +89,26 @@ def _plan(job: dict[str, Any]) -> PartPlan:
     return PartPlan(p["case_count"], p["cases_per_part"], p["files_per_case"])
 
 
+def fresh_parts(plan: PartPlan) -> dict[str, Any]:
+    """What a job of parts starts with: its plan, no part done, nothing written, no error."""
+    return {
+        "plan": {
+            "case_count": plan.case_count,
+            "cases_per_part": plan.cases_per_part,
+            "files_per_case": plan.files_per_case,
+        },
+        "parts_total": plan.part_count,
+        "parts_done": [],
+        "cases_written": 0,
+        "files_written": 0,
+        "bytes_written": 0,
+        "part_errors": {},
+        "rev": 0,
+        "result": None,
+        "error": None,
+    }
+
+
 class PartJobs:
     """The job item of a job of parts on the export queue, whatever the parts write: its parts
     recorded with compare-and-set on `rev`, a part's last error kept, the end, and the dead
@@ -290,20 +310,7 @@ class ExportJobService(PartJobs):
                 "bundle": request.bundle,
                 "subset": spec.subset,
             },
-            "plan": {
-                "case_count": plan.case_count,
-                "cases_per_part": plan.cases_per_part,
-                "files_per_case": plan.files_per_case,
-            },
-            "parts_total": plan.part_count,
-            "parts_done": [],
-            "cases_written": 0,
-            "files_written": 0,
-            "bytes_written": 0,
-            "part_errors": {},
-            "rev": 0,
-            "result": None,
-            "error": None,
+            **fresh_parts(plan),
         }
 
     # -- a part ------------------------------------------------------------------------------
