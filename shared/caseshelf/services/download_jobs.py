@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import quote
 
 from caseshelf.domain import layout
-from caseshelf.domain.errors import CaseshelfError, Conflict, Corrupt, Upstream
+from caseshelf.domain.errors import Conflict
 from caseshelf.domain.export_parts import PartPlan, plan_download
 from caseshelf.domain.identity import Identity
 from caseshelf.domain.versions import VersionRecord
@@ -51,9 +51,7 @@ from caseshelf.services.export_jobs import (
     CAS_TRIES,
     JOB_TTL,
     PartJobs,
-    PartOutcome,
     _identity,
-    _plan,
     fresh_parts,
 )
 from caseshelf.services.jobs import JOB_SK, job_pk
@@ -217,38 +215,16 @@ class DownloadJobService(PartJobs):
             )
         return rec
 
-    def run_part(self, job_id: str, number: int) -> PartOutcome:
-        """Render part `number` of the job (unless rendered), record it, and finish the job
-        when it was the last. An error of the request fails the job; any other error is
-        raised, for the queue to deliver the message again."""
-        job = self._job(job_id)
-        if job is None:
-            log.warning("download part for no job", extra={"job_id": job_id, "part": number})
-            return PartOutcome("ignored", job_id, number, "no such download job")
-        if job["state"] != "running":
-            return PartOutcome("ignored", job_id, number, f"the job is {job['state']}")
-        rng = _plan(job).part(number)
-        try:
-            rec = self._version(job)
-            meta = done_part(self.store, job["key"], number, rng, False)
-            status = "reused"
-            if meta is None:
-                meta = self._render_part(rec, job["key"], number, rng)
-                status = "written"
-        except CaseshelfError as exc:
-            if isinstance(exc, Upstream | Corrupt):  # the store's, not the request's: retried
-                self._note_error(job_id, number, exc.detail)
-                raise
-            self._fail(job_id, number, rng, exc)
-            return PartOutcome("failed", job_id, number, exc.detail)
-        except Exception as exc:
-            self._note_error(job_id, number, f"{type(exc).__name__}: {exc}")
-            raise
-        job = self._record(job_id, meta)
-        if job["state"] == "running" and len(job["parts_done"]) == job["parts_total"]:
-            self._finish(job, rec)
-            return PartOutcome("finished", job_id, number)
-        return PartOutcome(status, job_id, number)
+    def _open(self, job: dict[str, Any]) -> VersionRecord:
+        return self._version(job)
+
+    def _write_part(
+        self, job: dict[str, Any], opened: VersionRecord, number: int, rng: tuple[int, int]
+    ) -> tuple[PartMeta, str]:
+        meta = done_part(self.store, job["key"], number, rng, False)
+        if meta is not None:
+            return meta, "reused"
+        return self._render_part(opened, job["key"], number, rng), "written"
 
     def _render_part(
         self, rec: VersionRecord, scratch: str, number: int, rng: tuple[int, int]
@@ -268,8 +244,9 @@ class DownloadJobService(PartJobs):
 
     # -- the finish --------------------------------------------------------------------------
 
-    def _finish(self, job: dict[str, Any], rec: VersionRecord) -> None:
+    def _finish(self, job: dict[str, Any], opened: VersionRecord) -> None:
         """The document from the head, the parts' pieces and the tail; the job's end."""
+        rec = opened
         scratch = job["key"]
         self._cas(job["id"], lambda j: None if j.get("finishing") else {"finishing": True})
         metas = [

@@ -133,8 +133,48 @@ class PartJobs:
         return job if job is not None and job.get("kind") == self.kind else None
 
     def run_part(self, job_id: str, number: int) -> PartOutcome:
-        """Write part `number` of the job, record it, and finish the job when it was the last
-        (each kind writes its own parts)."""
+        """Write part `number` of the job (unless written), record it, and finish the job when
+        it was the last. An error of the request fails the job; any other error is raised, for
+        the queue to deliver the message again. Each kind opens its job (`_open`), writes a
+        part (`_write_part`) and finishes (`_finish`) its own way."""
+        job = self._job(job_id)
+        if job is None:
+            log.warning(f"{self.kind} part for no job", extra={"job_id": job_id, "part": number})
+            return PartOutcome("ignored", job_id, number, f"no such {self.kind} job")
+        if job["state"] != "running":
+            return PartOutcome("ignored", job_id, number, f"the job is {job['state']}")
+        rng = _plan(job).part(number)
+        try:
+            opened = self._open(job)
+            meta, status = self._write_part(job, opened, number, rng)
+        except CaseshelfError as exc:
+            if isinstance(exc, Upstream | Corrupt):  # the store's, not the request's: retried
+                self._note_error(job_id, number, exc.detail)
+                raise
+            self._fail(job_id, number, rng, exc)
+            return PartOutcome("failed", job_id, number, exc.detail)
+        except Exception as exc:
+            self._note_error(job_id, number, f"{type(exc).__name__}: {exc}")
+            raise
+        job = self._record(job_id, meta)
+        if job["state"] == "running" and len(job["parts_done"]) == job["parts_total"]:
+            self._finish(job, opened)
+            return PartOutcome("finished", job_id, number)
+        return PartOutcome(status, job_id, number)
+
+    def _open(self, job: dict[str, Any]) -> Any:
+        """What this invocation needs of the job to write a part and finish it."""
+        raise NotImplementedError
+
+    def _write_part(
+        self, job: dict[str, Any], opened: Any, number: int, rng: tuple[int, int]
+    ) -> tuple[PartMeta, str]:
+        """Part `number` (cases `rng`) written, or found written: its meta, and `written` or
+        `reused`."""
+        raise NotImplementedError
+
+    def _finish(self, job: dict[str, Any], opened: Any) -> None:
+        """The job's output made whole from its parts, and its end."""
         raise NotImplementedError
 
     # -- the job item ------------------------------------------------------------------------
@@ -338,52 +378,34 @@ class ExportJobService(PartJobs):
             )
         return prepared, request
 
-    def run_part(self, job_id: str, number: int) -> PartOutcome:
-        """Write part `number` of the job (unless written), record it, and finish the job when
-        it was the last. An error of the request fails the job; any other error is raised, for
-        the queue to deliver the message again."""
-        job = self._job(job_id)
-        if job is None:
-            log.warning("export part for no job", extra={"job_id": job_id, "part": number})
-            return PartOutcome("ignored", job_id, number, "no such export job")
-        if job["state"] != "running":
-            return PartOutcome("ignored", job_id, number, f"the job is {job['state']}")
-        plan = _plan(job)
-        rng = plan.part(number)
-        try:
-            prepared, request = self._prepared(job)
-            meta = done_part(
-                self.exports.store,
-                job["key"],
-                number,
-                rng,
-                request.bundle,
-                tasks=prepared.fmt == HARBOR,
-            )
-            status = "reused"
-            if meta is None:
-                meta = write_part(
-                    prepared, number, rng, bundle=request.bundle, warn=self.exports.warn
-                )
-                status = "written"
-        except CaseshelfError as exc:
-            if isinstance(exc, Upstream | Corrupt):  # the store's, not the request's: retried
-                self._note_error(job_id, number, exc.detail)
-                raise
-            self._fail(job_id, number, rng, exc)
-            return PartOutcome("failed", job_id, number, exc.detail)
-        except Exception as exc:
-            self._note_error(job_id, number, f"{type(exc).__name__}: {exc}")
-            raise
-        job = self._record(job_id, meta)
-        if job["state"] == "running" and len(job["parts_done"]) == job["parts_total"]:
-            self._finish(job, prepared, request)
-            return PartOutcome("finished", job_id, number)
-        return PartOutcome(status, job_id, number)
+    def _open(self, job: dict[str, Any]) -> tuple[Prepared, ExportRequest]:
+        return self._prepared(job)
+
+    def _write_part(
+        self,
+        job: dict[str, Any],
+        opened: tuple[Prepared, ExportRequest],
+        number: int,
+        rng: tuple[int, int],
+    ) -> tuple[PartMeta, str]:
+        prepared, request = opened
+        meta = done_part(
+            self.exports.store,
+            job["key"],
+            number,
+            rng,
+            request.bundle,
+            tasks=prepared.fmt == HARBOR,
+        )
+        if meta is not None:
+            return meta, "reused"
+        written = write_part(prepared, number, rng, bundle=request.bundle, warn=self.exports.warn)
+        return written, "written"
 
     # -- the finish --------------------------------------------------------------------------
 
-    def _finish(self, job: dict[str, Any], prepared: Prepared, request: ExportRequest) -> None:
+    def _finish(self, job: dict[str, Any], opened: tuple[Prepared, ExportRequest]) -> None:
+        prepared, request = opened
         store = self.exports.store
         scratch = job["key"]
         self._cas(job["id"], lambda j: None if j.get("finishing") else {"finishing": True})
