@@ -8,8 +8,10 @@ with `kill -9`); time is the services' clock, moved by the test."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import orjson
 import pytest
 
 from caseshelf import bootstrap
+from caseshelf.devserver import SWEEP_SECONDS
 from caseshelf.domain import export_parts
 from caseshelf.domain.layout import download_key
 from caseshelf.gateway import deliver_queued, scheduled_event
@@ -35,8 +38,8 @@ from tests.integration.test_export_jobs import (
     assert_same_export,
     one_pass,
 )
-from tests.integration.test_job_leases import Clock, sweep_period_seconds
-from tests.moto_infra import make_moto_dynamodb_atomic
+from tests.integration.test_job_leases import Clock
+from tests.moto_infra import load_template, make_moto_dynamodb_atomic
 
 pytestmark = [
     pytest.mark.integration,
@@ -149,8 +152,41 @@ def lease_seconds() -> float:
     return bootstrap.services().export_jobs.lease_seconds
 
 
-def test_the_bound_is_the_lease_and_the_sweep_period() -> None:
-    assert 45 + sweep_period_seconds() <= PART_RESUME_WITHIN_SECONDS == 120
+def parts_sweep_period_seconds() -> float:
+    """How often the parts' sweep runs, at most: the export worker's `SweepParts` schedule (on
+    AWS) and the local server's own period."""
+    events = load_template()["Resources"]["ExportWorkerFunction"]["Properties"]["Events"]
+    rate = events["SweepParts"]["Properties"]["Schedule"]
+    m = re.fullmatch(r"rate\((\d+) (minute|minutes|second|seconds)\)", rate)
+    assert m, rate
+    aws = int(m.group(1)) * (60 if m.group(2).startswith("minute") else 1)
+    return max(aws, SWEEP_SECONDS)
+
+
+@pytest.mark.parametrize("phase", [0.0, 0.5, 0.99], ids=["tick-at-death", "mid", "tick-before"])
+def test_a_part_whose_worker_died_is_sent_again_within_120_s(
+    rig: Stack, clock: Clock, phase: float
+) -> None:
+    period = parts_sweep_period_seconds()
+    assert lease_seconds() + period <= PART_RESUME_WITHIN_SECONDS == 120
+    kill(bootstrap.services().export_jobs, "_write_part", part=0, times=1)
+    _, job = rig.export()
+    # Given a part's worker killed right after it took its lease: the latest expiry
+    with pytest.raises(Killed):
+        rig.drain()
+    died = clock.now
+    # When the sweep runs on its schedule, whatever the schedule's phase against the death
+    at, resent_after = phase * period, None
+    while at <= PART_RESUME_WITHIN_SECONDS:
+        clock.now = died + timedelta(seconds=at)
+        if sweep():
+            resent_after = at
+            break
+        at += period
+    # Then the part was sent again within the bound, and the job ends
+    assert resent_after is not None
+    rig.drain()
+    assert rig.job(job["id"])["state"] == "succeeded"
 
 
 def test_a_part_whose_worker_died_is_sent_again_and_the_export_is_the_same(

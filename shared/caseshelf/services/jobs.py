@@ -34,7 +34,9 @@ idempotent: the same content under the same or the next label registers nothing 
 Redeliveries come from S3 and EventBridge (retries) and Lambda's own retries of a failed
 invocation; what none of them redelivers, `recover` finds: a scheduled sweep (a `Schedule`
 event of the importer, run by `caseshelf serve` too) lists the uploads still in the bucket and
-resumes or fails the jobs of those whose lease expired, or whose event never came.
+resumes or fails the jobs of those whose lease expired, or whose event never came; and it looks
+at the queued jobs not ended (one `QUEUED_PK` row each), sending again the message of one whose
+lease expired or that is still pending a lease after its last send.
 """
 
 from __future__ import annotations
