@@ -358,3 +358,26 @@ def test_a_lease_is_renewed_by_its_holder_only(rig: Stack, clock: Clock) -> None
     # A duplicate delivery while the lease holds is turned away
     assert jobs.run_part(job["id"], 3).status == "ignored"
     assert job_item(job["id"])["state"] == "running"
+
+
+def test_reading_a_job_whose_workers_stopped_sends_its_parts_again(
+    rig: Stack, clock: Clock
+) -> None:
+    kill(bootstrap.services().export_jobs, "_write_part", part=1, times=1)
+    _, job = rig.export()
+    with pytest.raises(Killed):
+        rig.drain()
+    if isinstance(rig, LocalStack):  # the process holding the queue died: its messages too
+        queue = bootstrap.services().local_queues["ExportQueue"]
+        while queue.take() is not None:
+            pass
+    # Read while the lease holds: running, nothing sent
+    assert rig.job(job["id"])["state"] == "running"
+    assert job_item(job["id"])["part_sends"] == {}
+    # Read once it ran out (what the embedded client does as it follows the job): the parts not
+    # done are sent again, and the job ends
+    clock.advance(lease_seconds() + 1)
+    assert rig.job(job["id"])["state"] == "running"
+    assert job_item(job["id"])["part_sends"] == {"1": 1, "2": 1, "3": 1}
+    rig.drain()
+    assert rig.job(job["id"])["state"] == "succeeded"

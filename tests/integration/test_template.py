@@ -319,6 +319,17 @@ def test_failed_import_events_are_retried_then_dead_lettered_and_swept(
     schedules = [r for r in rules if "ScheduleExpression" in r]
     [sweep] = [r for r in schedules if r["Targets"][0]["Arn"] == {"Fn::GetAtt": [importer, "Arn"]}]
     assert sweep["ScheduleExpression"] == "rate(1 minute)"
+    # It sends a queued job again to the import queue, and the parts of a job read whose
+    # workers stopped to the export queue (besides its dead-letter queue)
+    env = fn["Environment"]["Variables"]
+    assert env["CASESHELF_IMPORT_QUEUE_URL"] == {"Ref": "ImportJobQueue"}
+    assert env["CASESHELF_EXPORT_QUEUE_URL"] == {"Ref": "ExportQueue"}
+    sent = sorted(r for a, r in role_grants(transformed, importer) if a == "sqs:SendMessage")
+    assert sent == [
+        str({"Fn::GetAtt": ["ExportQueue", "Arn"]}),
+        str({"Fn::GetAtt": ["ImportDeadLetterQueue", "Arn"]}),
+        str({"Fn::GetAtt": ["ImportJobQueue", "Arn"]}),
+    ]
     # And an alarm watches the queue
     alarm = res["ImportDeadLetterAlarm"]["Properties"]
     assert alarm["Namespace"] == "AWS/SQS"
