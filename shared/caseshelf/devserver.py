@@ -159,9 +159,11 @@ class DevServer(ThreadingHTTPServer):
                 return
 
     def run_schedules(self) -> None:
-        """Run every scheduled function once, now (and wait for it)."""
+        """Run every scheduled function once, now (and wait for it), then deliver what they
+        queued (the parts and jobs the sweeps sent again)."""
         for rule in self.schedule_rules:
             self._deliver(rule, scheduled_event(rule.function))
+        self.deliver_queued()
 
     def handler_for(self, route: Route | ObjectRule | ScheduleRule | QueueRule) -> Handler:
         return handler_for(route)

@@ -144,3 +144,10 @@ class Index(Protocol):
     ) -> dict[str, Any]:
         """Merge `changes` into an existing row; with `expect`, only when each named attribute
         currently has that value (`Conflict` otherwise). `NotFound` when the row is absent."""
+
+    def list_items(self, pk: str) -> list[tuple[str, dict[str, Any]]]:
+        """Every auxiliary row under `pk`, as (sk, document), in sk order (a small partition:
+        the running jobs the sweeps look at)."""
+
+    def delete_item(self, pk: str, sk: str) -> None:
+        """Remove an auxiliary row (nothing when it is absent)."""

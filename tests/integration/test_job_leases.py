@@ -16,8 +16,10 @@ import pytest
 
 from caseshelf import bootstrap
 from caseshelf.domain.identity import Identity
+from caseshelf.domain.subset import SubsetRequest
 from caseshelf.services.jobs import JobService, UploadRequest, job_pk
-from tests.helpers import call_function, s3_event
+from caseshelf.services.registry import parse_dataset
+from tests.helpers import call_function, run_queued, s3_event
 
 pytestmark = [
     pytest.mark.integration,
@@ -271,3 +273,89 @@ def test_a_job_whose_worker_died_is_resumed_within_120_s(
     assert resumed_after is not None, job_state(services, job["id"])
     done = job_state(services, job["id"])
     assert done["state"] == "succeeded" and done["attempts"] == 2
+
+
+# -- queued jobs (subsets registered as versions, task imports) -----------------------------
+
+
+def start_subset(services: bootstrap.Services) -> dict[str, Any]:
+    cases = [{"id": f"c{i}", "inputs": {"user": f"q{i}"}} for i in range(5)]
+    services.registry.register(ME, parse_dataset({"id": "qa", "version": "1.0.0", "cases": cases}))
+    req = SubsetRequest.model_validate({"limit": 2, "register_as": {"id": "mini", "bump": "major"}})
+    return services.jobs.start_subset(ME, "qa", "1.0.0", req)
+
+
+def test_a_queued_job_whose_worker_died_is_sent_again_by_the_sweep(
+    services: bootstrap.Services, clock: Clock
+) -> None:
+    jobs = services.jobs
+    real = jobs._queued_subset
+    deaths: list[int] = []
+
+    def dying(*args: Any) -> Any:
+        if not deaths:
+            deaths.append(1)
+            raise Killed()
+        return real(*args)
+
+    jobs._queued_subset = dying  # type: ignore[method-assign]
+    job = start_subset(services)
+    # Given its worker killed mid-job: its message taken, its lease on the job
+    with pytest.raises(Killed):
+        run_queued(services)
+    assert job_state(services, job["id"])["state"] == "running"
+    # The sweep leaves it while the lease holds, then sends it again, and the delivery resumes it
+    assert call_function("importer", sweep_event())[1] == {"swept": []}
+    clock.advance(jobs.lease_seconds + 1)
+    _, out = call_function("importer", sweep_event())
+    assert out == {"swept": [{"job_id": job["id"], "status": "resent"}]}
+    assert run_queued(services) == 1
+    done = job_state(services, job["id"])
+    assert done["state"] == "succeeded" and done["attempts"] == 2
+    assert done["result"]["registered"]["id"] == "mini"
+    # And the sweep forgets it
+    assert call_function("importer", sweep_event())[1] == {"swept": []}
+    assert services.index.list_items("RUNNING#queued-jobs") == []
+
+
+def test_a_queued_job_never_sent_is_sent_by_the_sweep_or_failed_after_three_sends(
+    services: bootstrap.Services, clock: Clock
+) -> None:
+    jobs = services.jobs
+    real = jobs.queue
+
+    class Lost:
+        def send(self, messages: Any) -> None:
+            raise Killed()
+
+    jobs.queue = lambda: Lost()  # type: ignore[assignment,return-value]
+    # Given a route that died after writing the job, before sending its message
+    with pytest.raises(Killed):
+        start_subset(services)
+    jobs.queue = real
+    [(job_id, _)] = services.index.list_items("RUNNING#queued-jobs")
+    assert job_state(services, job_id)["state"] == "pending"
+    assert call_function("importer", sweep_event())[1] == {"swept": []}
+    # When a lease has passed, the sweep sends it; each send lost, the third sweep fails it
+    for _ in range(2):
+        clock.advance(jobs.lease_seconds + 1)
+        _, out = call_function("importer", sweep_event())
+        assert out == {"swept": [{"job_id": job_id, "status": "resent"}]}
+        assert services.local_queues["ImportJobQueue"].take() is not None  # lost again
+    clock.advance(jobs.lease_seconds + 1)
+    _, out = call_function("importer", sweep_event())
+    assert out == {"swept": [{"job_id": job_id, "status": "failed"}]}
+    failed = job_state(services, job_id)
+    assert failed["error"]["code"] == "NotStarted" and "3 sends" in failed["error"]["detail"]
+    # A job whose message waits a lease is sent again: of the two deliveries, one runs it
+    job = start_subset_again(services)
+    clock.advance(jobs.lease_seconds + 1)
+    _, out = call_function("importer", sweep_event())
+    assert {"job_id": job["id"], "status": "resent"} in out["swept"]
+    assert run_queued(services) == 2  # the first send and the sweep's: one runs, one is a no-op
+    assert job_state(services, job["id"])["state"] == "succeeded"
+
+
+def start_subset_again(services: bootstrap.Services) -> dict[str, Any]:
+    req = SubsetRequest.model_validate({"limit": 3, "register_as": {"id": "mini", "bump": "major"}})
+    return services.jobs.start_subset(ME, "qa", "1.0.0", req)

@@ -316,9 +316,20 @@ def test_failed_import_events_are_retried_then_dead_lettered_and_swept(
     policy = res["ImportDeadLetterQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"]
     assert policy[0]["Principal"] == {"Service": "events.amazonaws.com"}
     # The sweep runs on a schedule and reaches the same function
-    [sweep] = [r for r in rules if "ScheduleExpression" in r]
+    schedules = [r for r in rules if "ScheduleExpression" in r]
+    [sweep] = [r for r in schedules if r["Targets"][0]["Arn"] == {"Fn::GetAtt": [importer, "Arn"]}]
     assert sweep["ScheduleExpression"] == "rate(1 minute)"
-    assert sweep["Targets"][0]["Arn"] == {"Fn::GetAtt": [importer, "Arn"]}
+    # It sends a queued job again to the import queue, and the parts of a job read whose
+    # workers stopped to the export queue (besides its dead-letter queue)
+    env = fn["Environment"]["Variables"]
+    assert env["CASESHELF_IMPORT_QUEUE_URL"] == {"Ref": "ImportJobQueue"}
+    assert env["CASESHELF_EXPORT_QUEUE_URL"] == {"Ref": "ExportQueue"}
+    sent = sorted(r for a, r in role_grants(transformed, importer) if a == "sqs:SendMessage")
+    assert sent == [
+        str({"Fn::GetAtt": ["ExportQueue", "Arn"]}),
+        str({"Fn::GetAtt": ["ImportDeadLetterQueue", "Arn"]}),
+        str({"Fn::GetAtt": ["ImportJobQueue", "Arn"]}),
+    ]
     # And an alarm watches the queue
     alarm = res["ImportDeadLetterAlarm"]["Properties"]
     assert alarm["Namespace"] == "AWS/SQS"
@@ -405,7 +416,19 @@ def test_the_export_worker_writes_only_under_exports_and_the_job_item(
         "s3:AbortMultipartUpload",
         "dynamodb:PutItem",
         "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
     }
+    # Its sweep sends parts again to the export queue, and runs every minute
+    sent = {r for a, r in writes(grants) if a.startswith("sqs:")}
+    assert sent and all("ExportQueue" in str(r) and "DeadLetter" not in str(r) for r in sent)
+    rules = [r["Properties"] for r in transformed["Resources"].values()]
+    [sweep] = [
+        r
+        for r in rules
+        if "ScheduleExpression" in r
+        and r["Targets"][0]["Arn"] == {"Fn::GetAtt": ["ExportWorkerFunction", "Arn"]}
+    ]
+    assert sweep["ScheduleExpression"] == "rate(1 minute)"
 
 
 def test_the_export_queue_outlives_its_worker_and_dead_letters_after_its_retries(

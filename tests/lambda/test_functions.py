@@ -105,6 +105,9 @@ def test_download(seeded: Emulation) -> None:
         assert job["kind"] == "download" and first.headers["Location"] == job["url"]
         outcomes = seeded.deliver("ExportQueue", "ExportWorkerFunction")
         assert outcomes and all(o.kind == "ok" for o in outcomes), outcomes[-1].log[-4000:]
+    # The worker's scheduled sweep finds no part whose worker stopped
+    swept = seeded.invoke("ExportWorkerFunction", scheduled_event("SweepParts"))
+    assert swept.kind == "ok" and swept.json() == {"swept": []}, swept.log[-4000:]
     answer = ok(call(seeded, "RegistryFunction", "GET", V + "/download", params=p))
     doc = httpx.get(answer["url"], timeout=30).json()
     assert [c["id"] for c in doc["cases"]] == [f"c{i:04d}" for i in range(9)]

@@ -362,6 +362,18 @@ class DynamoIndex:
         raw = self._get_raw(pk, sk)
         return _doc_of(raw) if raw else None
 
+    def list_items(self, pk: str) -> list[tuple[str, dict[str, Any]]]:
+        rows = self._query(
+            KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": _s(pk)}
+        )
+        return [(raw["sk"]["S"], _doc_of(raw)) for raw in rows]
+
+    def delete_item(self, pk: str, sk: str) -> None:
+        try:
+            self.client.delete_item(TableName=self.table, Key={"pk": _s(pk), "sk": _s(sk)})
+        except _FAILURES as exc:
+            raise _translate(exc, f"{pk}/{sk}") from exc
+
     def update_item(
         self, pk: str, sk: str, changes: dict[str, Any], *, expect: dict[str, Any] | None = None
     ) -> dict[str, Any]:

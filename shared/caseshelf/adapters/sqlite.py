@@ -376,6 +376,21 @@ class SqliteIndex:
         row = self._conn().execute("SELECT doc FROM items WHERE pk=? AND sk=?", (pk, sk)).fetchone()
         return orjson.loads(row[0]) if row else None
 
+    def list_items(self, pk: str) -> list[tuple[str, dict[str, Any]]]:
+        rows = (
+            self._conn()
+            .execute("SELECT sk, doc FROM items WHERE pk=? ORDER BY sk", (pk,))
+            .fetchall()
+        )
+        return [(sk, orjson.loads(doc)) for sk, doc in rows]
+
+    def delete_item(self, pk: str, sk: str) -> None:
+        if not self._ready and not Path(self.path).is_file():
+            return  # no store yet: nothing to remove
+        self._write(
+            lambda: self._write_conn().execute("DELETE FROM items WHERE pk=? AND sk=?", (pk, sk))
+        )
+
     def update_item(
         self, pk: str, sk: str, changes: dict[str, Any], *, expect: dict[str, Any] | None = None
     ) -> dict[str, Any]:

@@ -159,3 +159,38 @@ def plan_download(case_count: int, *, file_bodies: int = 0) -> PartPlan:
     size = DOWNLOAD_PART_CASES_WITH_FILES if file_bodies else DOWNLOAD_PART_CASES
     size = max(size, -(-case_count // MAX_PARTS))
     return PartPlan(case_count, size, file_bodies / case_count if case_count else 0.0)
+
+
+# -- parts whose worker stopped -------------------------------------------------------------
+#
+# A part being written holds a lease on its job (`part_leases`: the part's number, or `finish`
+# for the finish, to the time it runs out), renewed while it runs and cleared when the part is
+# recorded. A sweep (every `SWEEP_EVERY_SECONDS`) sends again what no worker holds:
+
+FINISH = "finish"  # the lease key of the finish, which the last part's invocation runs
+MAX_SENDS = 3  # sends of one part (the start's and the sweep's) before the job fails: as SQS's
+# `maxReceiveCount` of the export queue
+
+
+def stalled_parts(
+    total: int, done: list[int], leases: dict[str, str], updated_at: str, now: str, stale: str
+) -> list[str]:
+    """The parts of a running job to send again at `now` (times are ISO-8601 UTC strings of one
+    form, so they compare as strings): each part not done whose lease ran out; and, when the
+    job is idle (no lease holds, and it has not changed since `stale`, one lease ago), every
+    part not done (their messages are lost: never sent by a start that died, or held by a
+    local server that stopped), or, all parts done, the finish (`FINISH`)."""
+    finished = set(done)
+    idle = all(until <= now for until in leases.values()) and updated_at <= stale
+    if len(finished) >= total:
+        return [FINISH] if idle else []
+    if idle:
+        return [str(n) for n in range(total) if n not in finished]
+    expired = {k for k, until in leases.items() if k != FINISH and until <= now}
+    return [str(n) for n in range(total) if n not in finished and str(n) in expired]
+
+
+def exhausted(due: list[str], sends: dict[str, int], max_sends: int = MAX_SENDS) -> str | None:
+    """The first of `due` already sent `max_sends` times (the start's send and the sweep's
+    `sends`), which is not sent again: its job fails naming it."""
+    return next((k for k in due if 1 + sends.get(k, 0) >= max_sends), None)

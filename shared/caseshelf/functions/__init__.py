@@ -109,6 +109,7 @@ FUNCTIONS: tuple[Function, ...] = (
         "ExportWorkerFunction",
         "caseshelf.functions.export_worker",
         memory_mb=2048,
+        scheduled=True,
         queues=(EXPORT_QUEUE, EXPORT_DEAD_LETTER_QUEUE),
     ),
     Function(

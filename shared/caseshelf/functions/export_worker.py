@@ -8,6 +8,11 @@ raised, so SQS delivers the message again after its visibility timeout, up to th
 (`CASESHELF_EXPORT_DEAD_LETTER_ARN`) fails its job, naming the part
 (`ExportJobService.dead_letter`). The template gives the worker a Timeout of 900 s, which the
 parts' plan keeps each part well inside (`caseshelf.domain.export_parts`).
+
+A scheduled event (the template's `SweepParts`, every minute; `caseshelf serve` runs it at start
+and on the same period) sweeps the running jobs of parts (`sweep_part_jobs`): a part whose
+worker stopped (its lease ran out) is sent again at once rather than after the queue's 90-minute
+visibility timeout, and a part sent `MAX_SENDS` times fails its job, naming it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from caseshelf import bootstrap
 from caseshelf.api.app import count, instrumented, logger
 from caseshelf.functions import EXPORT_DEAD_LETTER_QUEUE
-from caseshelf.services.export_jobs import PartJobs, message_of
+from caseshelf.services.export_jobs import PartJobs, message_of, sweep_part_jobs
 
 
 def is_dead_letter(arn: str) -> bool:
@@ -60,6 +65,31 @@ def handle_record(record: dict[str, Any]) -> dict[str, Any]:
     return {"job_id": job_id, "part": part, "status": outcome.status}
 
 
+def is_sweep_event(event: dict[str, Any]) -> bool:
+    """The template's scheduled sweep (an EventBridge `Scheduled Event`)."""
+    return event.get("source") == "aws.events" and event.get("detail-type") == "Scheduled Event"
+
+
+def sweep() -> dict[str, Any]:
+    """Send again the parts whose worker stopped; fail the jobs whose part was sent too often."""
+    services = bootstrap.services()
+    outcomes = sweep_part_jobs(
+        services.index,
+        {"export": services.export_jobs, "download": services.download_jobs},
+        services.export_jobs.clock,
+        services.export_jobs.lease_seconds,
+    )
+    for o in outcomes:
+        logger.info(
+            "job parts swept",
+            extra={"job_id": o.job_id, "status": o.status, "parts": o.reason},
+        )
+        count(f"ExportPartsSwept{o.status.capitalize()}")
+    return {"swept": [{"job_id": o.job_id, "status": o.status} for o in outcomes]}
+
+
 @instrumented
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if is_sweep_event(event):
+        return sweep()
     return {"records": [handle_record(r) for r in event.get("Records") or []]}

@@ -344,7 +344,16 @@ def create_upload(body: Annotated[UploadRequest, Body()]) -> Response[out.Upload
     responses=problems(400, 403, 404, 507),
 )
 def get_job(id: JobIdPath) -> out.JobOut:
-    return out.job_out(svc().jobs.get(current_identity(app), id))
+    identity = current_identity(app)
+    job = svc().jobs.get(identity, id)
+    if job.get("state") == "running" and job.get("kind") in ("export", "download"):
+        # Read, a job of parts whose workers stopped has its parts sent again (the sweep's rule):
+        # what resumes it where no schedule runs (the embedded client following a job that a
+        # process which died had started).
+        parts = svc().export_jobs if job["kind"] == "export" else svc().download_jobs
+        if parts.sweep_job(id) is not None:
+            job = svc().jobs.get(identity, id)
+    return out.job_out(job)
 
 
 # -- the S3 worker ---------------------------------------------------------------------------

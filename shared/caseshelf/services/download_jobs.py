@@ -112,6 +112,7 @@ class DownloadJobService(PartJobs):
         root = self.registry.root(rec)
         plan = plan_download(len(root), file_bodies=len(root.blob_locations()))
         job = self._new_job(identity, rec, include_deleted, plan)
+        self._register(job)
         self.index.put_item(job_pk(job["id"]), JOB_SK, job, if_absent=True)
         running = self._claim(identity.tenant, rec, job["id"])
         if running is not None:
@@ -126,10 +127,12 @@ class DownloadJobService(PartJobs):
                     "detail": f"the same download was under way as job {running['id']}",
                 },
             )
-            return DownloadStarted(job=running)
-        self.queue().send(
-            [{"job": job["id"], "part": n, "kind": KIND} for n in range(plan.part_count)]
-        )
+            # Its parts are sent again first when its workers stopped: asking again resumes it.
+            self.sweep_job(running["id"])
+            return DownloadStarted(
+                job=self.index.get_item(job_pk(running["id"]), JOB_SK) or running
+            )
+        self._send(job["id"], list(range(plan.part_count)))
         log.debug(
             "download job started",
             extra={"job_id": job["id"], "digest": rec.content_digest, "parts": plan.part_count},
@@ -248,7 +251,6 @@ class DownloadJobService(PartJobs):
         """The document from the head, the parts' pieces and the tail; the job's end."""
         rec = opened
         scratch = job["key"]
-        self._cas(job["id"], lambda j: None if j.get("finishing") else {"finishing": True})
         metas = [
             PartMeta.from_json(self.store.get(part_key(scratch, n, "json")))
             for n in range(job["parts_total"])

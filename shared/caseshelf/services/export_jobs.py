@@ -26,9 +26,10 @@ again.
 from __future__ import annotations
 
 import array
+import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -36,7 +37,13 @@ from typing import Any
 import orjson
 
 from caseshelf.domain.errors import CaseshelfError, Conflict, Corrupt, NotFound, Upstream
-from caseshelf.domain.export_parts import PartPlan, plan_parts
+from caseshelf.domain.export_parts import (
+    FINISH,
+    PartPlan,
+    exhausted,
+    plan_parts,
+    stalled_parts,
+)
 from caseshelf.domain.identity import Identity
 from caseshelf.ports import Index, Queue
 from caseshelf.services.export_fanout import (
@@ -50,7 +57,13 @@ from caseshelf.services.export_fanout import (
     write_part,
 )
 from caseshelf.services.exports import ExportRequest, ExportResult, ExportService, Prepared
-from caseshelf.services.jobs import JOB_SK, job_pk
+from caseshelf.services.jobs import (
+    JOB_SK,
+    LEASE_SECONDS,
+    RESUME_WITHIN_SECONDS,
+    Heartbeat,
+    job_pk,
+)
 from caseshelf.services.versioned import Clock, iso, utc_now
 
 log = logging.getLogger("caseshelf.export_jobs")
@@ -61,6 +74,14 @@ REQUEST_NAME = "request.json"
 INDICES_NAME = "indices.u32"
 CAS_TRIES = 64
 SHOWN_IDS = 100  # of a subset's ids, on the job
+# The running jobs of parts, one row each (sk: the job's id), which the sweep looks at; written
+# before the job item, removed by the sweep once the job has ended.
+RUNNING_PK = "RUNNING#part-jobs"
+# A part whose worker died is sent again within this long: its lease (`LEASE_SECONDS`, renewed
+# every third of it while the part runs) runs out, and the next sweep (every
+# `SWEEP_EVERY_SECONDS`: the export worker's `SweepParts` schedule, the local server's period)
+# sends it again.
+PART_RESUME_WITHIN_SECONDS = RESUME_WITHIN_SECONDS
 Render = Callable[[ExportResult], dict[str, Any]]
 
 
@@ -74,7 +95,7 @@ class Started:
 
 @dataclass(frozen=True)
 class PartOutcome:
-    status: str  # written | reused | finished | failed | ignored
+    status: str  # written | reused | finished | failed | ignored | resent
     job_id: str
     part: int
     reason: str = ""
@@ -103,6 +124,8 @@ def fresh_parts(plan: PartPlan) -> dict[str, Any]:
         "files_written": 0,
         "bytes_written": 0,
         "part_errors": {},
+        "part_leases": {},
+        "part_sends": {},
         "rev": 0,
         "result": None,
         "error": None,
@@ -111,10 +134,11 @@ def fresh_parts(plan: PartPlan) -> dict[str, Any]:
 
 class PartJobs:
     """The job item of a job of parts on the export queue, whatever the parts write: its parts
-    recorded with compare-and-set on `rev`, a part's last error kept, the end, and the dead
-    letter that fails it naming the part. `kind` is the job's kind (the worker routes a
-    message to the service of its `kind`); `incomplete` says, in a failed job's error, what
-    is not there and how to resume."""
+    recorded with compare-and-set on `rev`, each part's lease while it is written, a part's last
+    error kept, the end, and the two ways a part that keeps failing fails the job naming it: the
+    dead letter, and the sweep (`sweep_job`) that sends again a part whose worker stopped.
+    `kind` is the job's kind (the worker routes a message to the service of its `kind`);
+    `incomplete` says, in a failed job's error, what is not there and how to resume."""
 
     kind = "export"
     incomplete = (
@@ -122,21 +146,38 @@ class PartJobs:
         "resume it: the parts written are reused"
     )
 
-    def __init__(self, index: Index, queue: Callable[[], Queue], *, clock: Clock) -> None:
+    def __init__(
+        self,
+        index: Index,
+        queue: Callable[[], Queue],
+        *,
+        clock: Clock,
+        lease_seconds: float = LEASE_SECONDS,
+    ) -> None:
         self.index = index
         self.queue = queue
         self.clock = clock
+        self.lease_seconds = lease_seconds
 
     def _job(self, job_id: str) -> dict[str, Any] | None:
         """The job `job_id` when it is one of this service's kind."""
         job = self.index.get_item(job_pk(job_id), JOB_SK)
         return job if job is not None and job.get("kind") == self.kind else None
 
+    def _register(self, job: dict[str, Any]) -> None:
+        """List the job among the running jobs the sweep looks at (before its item is written,
+        so no job item is ever out of the sweep's sight)."""
+        self.index.put_item(RUNNING_PK, job["id"], {"kind": self.kind, "at": job["created_at"]})
+
+    def _send(self, job_id: str, parts: list[int]) -> None:
+        self.queue().send([{"job": job_id, "part": n, "kind": self.kind} for n in parts])
+
     def run_part(self, job_id: str, number: int) -> PartOutcome:
-        """Write part `number` of the job (unless written), record it, and finish the job when
-        it was the last. An error of the request fails the job; any other error is raised, for
-        the queue to deliver the message again. Each kind opens its job (`_open`), writes a
-        part (`_write_part`) and finishes (`_finish`) its own way."""
+        """Write part `number` of the job (unless written) under the part's lease, record it,
+        and finish the job when it was the last. An error of the request fails the job; any
+        other error is raised, for the queue (or the sweep) to deliver the part again. Each
+        kind opens its job (`_open`), writes a part (`_write_part`) and finishes (`_finish`)
+        its own way."""
         job = self._job(job_id)
         if job is None:
             log.warning(f"{self.kind} part for no job", extra={"job_id": job_id, "part": number})
@@ -144,23 +185,43 @@ class PartJobs:
         if job["state"] != "running":
             return PartOutcome("ignored", job_id, number, f"the job is {job['state']}")
         rng = _plan(job).part(number)
+        key, worker = str(number), None
+        if number not in job["parts_done"]:
+            worker = self._take_lease(job_id, key)
+            if worker is None:
+                why = f"part {number} is being written under a live lease, or the job ended"
+                return PartOutcome("ignored", job_id, number, why)
         try:
-            opened = self._open(job)
-            meta, status = self._write_part(job, opened, number, rng)
+            with self._beat(job_id, key, worker):
+                opened = self._open(job)
+                meta, status = self._write_part(job, opened, number, rng)
         except CaseshelfError as exc:
             if isinstance(exc, Upstream | Corrupt):  # the store's, not the request's: retried
-                self._note_error(job_id, number, exc.detail)
+                self._note_error(job_id, key, exc.detail, worker)
                 raise
             self._fail(job_id, number, rng, exc)
             return PartOutcome("failed", job_id, number, exc.detail)
         except Exception as exc:
-            self._note_error(job_id, number, f"{type(exc).__name__}: {exc}")
+            self._note_error(job_id, key, f"{type(exc).__name__}: {exc}", worker)
             raise
         job = self._record(job_id, meta)
         if job["state"] == "running" and len(job["parts_done"]) == job["parts_total"]:
-            self._finish(job, opened)
-            return PartOutcome("finished", job_id, number)
+            return self._finish_leased(job, opened, number)
         return PartOutcome(status, job_id, number)
+
+    def _finish_leased(self, job: dict[str, Any], opened: Any, number: int) -> PartOutcome:
+        """The finish, under its own lease (`FINISH`): one finisher at a time; one that dies is
+        replaced by the sweep."""
+        worker = self._take_lease(job["id"], FINISH)
+        if worker is None:
+            return PartOutcome("ignored", job["id"], number, "another invocation is finishing")
+        try:
+            with self._beat(job["id"], FINISH, worker):
+                self._finish(job, opened)
+        except Exception as exc:
+            self._note_error(job["id"], FINISH, f"{type(exc).__name__}: {exc}", worker)
+            raise
+        return PartOutcome("finished", job["id"], number)
 
     def _open(self, job: dict[str, Any]) -> Any:
         """What this invocation needs of the job to write a part and finish it."""
@@ -201,29 +262,92 @@ class PartJobs:
         raise Conflict(f"job {job_id}: too many concurrent updates", job_id=job_id)
 
     def _record(self, job_id: str, meta: PartMeta) -> dict[str, Any]:
+        """Record part `meta.number` done (once) and clear its lease."""
+        key = str(meta.number)
+
         def change(job: dict[str, Any]) -> dict[str, Any] | None:
+            leases = job.get("part_leases") or {}
+            cleared = {k: v for k, v in leases.items() if k != key}
             if meta.number in job["parts_done"]:
-                return None
+                return None if key not in leases else {"part_leases": cleared}
             return {
                 "parts_done": sorted([*job["parts_done"], meta.number]),
                 "cases_written": job["cases_written"] + (meta.stop - meta.start),
                 "files_written": job["files_written"] + meta.files,
                 "bytes_written": job["bytes_written"] + meta.nbytes,
+                "part_leases": cleared,
             }
 
         return self._cas(job_id, change)
 
-    def _note_error(self, job_id: str, number: int, reason: str) -> None:
-        """Keep a part's last error on the job (what its dead letter will name)."""
+    # -- leases ------------------------------------------------------------------------------
+
+    def _until(self) -> str:
+        return iso(self.clock() + timedelta(seconds=self.lease_seconds))
+
+    def _take_lease(self, job_id: str, key: str) -> str | None:
+        """Take the lease of part `key` (or of the finish) for a new worker id, answered; None
+        when another worker holds it and it has not run out, or the job is not running."""
+        worker = uuid.uuid4().hex
+
+        def change(job: dict[str, Any]) -> dict[str, Any] | None:
+            leases = job.get("part_leases") or {}
+            held = leases.get(key)
+            if job["state"] != "running" or (held and held["until"] > iso(self.clock())):
+                return None
+            changes: dict[str, Any] = {
+                "part_leases": {**leases, key: {"until": self._until(), "worker": worker}}
+            }
+            if key == FINISH:
+                changes["finishing"] = True
+            return changes
+
+        job = self._cas(job_id, change)
+        held = (job.get("part_leases") or {}).get(key) or {}
+        return worker if held.get("worker") == worker else None
+
+    def renew_lease(self, job_id: str, key: str, worker: str) -> bool:
+        """Extend `worker`'s lease of part `key`; False when it no longer holds it."""
+
+        def change(job: dict[str, Any]) -> dict[str, Any] | None:
+            leases = job.get("part_leases") or {}
+            if job["state"] != "running" or (leases.get(key) or {}).get("worker") != worker:
+                return None
+            return {"part_leases": {**leases, key: {"until": self._until(), "worker": worker}}}
+
+        job = self._cas(job_id, change)
+        return ((job.get("part_leases") or {}).get(key) or {}).get("worker") == worker
+
+    def _beat(
+        self, job_id: str, key: str, worker: str | None
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Renew the lease every third of it while the part (or the finish) runs."""
+        if worker is None:
+            return contextlib.nullcontext()
+        return Heartbeat(
+            lambda: self.renew_lease(job_id, key, worker),
+            self.lease_seconds / 3,
+            f"lease-{job_id}-{key}",
+        )
+
+    def _note_error(self, job_id: str, key: str, reason: str, worker: str | None) -> None:
+        """Keep a part's (or the finish's) last error on the job, what its failure will name,
+        and let its lease run out now, so that the next sweep sends the part again."""
+
+        def change(job: dict[str, Any]) -> dict[str, Any] | None:
+            changes: dict[str, Any] = {
+                "part_errors": {**job.get("part_errors", {}), key: reason[:500]}
+            }
+            leases = job.get("part_leases") or {}
+            if worker is not None and (leases.get(key) or {}).get("worker") == worker:
+                ended = {"until": iso(self.clock()), "worker": worker}
+                changes["part_leases"] = {**leases, key: ended}
+            return changes
+
         try:
-            self._cas(
-                job_id,
-                lambda job: {
-                    "part_errors": {**job.get("part_errors", {}), str(number): reason[:500]}
-                },
-            )
+            self._cas(job_id, change)
         except CaseshelfError:
-            log.warning("could not note an export part's error", extra={"job_id": job_id})
+            log.warning("could not note a job part's error", extra={"job_id": job_id})
 
     def _fail(self, job_id: str, number: int, rng: tuple[int, int], exc: CaseshelfError) -> None:
         error: dict[str, Any] = {
@@ -239,10 +363,38 @@ class PartJobs:
         def change(job: dict[str, Any]) -> dict[str, Any] | None:
             if job["state"] != "running":
                 return None
-            return {"state": state, **changes}
+            return {"state": state, "part_leases": {}, **changes}
 
         self._cas(job_id, change)
         log.debug("part job ended", extra={"job_id": job_id, "kind": self.kind, "state": state})
+
+    # -- parts that keep failing -------------------------------------------------------------
+
+    def _part_failed(self, job: dict[str, Any], key: str, how: str) -> PartOutcome:
+        """Fail the job: part `key` (or the finish) `how` (failed on every delivery, was sent
+        every time it may be), naming its cases and its last error."""
+        finishing = key == FINISH
+        number = job["parts_total"] - 1 if finishing else int(key)
+        errors = job.get("part_errors") or {}
+        last = errors.get(key) or (
+            "the worker stopped without an answer (a timeout, out of memory, or a stopped server)"
+        )
+        if finishing:
+            what = f"the finish of the {self.kind}"
+        else:
+            lo, hi = _plan(job).part(number)
+            what = f"part {number} (cases {lo}-{hi - 1})"
+        self._end(
+            job["id"],
+            "failed",
+            error={
+                "title": f"{self.kind.capitalize()} Part Failed",
+                "code": "PartFailed",
+                "detail": f"{what} {how}; the last error: {last}. {self.incomplete}",
+                "part": number,
+            },
+        )
+        return PartOutcome("failed", job["id"], number, last)
 
     def dead_letter(self, job_id: str, number: int, receives: int) -> PartOutcome:
         """A part's message that every delivery failed: the job fails, naming the part, its
@@ -250,23 +402,81 @@ class PartJobs:
         job = self._job(job_id)
         if job is None:
             return PartOutcome("ignored", job_id, number, f"no such {self.kind} job")
-        lo, hi = _plan(job).part(number)
-        last = (job.get("part_errors") or {}).get(str(number)) or (
-            "the worker stopped without an answer (a timeout or out of memory)"
+        key = FINISH if job.get("finishing") else str(number)
+        return self._part_failed(job, key, f"failed on each of its {receives} deliveries")
+
+    def sweep_job(self, job_id: str) -> PartOutcome | None:
+        """Send again the parts of a running job whose worker stopped (`stalled_parts`: a lease
+        run out, or nothing of the job alive for a lease), counting the sends on the job; or,
+        once a part has been sent `MAX_SENDS` times, fail the job naming it. None when nothing
+        was due."""
+        seen: dict[str, Any] = {}
+
+        def change(job: dict[str, Any]) -> dict[str, Any] | None:
+            seen.clear()
+            if job.get("state") != "running" or job.get("kind") != self.kind:
+                return None
+            now = self.clock()
+            leases = job.get("part_leases") or {}
+            due = stalled_parts(
+                job["parts_total"],
+                job["parts_done"],
+                {k: v["until"] for k, v in leases.items()},
+                job["updated_at"],
+                iso(now),
+                iso(now - timedelta(seconds=self.lease_seconds)),
+            )
+            sends = dict(job.get("part_sends") or {})
+            seen.update(job=job, due=due, spent=exhausted(due, sends))
+            if not due or seen["spent"] is not None:
+                return None
+            sends.update((k, sends.get(k, 0) + 1) for k in due)
+            return {
+                "part_sends": sends,
+                "part_leases": {k: v for k, v in leases.items() if k not in due},
+            }
+
+        self._cas(job_id, change)
+        if not seen.get("due"):
+            return None
+        job, due, spent = seen["job"], seen["due"], seen["spent"]
+        if spent is not None:
+            sends = 1 + (job.get("part_sends") or {}).get(spent, 0)
+            return self._part_failed(job, spent, f"was sent {sends} times, and stopped each time")
+        last = job["parts_total"] - 1
+        self._send(job_id, [last if k == FINISH else int(k) for k in due])
+        log.warning("job parts sent again", extra={"job_id": job_id, "parts": due})
+        return PartOutcome(
+            "resent", job_id, last if due[0] == FINISH else int(due[0]), ",".join(due)
         )
-        what = f"the finish of the {self.kind}" if job.get("finishing") else f"part {number}"
-        self._end(
-            job_id,
-            "failed",
-            error={
-                "title": f"{self.kind.capitalize()} Part Failed",
-                "code": "PartFailed",
-                "detail": f"{what} (cases {lo}-{hi - 1}) failed on each of its {receives} "
-                f"deliveries; the last error: {last}. {self.incomplete}",
-                "part": number,
-            },
-        )
-        return PartOutcome("failed", job_id, number, last)
+
+
+def sweep_part_jobs(
+    index: Index, services: Mapping[str, PartJobs], clock: Clock, lease_seconds: float
+) -> list[PartOutcome]:
+    """The sweep of the jobs of parts (the export worker's schedule, and the local server's):
+    every running job listed under `RUNNING_PK` is swept by the service of its kind
+    (`PartJobs.sweep_job`); a row whose job has ended (or whose job item never came, a lease
+    after it was written) is removed."""
+    outcomes: list[PartOutcome] = []
+    stale = iso(clock() - timedelta(seconds=lease_seconds))
+    for job_id, row in index.list_items(RUNNING_PK):
+        job = index.get_item(job_pk(job_id), JOB_SK)
+        if job is None or job.get("state") != "running":
+            if job is not None or str(row.get("at") or "") <= stale:
+                index.delete_item(RUNNING_PK, job_id)
+            continue
+        jobs = services.get(str(job.get("kind")))
+        if jobs is None:
+            continue
+        try:
+            outcome = jobs.sweep_job(job_id)
+        except CaseshelfError as exc:  # the next sweep tries again
+            log.warning("could not sweep a job", extra={"job_id": job_id, "error": exc.detail})
+            continue
+        if outcome is not None:
+            outcomes.append(outcome)
+    return outcomes
 
 
 class ExportJobService(PartJobs):
@@ -300,7 +510,10 @@ class ExportJobService(PartJobs):
             running = self.index.get_item(job_pk(pointer["job"]), JOB_SK)
             same = running is not None and running.get("request") == _summary(request)
             if same and running is not None and running.get("state") == "running":
-                return Started(job=running)  # the same export is under way: follow that job
+                # The same export is under way: follow that job (its parts sent again first
+                # when its workers stopped: asking again resumes it).
+                self.sweep_job(running["id"])
+                return Started(job=self.index.get_item(job_pk(running["id"]), JOB_SK) or running)
         plan = plan_parts(
             request.format,
             spec.case_count,
@@ -313,9 +526,10 @@ class ExportJobService(PartJobs):
             positions = array.array("I", prepared.indices)
             store.put(scratch + INDICES_NAME, positions.tobytes())
         job = self._new_job(identity, prepared, request, plan)
+        self._register(job)
         self.index.put_item(job_pk(job["id"]), JOB_SK, job, if_absent=True)
         self.index.put_item(POINTER_PK + prepared.record.tenant, spec.export_id, {"job": job["id"]})
-        self.queue().send([{"job": job["id"], "part": n} for n in range(plan.part_count)])
+        self._send(job["id"], list(range(plan.part_count)))
         log.debug(
             "export job started",
             extra={"job_id": job["id"], "export_id": spec.export_id, "parts": plan.part_count},
@@ -408,7 +622,6 @@ class ExportJobService(PartJobs):
         prepared, request = opened
         store = self.exports.store
         scratch = job["key"]
-        self._cas(job["id"], lambda j: None if j.get("finishing") else {"finishing": True})
         metas = [
             PartMeta.from_json(store.get(part_key(scratch, n, "json")))
             for n in range(job["parts_total"])

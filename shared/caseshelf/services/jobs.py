@@ -26,7 +26,7 @@ alone. Each import's own commit protocol means a failure never leaves a half-reg
 
 Leases. A worker can die without a word (a Lambda timeout or out-of-memory kill, `kill -9` of
 the local server). So a running job carries a lease (`lease_until`, `worker`, `attempts`): the
-worker renews it every quarter of `lease_seconds` while it works (`_Heartbeat`), and finishes
+worker renews it every quarter of `lease_seconds` while it works (`Heartbeat`), and finishes
 only while it still holds it. An event for a running job whose lease holds is a duplicate (S3
 delivers at least once); one for a job whose lease expired resumes it, as a new attempt, or,
 after `max_attempts`, fails it with the reason. Resuming is safe because an import is
@@ -34,7 +34,9 @@ idempotent: the same content under the same or the next label registers nothing 
 Redeliveries come from S3 and EventBridge (retries) and Lambda's own retries of a failed
 invocation; what none of them redelivers, `recover` finds: a scheduled sweep (a `Schedule`
 event of the importer, run by `caseshelf serve` too) lists the uploads still in the bucket and
-resumes or fails the jobs of those whose lease expired, or whose event never came.
+resumes or fails the jobs of those whose lease expired, or whose event never came; and it looks
+at the queued jobs not ended (one `QUEUED_PK` row each), sending again the message of one whose
+lease expired or that is still pending a lease after its last send.
 """
 
 from __future__ import annotations
@@ -84,6 +86,9 @@ JOB_SK = "JOB"
 UPLOADS_SK = "UPLOADS"  # under the tenant's row: this tenant has started uploads (the sweep)
 JOB_TTL = timedelta(days=30)
 SIDECAR = "import.json"
+# Queued jobs (started through the API) not ended yet, one row each (sk: the job's id), which the
+# sweep looks at: written before the job item, removed by the sweep once the job has ended.
+QUEUED_PK = "RUNNING#queued-jobs"
 # A job whose worker dies is resumed (or failed) within this long: its lease runs out, and the
 # next sweep finds it. The sweep runs every minute (the template's `SweepJobs` schedule on AWS,
 # the local server's `SWEEP_SECONDS`), so the lease is what remains of the bound.
@@ -468,6 +473,7 @@ class JobService:
             "result": None,
             "error": None,
         }
+        self.index.put_item(QUEUED_PK, job_id, {"work": work, "at": iso(now)})
         self.index.put_item(job_pk(job_id), JOB_SK, job, if_absent=True)
         self.queue().send([{"job": job_id}])
         return job
@@ -606,7 +612,59 @@ class JobService:
                     continue  # just uploaded: its event is on the way
                 if job.get("state") == "pending" or self._expired(job):
                     outcomes.append(self._run(job))
+        return outcomes + self._recover_queued()
+
+    def _recover_queued(self) -> list[Outcome]:
+        """The sweep of the queued jobs: one whose worker's lease expired has its message sent
+        again (the delivery resumes it, or fails it once its attempts are spent); one still
+        pending a lease after its last send (its message never sent, or lost with a local
+        server) is sent again, and failed after `max_attempts` sends. Rows of ended jobs go."""
+        outcomes: list[Outcome] = []
+        stale = iso(self.clock() - timedelta(seconds=self.lease_seconds))
+        for job_id, row in self.index.list_items(QUEUED_PK):
+            job = self.index.get_item(job_pk(job_id), JOB_SK)
+            if job is None or job.get("state") in ("succeeded", "failed"):
+                if job is not None or str(row.get("at") or "") <= stale:
+                    self.index.delete_item(QUEUED_PK, job_id)
+                continue
+            if job.get("state") == "pending" and job.get("updated_at", "") <= stale:
+                outcomes.append(self._resend_pending(job))
+            elif job.get("state") == "running" and self._expired(job):
+                if int(job.get("attempts") or 0) >= self.max_attempts:
+                    self._give_up(job, f"it was tried {self.max_attempts} times")
+                    outcomes.append(Outcome("failed", job_id, "the worker stopped every time"))
+                    continue
+                assert self.queue is not None
+                self.queue().send([{"job": job_id}])
+                outcomes.append(Outcome("resent", job_id, "its worker's lease expired"))
         return outcomes
+
+    def _resend_pending(self, job: dict[str, Any]) -> Outcome:
+        """Send a pending queued job's message again (counted on the job as `sends`), or fail
+        the job once it has been sent `max_attempts` times and no worker took it up."""
+        assert self.queue is not None
+        job_id, sends = job["id"], 1 + int(job.get("sends") or 0)
+        expect = {"state": "pending", "updated_at": job.get("updated_at")}
+        now = iso(self.clock())
+        if sends >= self.max_attempts:
+            error = {
+                "title": "Worker Stopped",
+                "code": "NotStarted",
+                "detail": f"no worker took the job up after {sends} sends of its message; "
+                "nothing was registered. Start it again",
+                "attempts": 0,
+            }
+            changes: dict[str, Any] = {"state": "failed", "updated_at": now, "error": error}
+        else:
+            changes = {"sends": sends, "updated_at": now}
+        try:
+            self.index.update_item(job_pk(job_id), JOB_SK, changes, expect=expect)
+        except Conflict:
+            return Outcome("duplicate", job_id, "the job changed meanwhile")
+        if sends >= self.max_attempts:
+            return Outcome("failed", job_id, "no worker took it up")
+        self.queue().send([{"job": job_id}])
+        return Outcome("resent", job_id, "it was pending a lease after its message was sent")
 
     def _tenants_with_uploads(self) -> list[str]:
         """Tenants that ever started an upload (`create_upload` marks them in the index, so the
@@ -693,7 +751,12 @@ class JobService:
         identity = Identity(job["tenant"], job["principal"], frozenset(job.get("roles") or ()))
         finished = False
         try:
-            with _Heartbeat(self, claimed):
+            beat = Heartbeat(
+                lambda: self.renew(job_id, claimed["worker"]),
+                self.lease_seconds / 4,
+                f"lease-{job_id}",
+            )
+            with beat:
                 outcome = self._work(claimed, identity)
             finished = outcome.status != "superseded"
             return outcome
@@ -930,25 +993,25 @@ def _task_result(res: TaskImportResult) -> dict[str, Any]:
     }
 
 
-class _Heartbeat:
-    """Renews a running job's lease every quarter of the lease, in a daemon thread, until the
-    work ends (or the lease is lost to another attempt)."""
+class Heartbeat:
+    """Calls `renew()` every `every` seconds (at least 50 ms), in a daemon thread, until the
+    work ends or `renew` answers False (the lease is lost to another attempt). A lease's
+    holder renews it this way while it works: leases of import jobs, of parts of jobs."""
 
-    def __init__(self, jobs: JobService, job: dict[str, Any]) -> None:
-        self.jobs, self.job_id, self.worker = jobs, job["id"], job["worker"]
+    def __init__(self, renew: Callable[[], bool], every: float, name: str) -> None:
+        self.renew, self.every, self.name = renew, max(every, 0.05), name
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._beat, name=f"lease-{self.job_id}", daemon=True)
+        self.thread = threading.Thread(target=self._beat, name=name, daemon=True)
 
     def _beat(self) -> None:
-        every = max(self.jobs.lease_seconds / 4, 0.05)
-        while not self.stop.wait(every):
+        while not self.stop.wait(self.every):
             try:
-                if not self.jobs.renew(self.job_id, self.worker):
+                if not self.renew():
                     return
             except Exception:  # a transient index error: the next beat tries again
-                log.warning("import job heartbeat failed", extra={"job_id": self.job_id})
+                log.warning("lease renewal failed", extra={"lease": self.name})
 
-    def __enter__(self) -> _Heartbeat:
+    def __enter__(self) -> Heartbeat:
         self.thread.start()
         return self
 
