@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import typer
 
 from caseshelf.cli.logs import configure, log
@@ -186,6 +185,8 @@ def escape(text: str) -> str:
 
 
 def dumps(value: Any) -> str:
+    import orjson  # lazy: ~12 ms (its .so) off verify's, migrate's and pins' start-up
+
     return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
 
 
