@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     if name in _CLIENT_NAMES:
-        from caseshelf import client
+        from caseshelf import client  # lazy: ~60 ms that `import caseshelf` alone skips
 
         return getattr(client, name)
     if name == "inspect":  # `caseshelf.inspect.dataset(...)` after `import caseshelf`

@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
+from caseshelf.adapters.queues import LocalQueue
 from caseshelf.api.cors import CORS_ORIGIN_PATTERN
+from caseshelf.domain import layout
 from caseshelf.domain.answers import EVENT_BODY_LIMIT
-from caseshelf.domain.errors import BadRequest
+from caseshelf.domain.errors import BadRequest, Forbidden
 from caseshelf.extras import require
-from caseshelf.functions import EXPORT_QUEUE, IMPORT_QUEUE
+from caseshelf.functions import EXPORT_QUEUE, IMPORT_QUEUE, QUEUES
 from caseshelf.ports import BlobStore, Index, Queue
 from caseshelf.storehome import FROM_CALLER, StoreHome, find_home, given_home
 
 if TYPE_CHECKING:
-    from caseshelf.adapters.queues import LocalQueue
-
     # Services are imported where they are built, so importing a handler stays cheap (cold start).
     from caseshelf.services.browse import BrowseService
     from caseshelf.services.diff import DiffService
@@ -212,7 +212,9 @@ def check_home(home: StoreHome) -> None:
 class Services:
     """The process's services. The registry is built with the adapters; every other service on
     first use, so a command or a function pays only for what it touches (start-up time is most
-    of a short CLI command)."""
+    of a short CLI command). Each service's import says what it would add to the cold start of
+    a function that does not use it (`# lazy: ~N ms`: `python -X importtime` after importing
+    `caseshelf.functions.registry`)."""
 
     def __init__(
         self, settings: Settings, store: BlobStore, index: Index, registry: RegistryService
@@ -231,7 +233,7 @@ class Services:
 
     @cached_property
     def selection(self) -> SelectionService:
-        from caseshelf.services.selection import SelectionService
+        from caseshelf.services.selection import SelectionService  # lazy: ~4 ms, on first use
 
         # An answer carrying cases is paged within the budget of every answer
         # (`caseshelf.domain.answers`).
@@ -239,21 +241,24 @@ class Services:
 
     @cached_property
     def refs(self) -> RefService:
-        from caseshelf.services.refs import RefService
+        from caseshelf.services.refs import RefService  # lazy: ~2 ms, on first use
 
         return RefService(self.registry.versions)
 
     @cached_property
     def browse(self) -> BrowseService:
-        from caseshelf.services.browse import BrowseService
-        from caseshelf.services.search_index import index_bytes_for  # lazy: on use
+        from caseshelf.services.browse import BrowseService  # lazy: ~3 ms, on first use
+        from caseshelf.services.search_index import index_bytes_for  # lazy: as BrowseService
 
         memory = self.settings.memory_mb * 1024 * 1024
         return BrowseService(self.registry, index_bytes=index_bytes_for(memory))
 
     @cached_property
     def diff(self) -> DiffService:
-        from caseshelf.services.diff import FIELD_COUNT_MAX_CASES, DiffService
+        from caseshelf.services.diff import (  # lazy: ~6 ms, on the first diff
+            FIELD_COUNT_MAX_CASES,
+            DiffService,
+        )
 
         return DiffService(
             self.registry,
@@ -265,7 +270,7 @@ class Services:
 
     @cached_property
     def exports(self) -> ExportService:
-        from caseshelf.services.exports import ExportService
+        from caseshelf.services.exports import ExportService  # lazy: ~110 ms, on first use
 
         return ExportService(
             self.registry,
@@ -278,8 +283,8 @@ class Services:
 
     @cached_property
     def export_jobs(self) -> ExportJobService:
-        from caseshelf.api.dto import export_out
-        from caseshelf.services.export_jobs import ExportJobService
+        from caseshelf.api.dto import export_out  # lazy: ~23 ms the CLI's verify and gc skip
+        from caseshelf.services.export_jobs import ExportJobService  # lazy: ~280 ms, on use
 
         return ExportJobService(
             self.exports,
@@ -290,7 +295,7 @@ class Services:
 
     @cached_property
     def download_jobs(self) -> DownloadJobService:
-        from caseshelf.services.download_jobs import DownloadJobService  # lazy: on use
+        from caseshelf.services.download_jobs import DownloadJobService  # lazy: ~260 ms, on use
 
         return DownloadJobService(self.registry, self.index, lambda: self.queue(EXPORT_QUEUE))
 
@@ -316,9 +321,6 @@ class Services:
 
     @cached_property
     def local_queues(self) -> dict[str, LocalQueue]:
-        from caseshelf.adapters.queues import LocalQueue
-        from caseshelf.functions import QUEUES
-
         return {
             q.name: LocalQueue(
                 q.name, dead_letter=q.dead_letter, max_receive_count=q.max_receive_count
@@ -328,7 +330,7 @@ class Services:
 
     @cached_property
     def tasks(self) -> TaskImportService:
-        from caseshelf.services.tasks import TaskImportService
+        from caseshelf.services.tasks import TaskImportService  # lazy: ~50 ms, on first use
 
         return TaskImportService(
             self.registry,
@@ -342,8 +344,6 @@ class Services:
     def _fenced_s3_store(self, bucket: str) -> BlobStore:
         """Another bucket than the registry's, for a request over HTTP: only one the
         deployment lists in CASESHELF_SOURCE_BUCKETS."""
-        from caseshelf.domain.errors import Forbidden
-
         if bucket not in self.settings.source_buckets:
             listed = ", ".join(self.settings.source_buckets) or "none"
             raise Forbidden(
@@ -383,12 +383,12 @@ class Services:
 def build_adapters(settings: Settings) -> tuple[BlobStore, Index]:
     if settings.backend == "aws":
         require("boto3", "the AWS backend (CASESHELF_BACKEND=aws)")
-        import boto3
+        import boto3  # lazy: optional [aws] extra, ~150 ms the embedded store never pays
 
-        from caseshelf.adapters.aws import client_config
-        from caseshelf.adapters.dynamodb import DynamoIndex
-        from caseshelf.adapters.s3 import S3BlobStore
-        from caseshelf.services.storage import REMOTE_READ_WORKERS
+        from caseshelf.adapters.aws import client_config  # lazy: botocore: optional [aws] extra
+        from caseshelf.adapters.dynamodb import DynamoIndex  # lazy: botocore: optional [aws] extra
+        from caseshelf.adapters.s3 import S3BlobStore  # lazy: botocore: optional [aws] extra
+        from caseshelf.services.storage import REMOTE_READ_WORKERS  # lazy: as in `build`
 
         session = boto3.session.Session(region_name=settings.region)
         # SigV4 for presigned URLs: objects are SSE-KMS encrypted, which SigV2 cannot read.
@@ -406,9 +406,9 @@ def build_adapters(settings: Settings) -> tuple[BlobStore, Index]:
         )
         assert settings.bucket and settings.table
         return S3BlobStore(s3, settings.bucket), DynamoIndex(ddb, settings.table)
-    from caseshelf.adapters.localfs import LocalBlobStore
-    from caseshelf.adapters.sqlite import SqliteIndex
-    from caseshelf.adapters.sqlite_stamp import INDEX_FILE
+    from caseshelf.adapters.localfs import LocalBlobStore  # lazy: as in `build`
+    from caseshelf.adapters.sqlite import SqliteIndex  # lazy: sqlite3, ~2 ms AWS never uses
+    from caseshelf.adapters.sqlite_stamp import INDEX_FILE  # lazy: as SqliteIndex
 
     home = Path(settings.store_home.path)
     store = LocalBlobStore(home / "objects", public_url=settings.public_url)
@@ -418,10 +418,10 @@ def build_adapters(settings: Settings) -> tuple[BlobStore, Index]:
 def sqs_queue(settings: Settings, url: str) -> Queue:
     """The SQS queue at `url`, with the settings' region and endpoint."""
     require("boto3", f"the queue {url}")
-    import boto3
-    from botocore.config import Config
+    import boto3  # lazy: optional [aws] extra, ~150 ms the embedded store never pays
+    from botocore.config import Config  # lazy: botocore: optional [aws] extra
 
-    from caseshelf.adapters.sqs import SqsQueue
+    from caseshelf.adapters.sqs import SqsQueue  # lazy: botocore: optional [aws] extra
 
     session = boto3.session.Session(region_name=settings.region)
     client = session.client(
@@ -433,10 +433,10 @@ def sqs_queue(settings: Settings, url: str) -> Queue:
 def s3_store(settings: Settings, bucket: str) -> BlobStore:
     """A store on any bucket (export targets, pulls), with the settings' region and endpoint."""
     require("boto3", f"s3://{bucket}")
-    import boto3
+    import boto3  # lazy: optional [aws] extra, ~150 ms the embedded store never pays
 
-    from caseshelf.adapters.aws import client_config
-    from caseshelf.adapters.s3 import S3BlobStore
+    from caseshelf.adapters.aws import client_config  # lazy: botocore: optional [aws] extra
+    from caseshelf.adapters.s3 import S3BlobStore  # lazy: botocore: optional [aws] extra
 
     session = boto3.session.Session(region_name=settings.region)
     config = client_config(
@@ -449,10 +449,13 @@ def s3_store(settings: Settings, bucket: str) -> BlobStore:
 def build(
     settings: Settings, *, store: BlobStore | None = None, index: Index | None = None
 ) -> Services:
-    from caseshelf.adapters.localfs import LocalBlobStore
-    from caseshelf.services.memo import cache_bytes_for
-    from caseshelf.services.registry import RegistryService
-    from caseshelf.services.storage import (
+    """The services on `settings`' adapters (or on `store` and `index`). What the registry
+    service needs is imported here, not with this module: settings alone (`caseshelf info`)
+    skip its ~35 ms."""
+    from caseshelf.adapters.localfs import LocalBlobStore  # lazy: part of the ~35 ms above
+    from caseshelf.services.memo import cache_bytes_for  # lazy: part of the ~35 ms above
+    from caseshelf.services.registry import RegistryService  # lazy: ~30 ms of the 35 above
+    from caseshelf.services.storage import (  # lazy: part of the ~35 ms above
         LOCAL_MAX_GAP_BYTES,
         MAX_GAP_BYTES,
         REMOTE_READ_WORKERS,
@@ -495,11 +498,15 @@ def build_import_services(
     the job service nor the task on-ramps). From the CLI on the embedded store an import may read
     any path or URL; over HTTP (a deployed API, `caseshelf serve`) only what the source fence
     allows (`caseshelf.adapters.fence`). A job reads its own upload, whose URL the server made."""
-    from caseshelf.adapters.huggingface import HuggingFace, SecretsManagerTokens, StaticToken
-    from caseshelf.adapters.sources import SourceReader, smart_opener
-    from caseshelf.catalog import load_catalog
-    from caseshelf.services.imports import ImportService
-    from caseshelf.services.recipes import RecipeService
+    from caseshelf.adapters.huggingface import (  # lazy: the import services, ~200 ms in all
+        HuggingFace,
+        SecretsManagerTokens,
+        StaticToken,
+    )
+    from caseshelf.adapters.sources import SourceReader, smart_opener  # lazy: as above
+    from caseshelf.catalog import load_catalog  # lazy: import services, ~200 ms in all
+    from caseshelf.services.imports import ImportService  # lazy: import services, ~200 ms in all
+    from caseshelf.services.recipes import RecipeService  # lazy: import services, ~200 ms in all
 
     recipes = RecipeService(store, index, catalog=load_catalog)
     hf = HuggingFace(settings.hf_endpoint, settings.hf_viewer_url)
@@ -527,7 +534,7 @@ def build_import_services(
     )
 
     def jobs() -> JobService:
-        from caseshelf.services.jobs import JobService
+        from caseshelf.services.jobs import JobService  # lazy: ~240 ms, on the first job
 
         return JobService(
             index,
@@ -545,7 +552,7 @@ def build_import_services(
 
 
 def _open_reader(remote: Any) -> Callable[[Any], Any]:
-    from caseshelf.adapters.sources import SourceReader
+    from caseshelf.adapters.sources import SourceReader  # lazy: ~55 ms, import services only
 
     def reader_for(identity: Any) -> SourceReader:
         return SourceReader(remote)
@@ -557,9 +564,12 @@ def fenced_reader_for(settings: Settings) -> Callable[[Any], Any]:
     """Readers for requests over HTTP: each caller's own fence (its tenant's area of the
     registry's bucket, the listed buckets, the allowed https hosts) and remote reads with the
     settings' connect and read timeouts."""
-    from caseshelf.adapters.fence import SourceFence, Timeouts, fenced_opener
-    from caseshelf.adapters.sources import SourceReader
-    from caseshelf.domain import layout
+    from caseshelf.adapters.fence import (  # lazy: ~75 ms, the import services over HTTP only
+        SourceFence,
+        Timeouts,
+        fenced_opener,
+    )
+    from caseshelf.adapters.sources import SourceReader  # lazy: ~55 ms, import services only
 
     timeouts = Timeouts(settings.source_connect_timeout, settings.source_read_timeout)
     built: list[Any] = []
@@ -567,9 +577,9 @@ def fenced_reader_for(settings: Settings) -> Callable[[Any], Any]:
     def s3_client() -> Any:
         if not built:
             require("boto3", "an s3:// source")
-            import boto3
+            import boto3  # lazy: optional [aws] extra, ~150 ms the embedded store never pays
 
-            from caseshelf.adapters.aws import client_config
+            from caseshelf.adapters.aws import client_config  # lazy: botocore: optional [aws] extra
 
             config = client_config(
                 max_attempts=settings.aws_max_attempts,

@@ -139,7 +139,7 @@ def project_home(cwd: str | None = None) -> str | None:
 
 def user_home() -> str:
     """The user's store: `caseshelf` in the platform's user data directory."""
-    import platformdirs
+    import platformdirs  # lazy: ~10 ms, only where the store is the user's
 
     return os.path.abspath(platformdirs.user_data_dir(APP_NAME, appauthor=False))
 

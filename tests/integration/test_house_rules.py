@@ -140,38 +140,13 @@ KNOWN_CIRCLES: list[frozenset[str]] = []
 # Imports inside functions without a `# lazy:` reason, by file (relative to shared/caseshelf):
 # how many each holds today.
 UNMARKED_LAZY_IMPORTS: dict[str, int] = {
-    "__init__.py": 1,
-    "adapters/fence.py": 8,
-    "adapters/huggingface.py": 3,
-    "adapters/sources.py": 4,
-    "api/app.py": 3,
-    "api/cors.py": 1,
-    "api/errors.py": 3,
-    "api/openapi.py": 3,
-    "bootstrap.py": 41,
-    "cli/common.py": 12,
-    "cli/export.py": 9,
-    "cli/imports.py": 9,
-    "cli/migrate.py": 1,
-    "cli/recipes.py": 1,
-    "cli/registry.py": 12,
-    "cli/root.py": 2,
-    "cli/subset.py": 2,
-    "cli/tasks.py": 10,
-    "cli/verify.py": 4,
-    "client/__init__.py": 1,
     "client/cache.py": 1,
-    "client/frames.py": 2,
     "client/pins.py": 2,
     "client/transport.py": 20,
     "devserver.py": 9,
-    "domain/lockfile.py": 1,
     "functions/importer.py": 1,
     "services/export_fanout.py": 3,
-    "services/export_stream.py": 1,
     "services/jobs.py": 5,
-    "services/tasks.py": 5,
-    "storehome.py": 1,
 }
 
 # Functions over MAX_FUNCTION_LINES today, as "file:qualified name", each to leave the list as

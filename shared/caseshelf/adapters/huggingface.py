@@ -51,7 +51,7 @@ class SecretsManagerTokens:
     def _get(self, name: str) -> str | None:
         if self.get_secret is not None:
             return self.get_secret(name)
-        from aws_lambda_powertools.utilities import parameters
+        from aws_lambda_powertools.utilities import parameters  # lazy: boto3, [aws] extra
 
         try:
             value = parameters.get_secret(name, max_age=self.max_age)
@@ -81,8 +81,8 @@ def urllib_fetch(url: str, headers: dict[str, str], timeout: float) -> HttpRespo
     """GET with urllib; any HTTP status is an answer, a network failure an OSError. (urllib's
     HTTP client is imported here, on the first request: an import from a local file makes
     none, and `urllib.request` with `http.client` cost it ~10 ms of start-up.)"""
-    import urllib.error
-    import urllib.request
+    import urllib.error  # lazy: with urllib.request, as said above
+    import urllib.request  # lazy: ~10-20 ms with http.client, on the first request
 
     req = urllib.request.Request(url, headers=headers, method="GET")  # noqa: S310
     try:

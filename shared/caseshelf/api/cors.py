@@ -36,9 +36,11 @@ def cors_headers(origin: str | None, allowed: Sequence[str]) -> dict[str, str]:
     """The CORS headers of an answer to a request from `origin`: none unless it is allowed."""
     if not origin or not allowed or origin not in allowed:
         return {}
-    from aws_lambda_powertools.event_handler.api_gateway import CORSConfig
+    # Powertools' event handler (~70 ms) stays off the import of `caseshelf.bootstrap`, which
+    # imports this module: `caseshelf info`, `verify`, `gc` and `connect()` load it alone.
+    from aws_lambda_powertools.event_handler import api_gateway  # lazy: ~70 ms, as said above
 
-    config = CORSConfig(
+    config = api_gateway.CORSConfig(
         allow_origin=allowed[0],
         extra_origins=list(allowed[1:]),
         allow_headers=list(ALLOW_HEADERS),

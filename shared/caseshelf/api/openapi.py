@@ -6,12 +6,16 @@ python -m caseshelf.api.openapi --check docs/openapi.json   # exit 1 when it dri
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from aws_lambda_powertools.event_handler.openapi.merge import OpenAPIMerge
+
+from caseshelf.api.app import API_VERSION, AUTHORIZER
 from caseshelf.functions import FUNCTIONS
 
 # Every function module whose routes make up the API.
@@ -33,10 +37,6 @@ def load_function(module: str) -> ModuleType:
 def merged_schema(modules: list[str] | None = None) -> str:
     """The merged OpenAPI document as JSON text (paths and components unioned; a path and
     method defined twice is an error)."""
-    from aws_lambda_powertools.event_handler.openapi.merge import OpenAPIMerge
-
-    from caseshelf.api.app import API_VERSION, AUTHORIZER
-
     merge: OpenAPIMerge | None = None
     for rel in FUNCTION_MODULES if modules is None else modules:
         app: Any = load_function(rel).app
@@ -59,8 +59,6 @@ def merged_schema(modules: list[str] | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m caseshelf.api.openapi", description=__doc__)
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--write", metavar="PATH", help="write the document to PATH")

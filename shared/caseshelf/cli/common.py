@@ -11,7 +11,11 @@ from contextlib import contextmanager
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+import typer
+
+from caseshelf.cli.logs import configure, log
 from caseshelf.domain.errors import CaseshelfError, NotFound
+from caseshelf.storehome import find_home, placed
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -63,13 +67,11 @@ class State:
         """Human log lines on stderr at the level asked for (`caseshelf.cli.logs`), where the
         command owns its process (the console script)."""
         if _owns_process:
-            from caseshelf.cli.logs import configure
-
             configure(self.verbose)
 
     def settings(self, **overrides: Any) -> Settings:
         """Settings from the environment, with the identity options on top."""
-        from caseshelf.bootstrap import load_settings
+        from caseshelf.bootstrap import load_settings  # lazy: ~100 ms --api and a kept ls skip
 
         self.logs()
         return load_settings(
@@ -84,7 +86,11 @@ class State:
         """The Python client on what the options chose: the embedded store in process, or
         the API at `--api` over HTTP. Every command is a layer on it."""
         if self._client is None:
-            from caseshelf.client import Client, Http, InProcess
+            from caseshelf.client import (  # lazy: ~30 ms a kept ls answer skips
+                Client,
+                Http,
+                InProcess,
+            )
 
             self.logs()
             if self.api:
@@ -97,16 +103,12 @@ class State:
                         token=os.environ.get("CASESHELF_TOKEN") or None,
                     )
                 except CaseshelfError as exc:
-                    import typer
-
                     raise typer.BadParameter(exc.detail, param_hint="--api") from None
                 self._client = Client(http)
             else:
                 settings = self.settings()
                 self._client = Client(InProcess(settings))
                 if settings.backend == "local":
-                    from caseshelf.cli.logs import log
-
                     home = settings.store_home
                     log.info("the store at %s (%s)", home.path, home.how)
         return self._client
@@ -161,7 +163,7 @@ _WIDE = 240
 @cache
 def _console(to_stderr: bool) -> Console:
     """The rich console on stdout or stderr, built on the first line drawn there."""
-    from rich.console import Console
+    from rich.console import Console  # lazy: ~35 ms, on the first line drawn (see `note`)
 
     stream = sys.stderr if to_stderr else sys.stdout
     return Console(stderr=to_stderr, soft_wrap=True, width=None if stream.isatty() else _WIDE)
@@ -177,13 +179,13 @@ def err_console() -> Console:
 
 def escape(text: str) -> str:
     """`text` with rich markup escaped (user text in a marked-up line)."""
-    from rich.markup import escape as rich_escape
+    from rich.markup import escape as rich_escape  # lazy: ~15 ms, as rich.console above
 
     return rich_escape(text)
 
 
 def dumps(value: Any) -> str:
-    import orjson
+    import orjson  # lazy: ~12 ms (its .so) off verify's, migrate's and pins' start-up
 
     return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
 
@@ -235,7 +237,7 @@ def table(
     columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None
 ) -> None:
     """A rich table of plain values (user text is escaped)."""
-    from rich.table import Table
+    from rich.table import Table  # lazy: ~35 ms, on the first table drawn
 
     t = Table(*columns, title=title, show_edge=False, pad_edge=False, header_style="bold")
     for row in rows:
@@ -299,14 +301,14 @@ def progress(description: str, total: float | None = None) -> Iterator[Progress]
     if not live_progress():
         yield Progress()
         return
-    from rich.progress import (
+    from rich.progress import (  # lazy: ~30 ms, only a terminal draws a bar
         BarColumn,
         MofNCompleteColumn,
         SpinnerColumn,
         TextColumn,
         TimeElapsedColumn,
     )
-    from rich.progress import Progress as RichProgress
+    from rich.progress import Progress as RichProgress  # lazy: as the columns above
 
     with RichProgress(
         SpinnerColumn(),
@@ -357,6 +359,4 @@ def _placed(exc: CaseshelfError) -> CaseshelfError:
         return exc
     if os.environ.get("CASESHELF_BACKEND", "local") not in ("", "local"):
         return exc
-    from caseshelf.storehome import find_home, placed
-
     return placed(exc, find_home())

@@ -19,6 +19,7 @@ under `--json`: a bar on a terminal, a few plain lines otherwise.
 
 from __future__ import annotations
 
+import base64
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -51,8 +52,6 @@ def _shared(values: list[str] | None) -> list[dict[str, str]]:
         try:
             text = Path(path).read_text(encoding="utf-8")
         except UnicodeDecodeError:
-            import base64
-
             out.append({"dest": dest, "base64": base64.b64encode(Path(path).read_bytes()).decode()})
             continue
         out.append({"dest": dest, "text": text})
@@ -101,7 +100,12 @@ class ProgressLines:
         self.cases, self.files, self.nbytes = cases, files, nbytes
         self._started = True
         if live_progress():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+            from rich.progress import (  # lazy: ~30 ms, only a terminal draws a bar
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+            )
 
             self._bar = Progress(
                 TextColumn(self.verb),
@@ -157,10 +161,10 @@ def wants_evalhub(prefix: str, evalhub: bool, secret_ref: str | None) -> bool:
 def evalhub_snippets(out: dict[str, Any], benchmark: str) -> str:
     """A benchmark entry of an EvalHub evaluation (`test_data_ref` as its API validates it) and
     the Secret its init container reads (`/var/run/secrets/test-data/<KEY>`), placeholders only."""
-    import yaml
+    import yaml  # lazy: ~20 ms, --evalhub only
 
-    from caseshelf.domain.export import YamlDumper
-    from caseshelf.services.exports import EVALHUB_SECRET_KEYS
+    from caseshelf.domain.export import YamlDumper  # lazy: ~20 ms, --evalhub only
+    from caseshelf.services.exports import EVALHUB_SECRET_KEYS  # lazy: ~160 ms, see `export`
 
     ref = out["test_data_ref"]
     entry = {
@@ -239,9 +243,10 @@ def export(
 ) -> None:
     """Export a version for evaluation pods and harnesses (per-case directories by
     default)."""
-    from caseshelf.domain.export import check_format
-    from caseshelf.services.exports import check_secret_ref
-    from caseshelf.services.pull import reporting
+    # What `export` checks and reports with, off the start-up of `pull`, `workspace` and help.
+    from caseshelf.domain.export import check_format  # lazy: ~20 ms, as said above
+    from caseshelf.services.exports import check_secret_ref  # lazy: ~160 ms, as said above
+    from caseshelf.services.pull import reporting  # lazy: ~55 ms, as said above
 
     name, _ = parse_ref(ref)
     check_format(fmt)
@@ -345,7 +350,10 @@ def workspace(
     ] = None,
 ) -> None:
     """Provision one case's workspace: input + answers always, then workspace.files."""
-    from caseshelf.services.workspace import load_eval_config, provision_workspace
+    from caseshelf.services.workspace import (  # lazy: ~30 ms, workspace only
+        load_eval_config,
+        provision_workspace,
+    )
 
     cfg = load_eval_config(config, project_root=project_root, plugin_dirs=plugin_dir)
     written = provision_workspace(case_dir, target, cfg, warn=warn)

@@ -15,6 +15,7 @@ own) and the command follows the import job to its end.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,6 +25,7 @@ from rich.markup import escape
 
 from caseshelf.cli.common import (
     client,
+    dumps,
     emit,
     fields_table,
     note,
@@ -114,9 +116,9 @@ WaitOpt = Annotated[
 
 
 def load_recipe_file(path: Path) -> dict[str, Any]:
-    import yaml
+    import yaml  # lazy: ~20 ms, only a --recipe file is YAML
 
-    from caseshelf.domain.boundedyaml import load_yaml
+    from caseshelf.domain.boundedyaml import load_yaml  # lazy: ~12 ms more, as yaml
 
     try:
         doc = load_yaml(path.read_text(encoding="utf-8"), timestamps=True)
@@ -147,8 +149,8 @@ def with_id_field(spec: str | dict[str, Any], id_field: str | None) -> str | dic
 def _draft_source(sources: str | list[str], kind: str | None) -> tuple[str, dict[str, Any]]:
     """(a dataset id, the draft recipe's source) for SOURCE: its name and kind (a directory's
     from the first file in it whose name tells)."""
-    from caseshelf.domain.recipe_draft import draft_name
-    from caseshelf.services.imports import kind_of
+    from caseshelf.domain.recipe_draft import draft_name  # lazy: ~10 ms, drafts only
+    from caseshelf.services.imports import kind_of  # lazy: ~40 ms, drafts only
 
     source = sources if isinstance(sources, str) else sources[0]
     if kind is None and Path(source).is_dir():
@@ -164,7 +166,7 @@ def _draft_source(sources: str | list[str], kind: str | None) -> tuple[str, dict
 def draft(source: str | list[str], body: dict[str, Any], id_field: str | None) -> dict[str, Any]:
     """A recipe drafted from the fields of SOURCE's first rows (`caseshelf preview` without
     `--recipe`), and the preview of its cases: `{recipe, preview}`."""
-    from caseshelf.domain.recipe_draft import draft_recipe
+    from caseshelf.domain.recipe_draft import draft_recipe  # lazy: ~10 ms, drafts only
 
     name, src = _draft_source(source, body["source"].get("kind"))
     rest = {k: v for k, v in body.items() if k != "source"}
@@ -176,7 +178,7 @@ def draft(source: str | list[str], body: dict[str, Any], id_field: str | None) -
 
 
 def _kind_or_none(name: str) -> str | None:
-    from caseshelf.services.imports import kind_of
+    from caseshelf.services.imports import kind_of  # lazy: ~40 ms, drafts only
 
     try:
         return kind_of(name)
@@ -185,9 +187,7 @@ def _kind_or_none(name: str) -> str | None:
 
 
 def _show_draft(sources: list[str], out: dict[str, Any]) -> None:
-    import shlex
-
-    import yaml
+    import yaml  # lazy: ~20 ms, drafts only
 
     recipe, p = out["recipe"], out["preview"]
     source = " ".join(sources)
@@ -422,8 +422,6 @@ def preview(
     out = wire(client().preview(body["source"], recipe=body["recipe"], **rest))
 
     def render(p: dict[str, Any]) -> None:
-        from caseshelf.cli.common import dumps
-
         say(f"[bold]fields[/]  {escape(', '.join(p['fields']))}")
         failed = {err["row"]: err["detail"] for err in p["errors"]}
         cases = iter(p["cases"])

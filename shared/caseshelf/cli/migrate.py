@@ -31,7 +31,7 @@ def migrate(
     """Rewrite legacy dataset YAML to the envelope (keeps comments and key order).
 
     Files that are not datasets are left untouched; see docs/migration.md."""
-    from caseshelf.services.migrate import migrate_paths, summarise
+    from caseshelf.services.migrate import migrate_paths, summarise  # lazy: ruamel, ~25 ms
 
     results = migrate_paths(paths or [Path()], check=check)
     lines, code = summarise(results, check=check)

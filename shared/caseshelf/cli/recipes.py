@@ -71,7 +71,7 @@ def get(
     out = wire(client().recipe(ref))
 
     def render(o: dict[str, Any]) -> None:
-        import yaml
+        import yaml  # lazy: ~20 ms, `recipes get` only
 
         note(f"{o['id']}@{o['version']} from {o['owner']}  {short(o['content_digest'])}")
         say(escape(yaml.safe_dump(o["recipe"], sort_keys=False, allow_unicode=True).rstrip()))

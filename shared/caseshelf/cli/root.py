@@ -1,6 +1,6 @@
 """The `caseshelf` typer app: the root callback, the common options every command takes
 (`command`), and the run that turns errors into exit codes. What commands share at run time
-(state, client, output) is `caseshelf.cli.common`, which needs neither typer nor rich to start.
+(state, client, output) is `caseshelf.cli.common`, which needs no rich to start.
 
 Option and argument types (`Annotated[...]` aliases) must be defined at module level: commands'
 annotations are resolved against their module's globals.
@@ -16,6 +16,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from caseshelf import __version__
 from caseshelf.cli.common import begin, fail, failed, state
 
 try:  # typer vendors click and names its exception base TyperException; older ones use click's
@@ -135,8 +136,6 @@ def command(
 
 def _print_version(value: bool) -> None:
     if value:
-        from caseshelf import __version__
-
         print(f"caseshelf {__version__}")
         raise typer.Exit(0)
 
@@ -191,7 +190,7 @@ def abort(message: str) -> NoReturn:
 def _usage_error(exc: Any) -> None:
     """A usage error as typer renders it (a panel with the usage line), or one plain line."""
     try:
-        from typer import rich_utils
+        from typer import rich_utils  # lazy: ~80 ms, for a usage error only
 
         rich_utils.rich_format_error(exc)
     except Exception:  # any other typer/click: keep the message, lose the styling

@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import orjson
 import typer
 from rich.markup import escape
+from rich.text import Text
 
 from caseshelf.cli.common import client, emit, json_mode, note, out_console, say, short, wire
 from caseshelf.cli.registry import BumpKind, parse_ref, parse_version
@@ -170,8 +171,6 @@ class DiffView:
 
     def line(self, indent: str, sign: str, style: str, segments: list[Segment]) -> None:
         """One `sign` line of `segments`: each run styled (colour) or marked (plain)."""
-        from rich.text import Text
-
         if not self.full:
             segments = around_changes(segments, CONTEXT)
         if not self.color:
@@ -190,7 +189,8 @@ class DiffView:
         console = out_console()
         if console.is_terminal:
             return console
-        from rich.console import Console  # --color off a terminal: styles all the same
+        # --color off a terminal: styles all the same
+        from rich.console import Console  # lazy: ~35 ms these commands start without
 
         return Console(force_terminal=True, soft_wrap=True)
 

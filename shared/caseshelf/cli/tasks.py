@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import tarfile
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ from typing import Annotated, Any
 import typer
 
 from caseshelf.cli.common import client, emit, fields_table, note, say, state, wire
-from caseshelf.cli.imports import WaitOpt
+from caseshelf.cli.imports import WaitOpt, upload_and_follow
 from caseshelf.cli.root import command
 from caseshelf.domain.errors import BadRequest
 
@@ -35,7 +36,10 @@ class TaskFormat(StrEnum):
 
 
 def _register_tasks(path: str, fmt: str, options: dict[str, Any]) -> dict[str, Any]:
-    from caseshelf.services.tasks import build_task_dataset, read_path
+    from caseshelf.services.tasks import (  # lazy: ~55 ms off the start-up of help
+        build_task_dataset,
+        read_path,
+    )
 
     c = client()
     if path.startswith("s3://"):
@@ -53,9 +57,7 @@ def _pack_directory(root: Path, dest: Path) -> None:
     symlink that resolves inside `root` stored as a copy, any other link refused, regular files
     only, permission bits kept. Owners and times are left out, so the archive says only what
     the import reads."""
-    import tarfile
-
-    from caseshelf.services.tasks import walk_tree
+    from caseshelf.services.tasks import walk_tree  # lazy: ~55 ms off the start-up of help
 
     root = root.resolve()
     with tarfile.open(dest, "w:gz", compresslevel=6, format=tarfile.PAX_FORMAT) as tar:
@@ -66,8 +68,6 @@ def _pack_directory(root: Path, dest: Path) -> None:
 def _add_file(tar: Any, root: Path, rel: str, path: Path) -> None:
     """Add the regular file at `path` to `tar` as `rel`, with its size and permission bits, as
     the file opened (not a path looked up twice); anything else is refused naming it."""
-    import tarfile
-
     with path.open("rb") as fh:
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode):
@@ -85,8 +85,6 @@ def _pack_case_tree(root: Path, subtrees: list[Path], dest: Path) -> None:
     (the server applies the listed-symlink rule to it as a local import does) and its target
     file goes along; any other symlink is left out with a warning, as a local import leaves it
     out."""
-    import tarfile
-
     root = root.resolve()
     seen: set[str] = set()
     with tarfile.open(dest, "w:gz", compresslevel=6, format=tarfile.PAX_FORMAT) as tar:
@@ -127,7 +125,7 @@ def _pack_case_tree(root: Path, subtrees: list[Path], dest: Path) -> None:
 def _case_tree_parts(eval_yaml: Path, project_root: Path | None) -> tuple[Path, list[Path]]:
     """(project root, what of it to upload) for a case-directory tree: the eval directory and
     every `{dest, source}` source inside the project root."""
-    from caseshelf.services.workspace import SharedSpec, load_eval_config
+    from caseshelf.services.workspace import SharedSpec, load_eval_config  # lazy: ~30 ms off help
 
     config = load_eval_config(eval_yaml, project_root=project_root)
     root = config.project_root
@@ -150,10 +148,10 @@ def _archive_of(path: Path, fmt: str, project_root: Path | None = None) -> Itera
     `<name>.tar.gz`. For case-dirs (an `eval.yaml` or its directory) the archive holds the
     project as the server must see it: the eval directory and the shared sources at their paths
     under the project root (`services.workspace.project_root_of`, or `--project-root`)."""
-    from caseshelf.services.tasks import archive_kind
+    from caseshelf.services.tasks import archive_kind  # lazy: ~55 ms off the start-up of help
 
     if fmt == "case-dirs" and archive_kind(path.name) is None:
-        from caseshelf.services.casedirs import find_eval_yaml
+        from caseshelf.services.casedirs import find_eval_yaml  # lazy: ~25 ms, case-dirs only
 
         eval_yaml = find_eval_yaml(path)
         root, parts = _case_tree_parts(eval_yaml, project_root)
@@ -186,8 +184,6 @@ def _upload_tasks(
 ) -> dict[str, Any]:
     """With --api: a local tree through an upload and its import job, answered like a local
     import (plus `job_id`)."""
-    from caseshelf.cli.imports import upload_and_follow
-
     body: dict[str, Any] = {"kind": "tasks", "format": fmt}
     body.update({k: v for k, v in options.items() if v is not None and v is not False and v != ""})
     with _archive_of(Path(path).expanduser(), fmt, project_root) as archive:
@@ -266,7 +262,7 @@ def import_tasks(
     if state().api and not path.startswith("s3://"):
         result = _upload_tasks(path, format.value, options, wait, project_root)
     elif format == TaskFormat.case_dirs:
-        from caseshelf.services.casedirs import build_case_dir_dataset
+        from caseshelf.services.casedirs import build_case_dir_dataset  # lazy: ~25 ms, as above
 
         built = build_case_dir_dataset(
             path,

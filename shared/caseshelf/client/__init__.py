@@ -76,7 +76,7 @@ def connect(
             retries=retries,
         )
         return Client(http)
-    from caseshelf.bootstrap import load_settings
+    from caseshelf.bootstrap import load_settings  # lazy: ~250 ms an HTTP client never needs
 
     settings = load_settings(
         environ,

@@ -672,7 +672,7 @@ class _RowFile:
         self._pending: deque[Future[Any]] = deque()
         if fmt == "parquet":
             require("pyarrow", "the parquet export format")
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # lazy: optional [parquet] extra, ~150 ms, parquet only
 
             self._parquet = pq.ParquetWriter(str(path), parquet_schema(), compression="zstd")
         else:

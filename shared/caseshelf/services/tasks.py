@@ -57,8 +57,10 @@ from caseshelf.services.archives import (
     read_zip,
 )
 from caseshelf.services.archives import clean_member as _clean_member
+from caseshelf.services.casedirs import build_case_dir_dataset
 from caseshelf.services.objectio import open_object
 from caseshelf.services.staging import ensure_room, staged_bytes
+from caseshelf.services.workspace import load_eval_config, project_root_of
 
 FORMATS = (TERMINAL_BENCH, HARBOR)
 CASE_DIRS = "case-dirs"
@@ -505,7 +507,7 @@ def import_task_tree(
     **options: Any,
 ) -> tuple[Any, list[Skipped]]:
     """Build the dataset of a tree and register it; (register result, skipped tasks)."""
-    from caseshelf.services.registry import parse_dataset
+    from caseshelf.services.registry import parse_dataset  # lazy: ~35 ms; CLI packing skips
 
     built = build_task_dataset(tree, fmt, **options)
     return registry.register(identity, parse_dataset(built.body)), built.skipped
@@ -577,7 +579,7 @@ def register_extracted(
     second maps the valid ones again and streams them into the registry in path order, so the
     version is the one the same tree held in memory registers. `via` (how it came) and `upload`
     (the uploaded file's name and digest) are stamped in `produced_by`."""
-    from caseshelf.services.registry import parse_head
+    from caseshelf.services.registry import parse_head  # lazy: ~35 ms; CLI packing skips
 
     progress = progress if progress is not None else TaskProgress()
     plan = plan_tasks(
@@ -680,9 +682,6 @@ def case_dirs_from_tree(
     was read, links already copies) is written to a private temporary directory and read like a
     local one; `dataset.path` and `runner.plugin_dirs` must stay inside it, so an archive never
     reads the server's own files."""
-    from caseshelf.services.casedirs import build_case_dir_dataset
-    from caseshelf.services.workspace import load_eval_config, project_root_of
-
     evals = sorted(p for p in tree.files if _top_eval(p))
     if not evals:
         raise BadRequest(f"{tree.name}: no eval.yaml at the top of the archive", field="archive")
@@ -927,7 +926,7 @@ class TaskImportService:
         via: str | None,
         upload: Mapping[str, Any] | None,
     ) -> TaskImportResult:
-        from caseshelf.services.registry import parse_dataset
+        from caseshelf.services.registry import parse_dataset  # lazy: ~35 ms; CLI packing skips
 
         held = Tree(tree.name, links=dict(tree.links))
         for path, mode in tree.modes.items():
