@@ -53,7 +53,9 @@ from caseshelf import bootstrap, ui
 from caseshelf.api.cors import preflight_headers
 from caseshelf.api.localguard import LocalGuard, Refusal
 from caseshelf.bootstrap import Settings
+from caseshelf.domain.answers import escaped_size
 from caseshelf.domain.downloads import attachment
+from caseshelf.domain.errors import CaseshelfError
 from caseshelf.gateway import (
     LOCAL_BUCKET,
     STAGE,
@@ -254,7 +256,7 @@ class DevServer(ThreadingHTTPServer):
 
     def openapi_document(self) -> bytes:
         if self._openapi is None:
-            from caseshelf.api.openapi import merged_schema
+            from caseshelf.api.openapi import merged_schema  # lazy: ~180 ms, /openapi.json only
 
             with self.openapi_lock:
                 if self._openapi is None:
@@ -307,7 +309,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         close: bool = False,
         **fields: Any,
     ) -> None:
-        from caseshelf.api.errors import PROBLEM_JSON, dumps, problem
+        from caseshelf.api.errors import PROBLEM_JSON, dumps, problem  # lazy: ~100 ms off start-up
 
         body = dumps(problem(status, detail, **fields)).encode("utf-8")
         self._send(status, body, [("Content-Type", PROBLEM_JSON), *(headers or [])], close=close)
@@ -385,8 +387,6 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return None
         body = self.rfile.read(length) if length > 0 else b""
         if body:
-            from caseshelf.domain.answers import escaped_size
-
             try:
                 size = escaped_size(body)
             except UnicodeDecodeError:  # bytes: base64 in the event, as API Gateway sends them
@@ -400,7 +400,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         """Answer the 413 of a body over the limit. The `unread` rest of the body is drained
         first when small enough, so the client reads the answer instead of a reset
         connection; else the connection closes."""
-        from caseshelf.api.app import too_large
+        from caseshelf.api.app import too_large  # lazy: ~180 ms off serve's start-up
 
         drain = unread <= DRAIN_LIMIT
         left = unread if drain else 0
@@ -428,7 +428,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
     ) -> None:
         """Answer an upload that is not taken; its body is drained when small enough, so the
         client reads the answer instead of a reset connection, else the connection closes."""
-        from caseshelf.api.errors import PROBLEM_JSON, dumps, problem
+        from caseshelf.api.errors import PROBLEM_JSON, dumps, problem  # lazy: ~100 ms off start-up
 
         drain = 0 <= length <= DRAIN_LIMIT
         left = length if drain else 0
@@ -476,8 +476,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def _upload(self, token: str) -> None:
         """`PUT /_uploads/<token>`: the embedded store's stand-in for a presigned S3 PUT."""
-        from caseshelf.api.errors import status_of
-        from caseshelf.domain.errors import CaseshelfError
+        from caseshelf.api.errors import status_of  # lazy: ~100 ms off serve's start-up
 
         store = bootstrap.services().store
         receive = getattr(store, "receive_upload", None)
@@ -519,8 +518,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         """`GET /_downloads/<token>`: the embedded store's stand-in for a presigned S3 GET. The
         object is streamed as it is, named as the token says (`<dataset>-<version>.<ext>` for a
         version's or an export's download), else after its key."""
-        from caseshelf.api.errors import status_of
-        from caseshelf.domain.errors import CaseshelfError
+        from caseshelf.api.errors import status_of  # lazy: ~100 ms off serve's start-up
 
         if self._read_body() is None:
             return

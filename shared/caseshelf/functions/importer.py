@@ -48,6 +48,7 @@ from caseshelf.api.routes import (
 from caseshelf.domain.recipe import Recipe
 from caseshelf.functions import IMPORT_DEAD_LETTER_QUEUE
 from caseshelf.services.bulk import gc_paused
+from caseshelf.services.bundles import import_bundle as apply_bundle
 from caseshelf.services.imports import ImportRequest
 from caseshelf.services.jobs import UploadRequest
 
@@ -210,10 +211,8 @@ def register_recipe(body: Annotated[Recipe, Body()]) -> Response[out.RecipeRegis
     responses=problems(400, 403, 413, 507),
 )
 def import_bundle(body: Annotated[dict[str, Any], Body()]) -> out.BundleOut:
-    from caseshelf.services.bundles import import_bundle as apply
-
     s = svc()
-    plan, items = apply(s.registry, s.recipes, current_identity(app), body)
+    plan, items = apply_bundle(s.registry, s.recipes, current_identity(app), body)
     count("BundlesImported")
     return out.bundle_out(plan, items)
 
