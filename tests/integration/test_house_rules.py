@@ -163,7 +163,7 @@ UNMARKED_LAZY_IMPORTS: dict[str, int] = {
     "client/cache.py": 1,
     "client/frames.py": 2,
     "client/pins.py": 2,
-    "client/transport.py": 20,
+    "client/transport.py": 19,
     "devserver.py": 9,
     "domain/lockfile.py": 1,
     "functions/importer.py": 1,
