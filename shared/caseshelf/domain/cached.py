@@ -128,7 +128,7 @@ _CASE_ID = re.compile(rb'"id":("[^"\\]*(?:\\.[^"\\]*)*")')
 
 def document_content(body: bytes) -> tuple[VersionContent, str] | None:
     """A download document's content and the content digest its records make, cut out of its
-    bytes unparsed: a fifth of the time of `fetched_content`. None where that cannot be done
+    bytes unparsed: a quarter of the CPU of `fetched_content`. None where that cannot be done
     (inline case files, not a canonical document): parse it then. The cut is proved by the
     digest alone, so a caller compares it with the one it expects and parses on a mismatch."""
     end = body.rfind(_AFTER_CASES)
@@ -142,35 +142,43 @@ def document_content(body: bytes) -> tuple[VersionContent, str] | None:
     records[-1] = records[-1][: len(records[-1]) - tail]
     if records == [b""]:
         records = []
-    raw_ids = []
+    ids = []
     for record in records:
         found = _CASE_ID.search(record)  # its own id, unless a key sorted before it holds one
         if found is None:
             return None
-        raw_ids.append(found.group(1))
+        ids.append(found.group(1))
     try:
-        ids = orjson.loads(b"[" + b",".join(raw_ids) + b"]")
         content = _content(orjson.loads(b"{" + body[end + 2 :]), records, {})
     except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError, Corrupt):
         return None
-    return content, _digest(content, ids)[0]
+    return content, _digest_as_written(content, ids)
+
+
+def _digest_as_written(content: VersionContent, ids: list[bytes]) -> str:
+    """The content digest of `content` whose records have these ids, each as JSON as its record
+    holds it: the pairs hashed are written as bytes, so no tuple a case is made (100,000 of them
+    had the collector pass over every object of the process, 0.1 s)."""
+    sha = hashlib.sha256
+    pairs = [
+        b"[" + i + b',"sha256:' + sha(r).hexdigest().encode() + b'"]'
+        for i, r in zip(ids, content.records, strict=True)
+    ]
+    digester = ContentDigester(
+        description=content.description, tags=content.tags, shared_files=content.shared_files
+    )
+    digester.add_encoded(b",".join(pairs))
+    return digester.digest()
 
 
 def _digested(content: VersionContent, cases: list[dict[str, Any]]) -> Verified:
-    digest, case_digests = _digest(content, [c["id"] for c in cases])
-    return Verified(digest, cases, case_digests)
-
-
-def _digest(content: VersionContent, ids: Sequence[str]) -> tuple[str, list[str]]:
-    """The content digest of `content` whose records have these case ids, and each record's
-    digest (hex)."""
     sha = hashlib.sha256
     digests = [sha(r).hexdigest() for r in content.records]
     digester = ContentDigester(
         description=content.description, tags=content.tags, shared_files=content.shared_files
     )
-    digester.add([(i, "sha256:" + d) for i, d in zip(ids, digests, strict=True)])
-    return digester.digest(), digests
+    digester.add([(c["id"], "sha256:" + d) for c, d in zip(cases, digests, strict=True)])
+    return Verified(digester.digest(), cases, digests)
 
 
 def verify_records(
