@@ -4,6 +4,9 @@ followed, and a body cut short an error, never a short download that looks whole
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
+import ssl
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -97,3 +100,66 @@ def test_a_server_that_is_not_there_is_upstream(tmp_path: Path) -> None:
     refused = pytest.raises(Upstream, match=f"cannot fetch 127.0.0.1:{port}")
     with refused, get_url(f"http://127.0.0.1:{port}/whole", 1 << 20, timeout=30):
         pass
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 that no certificate store trusts, and its key."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+def test_https_verifies_the_certificate_as_httpx_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, key = _self_signed(tmp_path)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"https://127.0.0.1:{srv.server_address[1]}/whole"
+    try:
+        # A certificate nobody vouches for is refused (certifi's store, as httpx's)
+        for name in ("SSL_CERT_FILE", "SSL_CERT_DIR"):
+            monkeypatch.delenv(name, raising=False)
+        refused = pytest.raises(Upstream, match="CERTIFICATE_VERIFY_FAILED")
+        with refused, get_url(url, 1 << 20, timeout=30):
+            pass
+        # SSL_CERT_FILE names the store to trust, as it does for httpx
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        with get_url(url, 1 << 20, timeout=30) as (length, pieces):
+            assert (length, b"".join(pieces)) == (len(BODY), BODY)
+    finally:
+        srv.shutdown()
+        srv.server_close()
