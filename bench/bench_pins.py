@@ -17,7 +17,9 @@ sides alternate, and each figure is the median over `--runs` rounds:
    separate process, real HTTP; the AWS backend, its bucket and table on that server) into an
    empty cache ÷ `aws s3 cp` of the version's jsonl export from the same server. Target <= 1.5.
    Both artifacts exist before the timing starts (the export was written, the download document
-   rendered once by an untimed sync).
+   rendered once by an untimed sync). Both sides run from compiled bytecode, as installed
+   packages do: an untimed run of each writes it to a private cache dir (an editable checkout
+   under PYTHONDONTWRITEBYTECODE would otherwise compile every module of ours on every run).
 
 Usage: python bench/bench_pins.py [--cases N] [--pins N] [--runs R] [--only load,check,sync]
 """
@@ -242,11 +244,14 @@ def sync_part(work: Path, n: int, runs: int) -> dict[str, Any]:
              f"s3://{bucket}/jsonl"], work, env)  # fmt: skip
         evals = repo(work, "evals-sync")
         run([*CLI, "pin", "gsm8k-bench@1.0.0"], evals, env)
+        env.update({"PYTHONPYCACHEPREFIX": str(work / "pycache"), "PYTHONDONTWRITEBYTECODE": ""})
         warm = {**env, "CASESHELF_CACHE": str(work / "cache-warm")}
         run([*CLI, "sync"], evals, warm)  # renders the download document once, untimed
+        copy = work / "copy.jsonl"
+        cp = [*aws, "s3", "cp", "--quiet", f"s3://{bucket}/jsonl/cases.jsonl", str(copy)]
+        run(cp, evals, env)  # untimed too: both sides' bytecode is written
         cache = work / "cache-sync"
         env["CASESHELF_CACHE"] = str(cache)
-        copy = work / "copy.jsonl"
 
         def empty() -> None:
             shutil.rmtree(cache, ignore_errors=True)
@@ -257,7 +262,7 @@ def sync_part(work: Path, n: int, runs: int) -> dict[str, Any]:
         alternate(
             runs,
             (ours, [*CLI, "sync"]),
-            (base, [*aws, "s3", "cp", "--quiet", f"s3://{bucket}/jsonl/cases.jsonl", str(copy)]),
+            (base, cp),
             evals,
             env,
             before=empty,

@@ -9,7 +9,9 @@ import pytest
 
 import caseshelf
 from caseshelf.client import Client
+from caseshelf.client import pins as pins_module
 from caseshelf.client.cache import Cache, CacheWarning
+from caseshelf.domain.cached import VersionContent, document_content
 from caseshelf.domain.errors import BadRequest, NotFound
 from caseshelf.domain.lockfile import LockError
 from tests.helpers import dev_server, http_call
@@ -140,6 +142,50 @@ def test_a_corrupted_cache_entry_is_fetched_again(cs: Client, repo: Path) -> Non
         got = cs.load("gsm", lock=lock)
     assert got == V1
     assert cs.cache.get(pin.digest) is not None  # cached again, whole
+
+
+SHAPES = {
+    # cut out of the document's bytes
+    "plain": [
+        {"id": f"p{i}", "inputs": {"user": f'say "{i}" ' + '},{"id":"x"}'}} for i in range(30)
+    ],
+    # parsed: inline case files, and lists of objects keyed like a case
+    "files": [{"id": "f0", "files": {"a.txt": {"text": "hi"}, "b.bin": {"base64": "AAE="}}}],
+    "nested": [{"id": "n0", "metadata": {"refs": [{"id": "r1"}, {"id": "r2"}]}}, {"id": "n1"}],
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_sync_caches_what_a_load_caches_whatever_the_document(
+    cs: Client, repo: Path, tmp_path: Path, shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a version of this shape, pinned
+    cs.register(shape, cases=SHAPES[shape], version="1.0.0", description="d")
+    lock = repo / "caseshelf.lock"
+    pin = cs.pin(f"{shape}@1.0.0", lock=lock).pin
+    cuts: list[str | None] = []
+
+    def cut(body: bytes) -> tuple[VersionContent, str] | None:
+        got = document_content(body)
+        cuts.append(None if got is None else got[1])
+        return got
+
+    monkeypatch.setattr(pins_module, "document_content", cut)
+    # When one cache is filled by a sync and another by a load
+    synced = cs.sync(lock=lock)
+    assert [p.source for p in synced.pins] == ["registry"]
+    # (the plain document was cut to the pin's digest; the others were not)
+    assert (cuts == [pin.digest]) == (shape == "plain")
+    by_sync = cs.cache.path_of(pin.digest)
+    cs.cache = Cache(tmp_path / "cache-load")
+    cases = cs.load(shape, lock=lock)
+    by_load = cs.cache.path_of(pin.digest)
+    # Then both entries are the same bytes, and they verify to the pinned version
+    names = sorted(p.relative_to(by_load) for p in by_load.rglob("*") if p.is_file())
+    assert names == sorted(p.relative_to(by_sync) for p in by_sync.rglob("*") if p.is_file())
+    assert all((by_sync / n).read_bytes() == (by_load / n).read_bytes() for n in names)
+    assert [c["id"] for c in cases] == [c["id"] for c in SHAPES[shape]]
+    assert Cache(by_sync.parent.parent).get(pin.digest) is not None
 
 
 def test_the_batch_route_answers_every_ref_and_bounds_a_request(cs: Client, repo: Path) -> None:

@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 from caseshelf.client.base import Progress
 from caseshelf.client.jobs import JobsMixin
@@ -16,11 +16,8 @@ from caseshelf.client.refs import parse_ref
 from caseshelf.client.transport import Answer, Http, InProcess, Request, job_error
 from caseshelf.domain.errors import Upstream
 
-if TYPE_CHECKING:
-    pass
-
-
 DOWNLOAD_CHUNK = 1 << 20  # what a streamed download holds at a time
+DEFAULT_TIMEOUT = 120.0  # seconds a download's read may wait (`Http`'s default)
 
 
 @dataclass(frozen=True)
@@ -204,9 +201,10 @@ class DownloadsMixin(JobsMixin):
                 if total is not None:
                     total(size)
                 return _take(iter(lambda: fh.read(DOWNLOAD_CHUNK), b""), target, progress)
-        http = transport if isinstance(transport, Http) else Http(url)
-        with http.stream(url) as resp:
-            length = resp.headers.get("content-length")
-            if total is not None and length is not None and length.isdigit():
-                total(int(length))
-            return _take(resp.iter_bytes(DOWNLOAD_CHUNK), target, progress)
+        from caseshelf.client.urlget import get_url  # lazy: urllib.request, a download's own
+
+        timeout = transport.read_timeout if isinstance(transport, Http) else DEFAULT_TIMEOUT
+        with get_url(url, DOWNLOAD_CHUNK, timeout=timeout) as (length, pieces):
+            if total is not None and length is not None:
+                total(length)
+            return _take(pieces, target, progress)

@@ -31,7 +31,13 @@ from pydantic import BaseModel, ConfigDict
 
 from caseshelf.client.cache import Cache
 from caseshelf.client.refs import DATASET_ID_PATTERN, parse_ref
-from caseshelf.domain.cached import Verified, VersionContent, fetched_content
+from caseshelf.domain.cached import (
+    Verified,
+    VersionContent,
+    document_content,
+    fetched_content,
+    verify_records,
+)
 from caseshelf.domain.errors import BadRequest, CaseshelfError, Corrupt, NotFound
 from caseshelf.domain.lockfile import (
     EMBEDDED,
@@ -501,11 +507,14 @@ class Pins:
                 got = self.cache.get(pin.digest)
                 source: Literal["cache", "registry"] = "cache"
                 if got is None:
-                    content, got = self._fetch(name, pin, where)
+                    content = self._fetch_content(name, pin, where)
                     self.cache.put(pin.digest, content, strict=True)
                     source = "registry"
+                    if pin.subset is not None:  # its selection is checked on the cases
+                        got = verify_records(content.records, **content.meta())
                 done[pin.digest] = source
-                _select(name, pin, got, where)
+                if got is not None:
+                    _select(name, pin, got, where)
             out.append(
                 SyncedOut(
                     name=name,
@@ -532,11 +541,28 @@ class Pins:
     def _fetch(self, name: str, pin: Pin, where: str) -> tuple[VersionContent, Verified]:
         """The pinned version from the registry (its download document), verified against
         the pin's digest."""
+        return self._parsed(name, pin, where, self._download(name, pin, where))
+
+    def _fetch_content(self, name: str, pin: Pin, where: str) -> VersionContent:
+        """`_fetch` without the cases: the records cut out of the document's bytes where their
+        digest is the pin's (`document_content`), else parsed."""
+        body = self._download(name, pin, where)
+        cut = document_content(body)
+        if cut is not None and cut[1] == pin.digest:
+            return cut[0]
+        return self._parsed(name, pin, where, body)[0]
+
+    def _download(self, name: str, pin: Pin, where: str) -> bytes:
         try:
             body = self.client.download(pin.pinned_ref).body
         except CaseshelfError as exc:
             raise _located(exc, where, name) from None
         assert body is not None
+        return body
+
+    def _parsed(
+        self, name: str, pin: Pin, where: str, body: bytes
+    ) -> tuple[VersionContent, Verified]:
         content, got = fetched_content(orjson.loads(body))
         if got.content_digest != pin.digest:
             raise Corrupt(

@@ -15,7 +15,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, redirect_stdout
+from contextlib import redirect_stdout
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
@@ -282,23 +282,10 @@ class Http:
         """Exponential backoff with full jitter."""
         return random.uniform(0, min(self.max_backoff, self.backoff * (2**attempt)))
 
-    @contextmanager
-    def stream(self, url: str) -> Iterator[httpx.Response]:
-        """A GET of any URL (a presigned one: no credentials of ours go with it), streamed."""
-        import httpx
-
-        check_url(url, "url")
-        read, connect = self._timeout
-        try:
-            with httpx.stream(
-                "GET", url, timeout=httpx.Timeout(read, connect=connect), follow_redirects=False
-            ) as resp:
-                if resp.status_code >= 400:
-                    resp.read()
-                    raise problem_error(resp.status_code, resp.content, resp.reason_phrase)
-                yield resp
-        except httpx.TransportError as exc:
-            raise Upstream(f"cannot fetch {urllib.parse.urlsplit(url).netloc}: {exc}") from None
+    @property
+    def read_timeout(self) -> float:
+        """Seconds a read may wait (a download's too: `caseshelf.client.urlget`)."""
+        return self._timeout[0]
 
     def close(self) -> None:
         if "_client" in self.__dict__:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,18 +95,80 @@ def fetched_content(doc: Mapping[str, Any]) -> tuple[VersionContent, Verified]:
             # and the content digest computed from them refuses it.
             records.append(dumps(case))
         cases.append(case)
+    content = _content(doc, records, files)
+    return content, _digested(content, cases)
+
+
+def _content(
+    doc: Mapping[str, Any], records: list[bytes], files: dict[str, bytes]
+) -> VersionContent:
+    """The version around `records`: the document's description, tags and shared files (each
+    inline body back into its digest, kept in `files`)."""
     shared = []
     for f in doc.get("shared_files") or ():
         digest, _ = _stored(_body(f, f"shared file {f.get('dest')}"), files)
         shared.append({"dest": f["dest"], "digest": digest})
-    content = VersionContent(
+    return VersionContent(
         description=str(doc.get("description", "")),
         tags=list(doc.get("tags") or ()),
         shared_files=shared,
         records=records,
         files=files,
     )
-    return content, _digested(content, cases)
+
+
+# Canonical JSON sorts keys: a download document is `{"cases":[`, its cases joined by commas,
+# then `],"description":` and the rest. Outside a string, a comma followed by `{"` and a key ends
+# an object in a list; a case's keys sorted before its required `id` can only be these.
+_HEAD = b'{"cases":['
+_AFTER_CASES = b'],"description":'
+_BETWEEN_CASES = re.compile(rb',(?=\{"(?:env|expectations|files|graders|id)":)')
+_CASE_ID = re.compile(rb'"id":("[^"\\]*(?:\\.[^"\\]*)*")')
+
+
+def document_content(body: bytes) -> tuple[VersionContent, str] | None:
+    """A download document's content and the content digest its records make, cut out of its
+    bytes unparsed: a quarter of the CPU of `fetched_content`. None where that cannot be done
+    (inline case files, not a canonical document): parse it then. The cut is proved by the
+    digest alone, so a caller compares it with the one it expects and parses on a mismatch."""
+    end = body.rfind(_AFTER_CASES)
+    if not body.startswith(_HEAD) or end < len(_HEAD) or body.find(b'"files":{', 0, end) >= 0:
+        return None  # inline case files: their cases are not the stored records
+    records = _BETWEEN_CASES.split(body) if end > len(_HEAD) else [body]
+    tail = len(body) - end  # what the last piece holds after its case
+    if len(records[-1]) < tail or not records[-1].endswith(body[end:]):
+        return None
+    records[0] = records[0][len(_HEAD) :]
+    records[-1] = records[-1][: len(records[-1]) - tail]
+    if records == [b""]:
+        records = []
+    ids = []
+    for record in records:
+        found = _CASE_ID.search(record)  # its own id, unless a key sorted before it holds one
+        if found is None:
+            return None
+        ids.append(found.group(1))
+    try:
+        content = _content(orjson.loads(b"{" + body[end + 2 :]), records, {})
+    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError, Corrupt):
+        return None
+    return content, _digest_as_written(content, ids)
+
+
+def _digest_as_written(content: VersionContent, ids: list[bytes]) -> str:
+    """The content digest of `content` whose records have these ids, each as JSON as its record
+    holds it: the pairs hashed are written as bytes, so no tuple a case is made (100,000 of them
+    had the collector pass over every object of the process, 0.1 s)."""
+    sha = hashlib.sha256
+    pairs = [
+        b"[" + i + b',"sha256:' + sha(r).hexdigest().encode() + b'"]'
+        for i, r in zip(ids, content.records, strict=True)
+    ]
+    digester = ContentDigester(
+        description=content.description, tags=content.tags, shared_files=content.shared_files
+    )
+    digester.add_encoded(b",".join(pairs))
+    return digester.digest()
 
 
 def _digested(content: VersionContent, cases: list[dict[str, Any]]) -> Verified:
@@ -139,6 +202,7 @@ __all__ = [
     "Verified",
     "VersionContent",
     "content_of_document",
+    "document_content",
     "fetched_content",
     "verify_records",
 ]

@@ -138,9 +138,16 @@ class ContentDigester:
         if not case_digests:
             return
         pairs = orjson.dumps(case_digests, option=_OPTS)  # [["id","sha256:..."],...]
+        self.add_encoded(memoryview(pairs)[1:-1])
+
+    def add_encoded(self, pairs: bytes | memoryview) -> None:
+        """`add` of pairs written already: `["<id>","sha256:<hex>"]` in canonical JSON, joined
+        by commas (a caller holding ids as JSON makes no tuple a case)."""
+        if not pairs:
+            return
         if not self._empty:
             self._hash.update(b",")
-        self._hash.update(memoryview(pairs)[1:-1])
+        self._hash.update(pairs)
         self._empty = False
 
     def digest(self) -> str:
