@@ -139,11 +139,7 @@ KNOWN_CIRCLES: list[frozenset[str]] = []
 
 # Imports inside functions without a `# lazy:` reason, by file (relative to shared/caseshelf):
 # how many each holds today.
-UNMARKED_LAZY_IMPORTS: dict[str, int] = {
-    "client/cache.py": 1,
-    "client/pins.py": 2,
-    "client/transport.py": 19,
-}
+UNMARKED_LAZY_IMPORTS: dict[str, int] = {}
 
 # Functions over MAX_FUNCTION_LINES today, as "file:qualified name", each to leave the list as
 # it is split.

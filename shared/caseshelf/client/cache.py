@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import orjson
+from platformdirs import user_cache_path
 from pydantic import BaseModel, ConfigDict
 
 from caseshelf.domain.cached import Verified, VersionContent, verify_records
@@ -72,8 +73,6 @@ def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
     environ = os.environ if env is None else env
     if environ.get(CACHE_ENV):
         return Path(environ[CACHE_ENV]).expanduser()
-    from platformdirs import user_cache_path
-
     return user_cache_path("caseshelf", appauthor=False)
 
 

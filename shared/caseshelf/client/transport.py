@@ -24,12 +24,13 @@ import orjson
 
 from caseshelf.domain.answers import EVENT_BODY_LIMIT, escaped_size
 from caseshelf.domain.errors import BadRequest, CaseshelfError, NotFound, Upstream
+from caseshelf.domain.identity import Identity
+from caseshelf.storehome import placed
 
 if TYPE_CHECKING:
     import httpx
 
     from caseshelf.bootstrap import Services, Settings
-    from caseshelf.domain.identity import Identity
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 # The largest request body sent as it is over HTTP, in bytes as it sits escaped in the Lambda
@@ -127,7 +128,7 @@ def problem_error(status: int, body: bytes, reason: str = "") -> CaseshelfError:
     else:
         text = body.decode("utf-8", "replace").strip()[:300] if body else ""
         detail, fields = f"HTTP {status} {reason}".strip() + (f": {text}" if text else ""), {}
-    from caseshelf.api.errors import STATUS
+    from caseshelf.api.errors import STATUS  # lazy: api.errors ~45 ms (api.dto)
 
     cls = next((c for c, (code, _) in STATUS.items() if code == status), None)
     if cls is not None:
@@ -138,7 +139,7 @@ def problem_error(status: int, body: bytes, reason: str = "") -> CaseshelfError:
 def job_error(job_id: str, error: Any) -> CaseshelfError:
     """The typed error a failed job stands for: the class its `code` names (the same class the
     route would have answered), with the job's detail and fields; else `Upstream`."""
-    from caseshelf.api.errors import STATUS
+    from caseshelf.api.errors import STATUS  # lazy: api.errors ~45 ms (api.dto)
 
     doc = error if isinstance(error, dict) else {}
     detail = doc.get("detail") if isinstance(doc.get("detail"), str) else None
@@ -215,7 +216,7 @@ class Http:
 
     @cached_property
     def _client(self) -> httpx.Client:
-        import httpx
+        import httpx  # lazy: httpx ~80 ms
 
         read, connect = self._timeout
         return httpx.Client(
@@ -249,7 +250,7 @@ class Http:
         return Answer(resp.status_code, dict(resp.headers), resp.content)
 
     def _with_retries(self, idempotent: bool, call: Any) -> httpx.Response:
-        import httpx
+        import httpx  # lazy: httpx ~80 ms
 
         attempt = 0
         while True:
@@ -312,7 +313,7 @@ def put_url(
     """PUT `data` (bytes, or a binary file object of `size` bytes) to a presigned URL (no
     credentials of ours go with it), sent 1 MiB at a time; `progress(n)` is told each piece's
     size as it goes."""
-    import httpx
+    import httpx  # lazy: httpx ~80 ms, the HTTP transport only (an embedded client never loads it)
 
     check_url(url, "upload_url")
     if isinstance(data, bytes | bytearray):
@@ -383,7 +384,7 @@ class InProcess:
 
     @cached_property
     def services(self) -> Services:
-        from caseshelf import bootstrap
+        from caseshelf import bootstrap  # lazy: bootstrap ~35 ms, the embedded transport only
 
         if self._given is not None:
             return self._given
@@ -391,20 +392,23 @@ class InProcess:
 
     @cached_property
     def identity(self) -> Identity:
-        from caseshelf.domain.identity import Identity
-
         s = self.settings
         return Identity(s.tenant, s.principal, frozenset(s.roles))
 
     @cached_property
     def _routes(self) -> tuple[Any, ...]:
-        from caseshelf.gateway import routes_of
+        from caseshelf.gateway import routes_of  # lazy: gateway (powertools) ~10 ms
 
         return routes_of()
 
     def send(self, request: Request) -> Answer:
-        from caseshelf import bootstrap
-        from caseshelf.gateway import FakeLambdaContext, build_event, handler_for, match
+        from caseshelf import bootstrap  # lazy: bootstrap ~35 ms, the embedded transport only
+        from caseshelf.gateway import (  # lazy: gateway (powertools) ~10 ms, embedded only
+            FakeLambdaContext,
+            build_event,
+            handler_for,
+            match,
+        )
 
         raw_path = request.path
         route, params, allowed = match(list(self._routes), request.method, raw_path)
@@ -442,7 +446,7 @@ class InProcess:
         )
         handler = handler_for(route)
         services = self.services
-        from caseshelf.api.errors import RAISE_UNEXPECTED
+        from caseshelf.api.errors import RAISE_UNEXPECTED  # lazy: api.errors ~45 ms
 
         started = time.perf_counter()
         with self._lock, bootstrap.scoped(services), redirect_stdout(_DISCARD):
@@ -451,7 +455,7 @@ class InProcess:
                 result = handler(event, context)
             finally:
                 RAISE_UNEXPECTED.reset(token)
-        from caseshelf.gateway import read_result
+        from caseshelf.gateway import read_result  # lazy: gateway (powertools) ~10 ms
 
         answer = read_result(result)
         log.debug(
@@ -471,8 +475,6 @@ class InProcess:
         (`caseshelf.storehome.placed`)."""
         if self.settings.backend != "local":
             return error
-        from caseshelf.storehome import placed
-
         return placed(error, self.settings.store_home)
 
     def serves(self, url: str) -> bool:
@@ -482,7 +484,7 @@ class InProcess:
     def open_url(self, url: str) -> tuple[BinaryIO, int]:
         """A download URL of this store, opened (the file and its size): the token is checked
         as the local server checks it (`LocalBlobStore.open_download`). The caller closes it."""
-        from caseshelf.adapters.localfs import DOWNLOAD_PATH
+        from caseshelf.adapters.localfs import DOWNLOAD_PATH  # lazy: localfs ~9 ms
 
         token = self._token(url, DOWNLOAD_PATH)
         _, fh, size = self.services.store.open_download(token)  # type: ignore[attr-defined]
@@ -492,9 +494,9 @@ class InProcess:
         """An upload URL of this store: the object written as the local server writes it
         (`LocalBlobStore.receive_upload`), then its object-created event delivered to the
         functions subscribed to the key, in this thread."""
-        from caseshelf import bootstrap
-        from caseshelf.adapters.localfs import UPLOAD_PATH
-        from caseshelf.gateway import (
+        from caseshelf import bootstrap  # lazy: bootstrap ~35 ms, the embedded transport only
+        from caseshelf.adapters.localfs import UPLOAD_PATH  # lazy: localfs ~9 ms
+        from caseshelf.gateway import (  # lazy: gateway (powertools) ~10 ms
             FakeLambdaContext,
             handler_for,
             load_object_rules,
@@ -520,8 +522,8 @@ class InProcess:
         """Deliver what this store's functions queued (an export job's parts) to the function
         consuming each queue, in this thread, as SQS would deliver them (again after a failure,
         then to the dead-letter queue); at most `limit` deliveries. The count delivered."""
-        from caseshelf import bootstrap
-        from caseshelf.gateway import (
+        from caseshelf import bootstrap  # lazy: bootstrap ~35 ms, the embedded transport only
+        from caseshelf.gateway import (  # lazy: gateway (powertools) ~10 ms
             WORKER_TIMEOUT_MS,
             FakeLambdaContext,
             deliver_queued,
