@@ -1,12 +1,14 @@
-"""A warm registry function reading the numbers of one version after another holds a heap that
-stays put: the allocator settings the template gives every function (`MALLOC_MMAP_THRESHOLD_`,
-docs/decisions.md) hand each version's large transient buffers back when they are freed.
+"""A warm registry function reading the numbers of one version after another holds no more memory
+after each: the allocator settings the template gives every function (`MALLOC_MMAP_THRESHOLD_`)
+hand each version's large transient buffers back when they are freed, and X-Ray tracing keeps
+nothing of an invocation (`caseshelf.api.app.make_tracer`; docs/decisions.md).
 
 Measured in a fresh interpreter, the function's process: the registry handler under the
-template's allocator settings and the environment Lambda sets, against a moto server, reading
-`/stats` of each version (every record of it, and the search index made and stored). The figure
-is glibc's own count of the bytes its heap holds from the system (`mallinfo2().arena`) after
-each version; the records are counted, never timed.
+template's allocator settings and the environment Lambda sets (X-Ray tracing active, a new trace
+header for each invocation, no garbage collection forced between them), against a moto server,
+reading `/stats` of each version (every record of it, and the search index made and stored). The
+figure is glibc's own count of the bytes malloc holds from the system (`mallinfo2()`: its heaps'
+`arena` and its mapped blocks' `hblkhd`) after each version; bytes are counted, never timed.
 """
 
 from __future__ import annotations
@@ -40,10 +42,13 @@ except AttributeError:
     GLIBC = False
 
 PROBE = """
-import ctypes, gc, json, os, sys, uuid
+import ctypes, json, os, sys, time, uuid
 
 from tests.lambda_emulation import api_event
+from caseshelf.api.app import tracer
 from caseshelf.functions.registry import lambda_handler
+
+assert tracer is not None, "X-Ray tracing is not active as on Lambda"
 
 
 class MallInfo2(ctypes.Structure):
@@ -74,11 +79,13 @@ class Context:
 heap = []
 for label in sys.argv[1:]:
     event = api_event("GET", "/datasets/{id}/versions/{ref}/stats", {"id": "many", "ref": label})
+    root = f"1-{int(time.time()):08x}-{uuid.uuid4().hex[:24]}"
+    os.environ["_X_AMZN_TRACE_ID"] = f"Root={root};Parent={uuid.uuid4().hex[:16]};Sampled=0"
     answer = lambda_handler(event, Context())
     assert answer["statusCode"] == 200, answer
     assert json.loads(answer["body"])["case_count"] == CASES, answer["body"][:300]
-    gc.collect()
-    heap.append(mallinfo2().arena)
+    held = mallinfo2()
+    heap.append(held.arena + held.hblkhd)
 print(json.dumps(heap))
 """
 
@@ -107,7 +114,8 @@ def function_environment(b: Backend) -> dict[str, str]:
         "CASESHELF_TABLE": b.settings.table,
         "POWERTOOLS_SERVICE_NAME": "caseshelf",
         "POWERTOOLS_LOG_LEVEL": "WARNING",
-        "POWERTOOLS_TRACE_DISABLED": "true",  # no X-Ray daemon here
+        "LAMBDA_TASK_ROOT": str(REPO_ROOT / "functions" / "registry"),
+        "AWS_XRAY_CONTEXT_MISSING": "LOG_ERROR",
         **allocator_settings(),
     }
 
