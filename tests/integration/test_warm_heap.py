@@ -114,6 +114,7 @@ def function_environment(b: Backend) -> dict[str, str]:
         "CASESHELF_TABLE": b.settings.table,
         "POWERTOOLS_SERVICE_NAME": "caseshelf",
         "POWERTOOLS_LOG_LEVEL": "WARNING",
+        # the X-Ray SDK takes its Lambda context (a facade segment per trace header) from this
         "LAMBDA_TASK_ROOT": str(REPO_ROOT / "functions" / "registry"),
         "AWS_XRAY_CONTEXT_MISSING": "LOG_ERROR",
         **allocator_settings(),
