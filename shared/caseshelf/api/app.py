@@ -61,16 +61,17 @@ def tracing_enabled(env: Mapping[str, str] | None = None) -> bool:
     return on_lambda and not env.get("AWS_SAM_LOCAL")
 
 
-# What X-Ray traces besides the handler: the AWS calls (S3, DynamoDB, Secrets Manager), through
-# botocore. Powertools' default patches every library the X-Ray SDK knows, importing each one
-# (requests, sqlite3, httpx, ...) on the cold path whether the function uses it or not.
-TRACED_MODULES = ("botocore",)
-
-
 def make_tracer() -> Tracer | None:
-    """The X-Ray tracer on Lambda; elsewhere none (the X-Ray SDK is the `aws` extra's, and even
-    a disabled Powertools Tracer imports it)."""
-    return Tracer(service=SERVICE, patch_modules=TRACED_MODULES) if tracing_enabled() else None
+    """The X-Ray tracer on Lambda, tracing each invocation (its handler); elsewhere none (the
+    X-Ray SDK is the `aws` extra's, and even a disabled Powertools Tracer imports it).
+
+    No library is patched (`auto_patch=False`): the X-Ray SDK's wrapper of each botocore call
+    keeps an AWS error it records in a local of its own frame, a reference cycle through every
+    caller's frame and its locals, freed only by a full collection of the garbage collector.
+    The registry meets such errors on every first read of a version (a missing kept answer is
+    S3's NoSuchKey), so a warm function kept each version's search index and records alive
+    until then (docs/decisions.md)."""
+    return Tracer(service=SERVICE, auto_patch=False) if tracing_enabled() else None
 
 
 def on_lambda(env: Mapping[str, str] | None = None) -> bool:
