@@ -235,6 +235,26 @@ def test_auxiliary_items(backend: Backend) -> None:
     assert index.get_item("JOB#2", "JOB") == {"state": "new"}
 
 
+def test_rows_of_a_partition_are_listed_in_order_and_deleted(backend: Backend) -> None:
+    index = backend.index
+    # Given rows under one partition key (the running jobs' rows), put out of order
+    assert index.list_items("RUNNING#part-jobs") == []
+    for sk, doc in (("JOB#b", {"n": 2}), ("JOB#a", {"n": 1, "detail": ODD_JSON}), ("JOB#c", {})):
+        index.put_item("RUNNING#part-jobs", sk, doc)
+    index.put_item("RUNNING#queued-jobs", "JOB#z", {"n": 9})
+    # When listed, they come back in sort-key order with their documents, and only them
+    assert index.list_items("RUNNING#part-jobs") == [
+        ("JOB#a", {"n": 1, "detail": ODD_JSON}),
+        ("JOB#b", {"n": 2}),
+        ("JOB#c", {}),
+    ]
+    # And a row deleted (twice: an absent row is no error) is gone; the others stay
+    index.delete_item("RUNNING#part-jobs", "JOB#b")
+    index.delete_item("RUNNING#part-jobs", "JOB#b")
+    assert [sk for sk, _ in index.list_items("RUNNING#part-jobs")] == ["JOB#a", "JOB#c"]
+    assert index.list_items("RUNNING#queued-jobs") == [("JOB#z", {"n": 9})]
+
+
 def test_update_item_with_expectations(backend: Backend) -> None:
     index = backend.index
     index.put_item("JOB#1", "JOB", {"state": "pending", "tries": 0})
