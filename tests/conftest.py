@@ -45,6 +45,7 @@ share_aws_models()  # one parse of the AWS models per test process, not one per 
 # worker is left with a long file when the other has finished.
 SLOW_FIRST = (
     "tests/integration/test_sam_cli.py",  # on a clean clone, the layer's first build: minutes
+    "tests/e2e/test_installed_package.py",  # a wheel built and installed into a virtualenv
     "tests/e2e/test_ui_browser.py",
     "tests/lambda/test_functions.py",  # the functions' cold starts in the Lambda emulation
     "tests/contract/test_chunks_contract.py",
@@ -61,6 +62,9 @@ SLOW_FIRST = (
     "tests/contract/test_crash_injection.py",
     "tests/e2e/test_export_cli.py",
     "tests/integration/test_upload_kinds.py",
+    # ~10 s each, and collected near the end (only the unit tests after them): not left last
+    "tests/lambda/test_cold_start.py",
+    "tests/lambda/test_tmp_limit.py",
 )
 
 
