@@ -21,6 +21,7 @@ from caseshelf import bootstrap
 from caseshelf.adapters.localfs import LocalBlobStore
 from caseshelf.adapters.sqlite import SqliteIndex
 from caseshelf.bootstrap import Services, Settings, build, build_adapters, load_settings
+from caseshelf.client import jobs as client_jobs
 from caseshelf.ports import BlobStore, Index
 from tests.moto_infra import (
     create_bucket,
@@ -90,6 +91,14 @@ def user_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield path
     finally:
         patch.undo()
+
+
+@pytest.fixture(autouse=True)
+def prompt_job_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client in this process looks at a job it follows every 50 ms, not every 0.5 s
+    (`caseshelf.client.jobs.JOB_POLL_SECONDS`): the same looks until the job ends, without a
+    test waiting out most of the last one."""
+    monkeypatch.setattr(client_jobs, "JOB_POLL_SECONDS", 0.05)
 
 
 @pytest.fixture(scope="session")
