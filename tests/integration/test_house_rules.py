@@ -22,6 +22,7 @@ that no longer breaks the rule fails too, so that the list is kept true).
 from __future__ import annotations
 
 import ast
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,7 +39,15 @@ CHECKING_CALLS = frozenset({"raises", "warns", "deprecated_call", "fail", "valid
 
 
 def parsed(root: Path) -> dict[Path, ast.Module]:
-    return {p: ast.parse(p.read_text(encoding="utf-8")) for p in sorted(root.rglob("*.py"))}
+    """Every file under `root`, parsed. The cyclic garbage collector waits while the trees are
+    built: they hold no cycles, and its passes over the growing trees took half the time."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return {p: ast.parse(p.read_text(encoding="utf-8")) for p in sorted(root.rglob("*.py"))}
+    finally:
+        if collecting:
+            gc.enable()
 
 
 @pytest.fixture(scope="module")
