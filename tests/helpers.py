@@ -130,10 +130,11 @@ def importer_api(
     return call_function("importer", ev)
 
 
-def tar_gz(root: Path, arcname: str) -> bytes:
-    """`root` packed as a .tar.gz under `arcname`."""
+def tar_gz(root: Path, arcname: str, *, compresslevel: int = 9) -> bytes:
+    """`root` packed as a .tar.gz under `arcname` (`compresslevel` 0 for random bytes, which
+    deflate only spends time on)."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=compresslevel) as tar:
         tar.add(root, arcname=arcname)
     return buf.getvalue()
 
