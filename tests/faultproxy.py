@@ -34,6 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from tests.serving import server_thread
+
 FAULTS = ("500", "503", "cut")
 _HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade"}
@@ -81,7 +83,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = server_thread(self._server)
 
     @property
     def url(self) -> str:

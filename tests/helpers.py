@@ -26,6 +26,7 @@ from caseshelf import bootstrap
 from caseshelf.api.openapi import load_function
 from caseshelf.bootstrap import load_settings
 from caseshelf.devserver import DevServer, make_server
+from tests.serving import server_thread
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EVENTS = REPO_ROOT / "tests" / "events"
@@ -129,10 +130,11 @@ def importer_api(
     return call_function("importer", ev)
 
 
-def tar_gz(root: Path, arcname: str) -> bytes:
-    """`root` packed as a .tar.gz under `arcname`."""
+def tar_gz(root: Path, arcname: str, *, compresslevel: int = 9) -> bytes:
+    """`root` packed as a .tar.gz under `arcname` (`compresslevel` 0 for random bytes, which
+    deflate only spends time on)."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=compresslevel) as tar:
         tar.add(root, arcname=arcname)
     return buf.getvalue()
 
@@ -146,7 +148,7 @@ def dev_server(home: Path, *, quiet: bool = True, **settings: Any) -> Iterator[D
     principal alice unless `settings` say otherwise)."""
     settings = {"tenant": "acme", "principal": "alice", **settings}
     srv = make_server(load_settings({}, home=str(home), **settings), "127.0.0.1", 0, quiet=quiet)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread = server_thread(srv)
     thread.start()
     try:
         yield srv

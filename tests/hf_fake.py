@@ -24,6 +24,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import orjson
 
+from tests.serving import server_thread
+
 GOOD_TOKEN = "hf_good_token"
 
 
@@ -61,7 +63,7 @@ class FakeHub:
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread = server_thread(self.server)
 
     def add(self, ds: FakeDataset) -> FakeDataset:
         self.datasets[ds.name] = ds

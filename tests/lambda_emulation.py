@@ -54,6 +54,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from tests.moto_infra import ROOT, TEMPLATE, load_template
+from tests.serving import server_thread
 
 # -- Lambda's limits -------------------------------------------------------------------------
 
@@ -345,7 +346,7 @@ class RuntimeApi:
         self.polled = threading.Event()
         self.dead = False
         self.server = _QuietServer(("127.0.0.1", 0), self._handler_class())
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread = server_thread(self.server)
         self._thread.start()
 
     @property

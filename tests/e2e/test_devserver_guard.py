@@ -26,6 +26,7 @@ from caseshelf.devserver import DevServer, make_server, public_url, redact_token
 from caseshelf.domain.errors import BadRequest
 from tests.browser import free_port
 from tests.helpers import REPO_ROOT, http_call, run_cli
+from tests.serving import server_thread
 
 pytestmark = [
     pytest.mark.e2e,
@@ -70,8 +71,6 @@ def guarded_server(
     **settings: Any,
 ) -> Iterator[DevServer]:
     """`caseshelf serve` on a free port of `host` in this process (tenant acme)."""
-    import threading
-
     settings = {"tenant": "acme", "principal": "alice", **settings}
     srv = make_server(
         load_settings({}, home=str(home), **settings),
@@ -81,7 +80,7 @@ def guarded_server(
         allow_hosts=allow_hosts,
         token=token,
     )
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread = server_thread(srv)
     thread.start()
     try:
         yield srv

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.helpers import run_cli, run_main_here
+from tests.serving import server_thread
 
 pytestmark = pytest.mark.e2e
 
@@ -234,15 +235,13 @@ def test_export_script_from_an_eval_yaml_tree_and_from_a_registered_version(
 
 def test_export_through_the_local_api(registered):
     # Given the local API over its own embedded store, with the demo registered through it
-    import threading
-
     from caseshelf import bootstrap
     from caseshelf.devserver import make_server
 
     tmp = registered
     settings = bootstrap.load_settings({}, home=str(tmp / "server-home"))
     server = make_server(settings, "127.0.0.1", 0, quiet=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = server_thread(server)
     thread.start()
     try:
         assert run(tmp, "register", tmp / "demo.json", "--api", server.url).returncode == 0

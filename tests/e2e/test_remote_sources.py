@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 from caseshelf.adapters.sources import SourceReader, smart_opener
 from caseshelf.domain.errors import NotFound
 from caseshelf.domain.recipe import CsvSource, JsonlSource
+from tests.serving import server_thread
 
 pytestmark = pytest.mark.e2e
 
@@ -39,7 +39,7 @@ def server() -> Iterator[str]:
             self.wfile.write(body or b"")
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = server_thread(httpd)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()

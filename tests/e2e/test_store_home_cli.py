@@ -1,7 +1,11 @@
 """The embedded store as users meet it, the `caseshelf` command run as a process (its working
 directory and environment decide the store): a project's `.caseshelf/` found from below it, the
 user's data directory otherwise, `info` and `init`, reads that create nothing, a store path
-that is a file or read-only, and two processes creating one store at once."""
+that is a file or read-only, and two processes creating one store at once.
+
+Where one process has shown how a working directory and environment find the store, the other
+commands on that same store run in this process (`Shell.here`: the same `caseshelf.cli.run`
+with that working directory and environment), saving an interpreter's start-up each."""
 
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from caseshelf.cli import run
 from caseshelf.storehome import project_home
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, run_main_here
 
 pytestmark = pytest.mark.e2e
 
@@ -50,6 +55,14 @@ class Shell:
             timeout=180,
             check=False,
         )
+
+    def here(
+        self, *args: str | Path, cwd: Path, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """The same command in this process, with the same working directory and environment
+        (swapped in for the call, then restored)."""
+        environ = {**self.env, **(env or {})}
+        return run_main_here(run, list(map(str, args)), cwd=cwd, environ=environ, name="caseshelf")
 
 
 @pytest.fixture
@@ -130,12 +143,13 @@ READS = (
 def test_reading_a_store_that_is_not_there_creates_nothing_and_names_it(sh: Shell) -> None:
     work = sh.root / "work"
     work.mkdir()
-    # When every kind of read runs where no store exists yet (the user's, then CASESHELF_HOME's)
+    # When every kind of read runs where no store exists yet (the user's, then CASESHELF_HOME's):
+    # the first as a process of its own, the others in this one, in the same place
     for env, store in ((None, sh.user_store), ({"CASESHELF_HOME": "new/shelf"}, work / "new")):
         assert listed(sh("--json", "ls", cwd=work, env=env)) == []
         assert sh("info", cwd=work, env=env).returncode == 0
-        for args in READS:
-            line = one_error_line(sh(*args, cwd=work, env=env))
+        for n, args in enumerate(READS):
+            line = one_error_line((sh if n == 0 else sh.here)(*args, cwd=work, env=env))
             # Then each answers that the dataset is not in the store, named, not there yet
             assert line.startswith("error: no dataset") and "gsm8k" in line, line
             assert "no store there yet" in line, line
@@ -157,8 +171,8 @@ def test_a_store_path_that_is_a_file_is_a_one_line_error_naming_it(sh: Shell) ->
     work.mkdir()
     (work / "notes.txt").write_text("not a store")
     env = {"CASESHELF_HOME": "notes.txt"}
-    for args in (("ls",), ("get", "arith"), ("register", EXAMPLE), ("info",)):
-        line = one_error_line(sh(*args, cwd=work, env=env))
+    for n, args in enumerate((("ls",), ("get", "arith"), ("register", EXAMPLE), ("info",))):
+        line = one_error_line((sh if n == 0 else sh.here)(*args, cwd=work, env=env))
         assert str(work / "notes.txt") in line and "not a directory" in line, line
         assert "point CASESHELF_HOME at a directory" in line, line
     assert (work / "notes.txt").read_text() == "not a store"

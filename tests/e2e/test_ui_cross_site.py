@@ -13,7 +13,6 @@ Playwright) with `caseshelf serve` as a subprocess on loopback:
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.browser import api, chromium, missing_browser, serve
+from tests.serving import server_thread
 
 pytestmark = [pytest.mark.e2e]
 
@@ -142,7 +142,7 @@ def attacker(server: str) -> Iterator[str]:
     """A second loopback server, on another port: another origin, serving the attack page."""
     handler = type("Handler", (_AttackHandler,), {"page": page_text(ATTACK_PAGE, server).encode()})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = server_thread(httpd)
     thread.start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}"

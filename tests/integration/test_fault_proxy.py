@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 import pytest
+from botocore.retries.standard import ExponentialBackoff
 
 from caseshelf import bootstrap
 from caseshelf.api.errors import status_of
@@ -27,6 +28,7 @@ from caseshelf.bootstrap import Services, build
 from caseshelf.domain.errors import CaseshelfError, NotFound
 from caseshelf.domain.export import MANIFEST_NAME, parse_manifest
 from caseshelf.domain.identity import Identity
+from caseshelf.services import objectio
 from caseshelf.services.imports import parse_import
 from caseshelf.services.pull import pull
 from caseshelf.services.registry import parse_dataset
@@ -185,14 +187,15 @@ def test_a_body_cut_mid_stream_is_read_on_from_where_it_stopped(direct: Backend)
     assert any(r.endswith("-") for r in resumed), proxy.ranges  # the whole GET's rest
 
 
-# One seeded run in the suite; `bench/bench_faults.py` runs the same operations at 10,000 cases
-# for ten rounds.
+# One seeded run in the suite (at 100 cases it rides out 34 faults, 6 of them cut bodies; which
+# requests fault is the seed's, the same every run); `bench/bench_faults.py` runs the same
+# operations at 10,000 cases for ten rounds.
 @pytest.mark.parametrize("seed", [1])
 def test_at_five_percent_faults_every_operation_succeeds(
     direct: Backend, tmp_path: Path, seed: int
 ) -> None:
     with fault_proxy(direct.endpoint_url or "", rate=0.05, seed=seed) as proxy:
-        run = Run(behind(direct, proxy), direct, tmp_path, cases=200)
+        run = Run(behind(direct, proxy), direct, tmp_path, cases=100)
         assert run.register()
         assert run.import_rows()
         assert run.export_version()
@@ -287,6 +290,19 @@ def test_storage_that_stays_down_is_a_503_with_retry_after_naming_the_row_and_th
 def _quiet_retries(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     caplog.set_level("ERROR", logger="caseshelf.services.objectio")
     yield
+
+
+@pytest.fixture(autouse=True)
+def _short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every retry still made, after a hundredth of its wait: botocore's backoff (up to 1, 2,
+    4, 8, 16 s for throttling) and the pause before an object's next attempt (1 s). Which
+    request the proxy faults depends on the seed and the request, never on time, so what is
+    checked is the same; the waits themselves are `bench/bench_faults.py`'s."""
+    backoff = ExponentialBackoff.delay_amount
+    monkeypatch.setattr(
+        ExponentialBackoff, "delay_amount", lambda self, context: backoff(self, context) / 100
+    )
+    monkeypatch.setattr(objectio, "OBJECT_PAUSE_SECONDS", objectio.OBJECT_PAUSE_SECONDS / 100)
 
 
 READS: list[tuple[str, str, dict[str, str] | None]] = [

@@ -9,7 +9,6 @@ import datetime
 import http.server
 import socket
 import ssl
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 
 from caseshelf.adapters.fence import SourceFence, fenced_session
+from tests.serving import server_thread
 
 pytestmark = pytest.mark.integration
 
@@ -126,7 +126,7 @@ def tls_server(tmp_path: Path) -> Iterator[tuple[int, Path, dict[str, Any]]]:
     ctx.sni_callback = sni
     server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
     server.socket = ctx.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = server_thread(server)
     thread.start()
     yield server.server_address[1], cert_path, seen
     server.shutdown()

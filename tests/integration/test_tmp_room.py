@@ -46,7 +46,7 @@ def case_tree(root: Path, name: str, payload: int) -> bytes:
     (case / "input.yaml").write_text("prompt: write the answer to answer.txt\n")
     (case / "data.bin").write_bytes(os.urandom(payload))
     (root / name / "eval.yaml").write_text(f"name: {name}\ndataset:\n  path: cases\n")
-    return tar_gz(root / name, name)
+    return tar_gz(root / name, name, compresslevel=0)
 
 
 def import_upload(
