@@ -50,7 +50,9 @@ def _pip_install(venv: Path, *requirements: str) -> None:
     interpreter (`pip --python`): the virtualenv needs no pip of its own, and the bundled one
     (Python's ensurepip) resolves the extras' requirements several times slower."""
     pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python")]
-    _run([*pip, "install", "-q", "--no-compile", *requirements])
+    # Nothing of this checkout on the path: pip would count a caseshelf it finds as installed.
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHONHOME"}}
+    _run([*pip, "install", "-q", "--no-compile", *requirements], env=env)
 
 
 @pytest.fixture(scope="module")
