@@ -144,8 +144,11 @@ class DevServer(ThreadingHTTPServer):
         return f"http://{host!s}:{port}"
 
     def serve_forever(self, poll_interval: float = 0.5) -> None:
-        """Serve, with the template's scheduled functions running in the background (the jobs'
-        sweep: a job whose worker died with the last server is resumed by the next one)."""
+        """Serve, with the template's scheduled functions run once before the first request
+        (the jobs' sweep: a job whose worker died with the last server is resumed by the next
+        one) and then every `sweep_seconds` in the background. The first sweep runs alone, so
+        no request builds the store's services or imports a function alongside it."""
+        self.run_schedules()
         sweeper = threading.Thread(target=self._sweep, name="schedules", daemon=True)
         sweeper.start()
         try:
@@ -155,10 +158,8 @@ class DevServer(ThreadingHTTPServer):
             sweeper.join(timeout=30)
 
     def _sweep(self) -> None:
-        while True:
+        while not self._stopping.wait(self.sweep_seconds):
             self.run_schedules()
-            if self._stopping.wait(self.sweep_seconds):
-                return
 
     def run_schedules(self) -> None:
         """Run every scheduled function once, now (and wait for it), then deliver what they

@@ -114,7 +114,10 @@ def test_the_local_server_logs_requests_as_lines_and_prints_no_metrics(tmp_path:
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
-        env=environ(CASESHELF_HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1"),
+        # (faulthandler: a server that does not stop shows its threads, below)
+        env=environ(
+            CASESHELF_HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1"
+        ),
     )
     try:
         assert proc.stdout is not None
@@ -130,7 +133,11 @@ def test_the_local_server_logs_requests_as_lines_and_prints_no_metrics(tmp_path:
         assert http_call(f"{url}/datasets", "POST", doc).status == 201
     finally:
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler writes every thread's stack
+            pytest.fail(f"the server did not stop on SIGINT; its threads:\n{proc.communicate()[1]}")
     # Then neither stream carries a metric blob or a JSON log document
     assert_human(err)
     assert "_aws" not in out and json_documents(out) == [], out
