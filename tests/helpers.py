@@ -298,3 +298,45 @@ def _text(stream: io.TextIOWrapper) -> str:
     raw = stream.buffer
     assert isinstance(raw, io.BytesIO)
     return raw.getvalue().decode("utf-8", errors="replace")
+
+
+def self_signed_cert(where: Path, name: str) -> tuple[Path, Path]:
+    """A certificate for `name` (a DNS name, or an IP address) that no certificate store
+    trusts, and its key, written as PEM files in `where`: (certificate, key)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    try:
+        alt: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        alt = x509.DNSName(name)
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([alt]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = where / "cert.pem", where / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path

@@ -5,7 +5,6 @@ connection still speaks to the server by its name (SNI, certificate, `Host`)."""
 
 from __future__ import annotations
 
-import datetime
 import http.server
 import socket
 import ssl
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from caseshelf.adapters.fence import SourceFence, fenced_session
+from tests.helpers import self_signed_cert
 from tests.serving import server_thread
 
 pytestmark = pytest.mark.integration
@@ -74,35 +74,7 @@ def test_a_dns_answer_that_turns_to_loopback_after_the_check_reaches_nothing(
 def tls_server(tmp_path: Path) -> Iterator[tuple[int, Path, dict[str, Any]]]:
     """An HTTPS server on loopback with a certificate for `data.example` only; it records the
     SNI name and the `Host` header it was sent."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "data.example")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("data.example")]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    cert_path, key_path = self_signed_cert(tmp_path, "data.example")
     seen: dict[str, Any] = {}
 
     class Handler(http.server.BaseHTTPRequestHandler):
