@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -168,3 +172,34 @@ def test_unknown_route_is_404_and_wrong_method_405(server: DevServer) -> None:
     wrong = call(server, "PATCH", "/datasets")
     assert wrong.status == 405
     assert wrong.headers["Allow"] == "GET, POST"
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_serve_stops_cleanly_on_sigterm_and_on_sigint_even_when_started_ignoring_it(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
+    # Given `caseshelf serve` started as a background job is (SIGINT ignored, inherited)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASESHELF_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "caseshelf.cli", "serve", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**env, "CASESHELF_HOME": str(tmp_path / "home"), "PYTHONUNBUFFERED": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        assert proc.stdout is not None
+        url = re.search(r"http://\S+", proc.stdout.readline())
+        assert url, proc.stderr.read() if proc.stderr else ""
+        assert http_call(f"{url.group(0)}/datasets").status == 200
+        # When it is sent the signal a process manager (or Ctrl-C) sends
+        proc.send_signal(stop)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    # Then it stops as on Ctrl-C: exit 0, no traceback
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err

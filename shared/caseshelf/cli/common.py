@@ -6,6 +6,7 @@ stderr). Rich is imported with the first line drawn, the client with the first c
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from contextlib import contextmanager
 from functools import cache
@@ -35,6 +36,15 @@ def own_process() -> None:
     """Say that this process is the command's own: its logging is the command's to set."""
     global _owns_process
     _owns_process = True
+
+
+def stop_on_signals() -> None:
+    """In the command's own process, SIGTERM (what `docker stop` and Kubernetes send) and
+    SIGINT stop a long-running command as Ctrl-C does, also where the process was started with
+    SIGINT ignored (a job started in the background inherits that)."""
+    if _owns_process:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.default_int_handler)
 
 
 # -- the options' state and the client --------------------------------------------------------

@@ -25,6 +25,7 @@ from caseshelf.cli.common import (
     say,
     short,
     state,
+    stop_on_signals,
     table,
     warn,
     wire,
@@ -599,6 +600,7 @@ def serve(
         from caseshelf import devserver  # lazy: ~200 ms, serve only
     except ImportError as exc:
         abort(f"the local server is not available: {exc}")
+    stop_on_signals()
     devserver.serve(st.settings(), host, port, allow_hosts=allow_host or (), token=token)
 
 
