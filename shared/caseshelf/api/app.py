@@ -22,8 +22,8 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import orjson
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -108,6 +108,31 @@ _metrics_lock = threading.Lock()
 def count(name: str, value: float = 1) -> None:
     with _metrics_lock:
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+
+class SweptJob(Protocol):
+    """What a scheduled sweep did with one job (`services.jobs.Outcome`,
+    `services.export_jobs.PartOutcome`)."""
+
+    @property
+    def job_id(self) -> str | None: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def reason(self) -> str: ...
+
+
+def report_swept(
+    outcomes: Sequence[SweptJob], *, message: str, metric: str, reason_key: str
+) -> dict[str, Any]:
+    """Log and count each job a sweep resumed or failed (metric `<metric><Status>`), and the
+    function's answer listing them."""
+    for o in outcomes:
+        logger.info(message, extra={"job_id": o.job_id, "status": o.status, reason_key: o.reason})
+        count(f"{metric}{o.status.capitalize()}")
+    return {"swept": [{"job_id": o.job_id, "status": o.status} for o in outcomes]}
 
 
 def _flushing_metrics(handler: Handler) -> Handler:

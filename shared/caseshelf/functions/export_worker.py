@@ -22,7 +22,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from caseshelf import bootstrap
-from caseshelf.api.app import count, instrumented, logger
+from caseshelf.api.app import count, instrumented, logger, report_swept
 from caseshelf.functions import EXPORT_DEAD_LETTER_QUEUE
 from caseshelf.services.export_jobs import PartJobs, message_of, sweep_part_jobs
 
@@ -79,13 +79,9 @@ def sweep() -> dict[str, Any]:
         services.export_jobs.clock,
         services.export_jobs.lease_seconds,
     )
-    for o in outcomes:
-        logger.info(
-            "job parts swept",
-            extra={"job_id": o.job_id, "status": o.status, "parts": o.reason},
-        )
-        count(f"ExportPartsSwept{o.status.capitalize()}")
-    return {"swept": [{"job_id": o.job_id, "status": o.status} for o in outcomes]}
+    return report_swept(
+        outcomes, message="job parts swept", metric="ExportPartsSwept", reason_key="parts"
+    )
 
 
 @instrumented

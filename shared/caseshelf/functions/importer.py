@@ -31,6 +31,7 @@ from caseshelf.api.app import (
     logger,
     make_resolver,
     problems,
+    report_swept,
 )
 from caseshelf.api.routes import (
     Cursor,
@@ -435,14 +436,12 @@ def is_sweep_event(event: dict[str, Any]) -> bool:
 def sweep_jobs() -> dict[str, Any]:
     """Resume (or fail, with the reason) the import jobs whose worker stopped and that no
     redelivery resumed, and start those whose object-created event never came."""
-    outcomes = svc().jobs.recover()
-    for outcome in outcomes:
-        logger.info(
-            "import job swept",
-            extra={"job_id": outcome.job_id, "status": outcome.status, "reason": outcome.reason},
-        )
-        count(f"ImportJobsSwept{outcome.status.capitalize()}")
-    return {"swept": [{"job_id": o.job_id, "status": o.status} for o in outcomes]}
+    return report_swept(
+        svc().jobs.recover(),
+        message="import job swept",
+        metric="ImportJobsSwept",
+        reason_key="reason",
+    )
 
 
 @instrumented
