@@ -4,6 +4,7 @@ schema cannot drift: the moto bucket and table take their properties from the te
 from __future__ import annotations
 
 import functools
+import re
 import socket
 import threading
 from pathlib import Path
@@ -51,6 +52,15 @@ def load_template(path: Path = TEMPLATE) -> dict[str, Any]:
 def resource_properties(name: str) -> dict[str, Any]:
     props: dict[str, Any] = load_template()["Resources"][name]["Properties"]
     return props
+
+
+def schedule_seconds(function: str, event: str) -> int:
+    """The period, in seconds, of a function's scheduled event in the template (its
+    `Schedule: rate(N minutes)`)."""
+    rate = resource_properties(function)["Events"][event]["Properties"]["Schedule"]
+    m = re.fullmatch(r"rate\((\d+) (minute|minutes|second|seconds)\)", rate)
+    assert m, rate
+    return int(m.group(1)) * (60 if m.group(2).startswith("minute") else 1)
 
 
 def _lifecycle_rule(rule: dict[str, Any]) -> dict[str, Any]:

@@ -232,17 +232,10 @@ def sweep_event() -> dict[str, Any]:
 def sweep_period_seconds() -> float:
     """How often the sweep runs, at most: the template's `SweepJobs` schedule (on AWS) and the
     local server's own period."""
-    import re
-
     from caseshelf.devserver import SWEEP_SECONDS
-    from tests.moto_infra import load_template
+    from tests.moto_infra import schedule_seconds
 
-    events = load_template()["Resources"]["ImporterFunction"]["Properties"]["Events"]
-    rate = events["SweepJobs"]["Properties"]["Schedule"]
-    m = re.fullmatch(r"rate\((\d+) (minute|minutes|second|seconds)\)", rate)
-    assert m, rate
-    aws = int(m.group(1)) * (60 if m.group(2).startswith("minute") else 1)
-    return max(aws, SWEEP_SECONDS)
+    return max(schedule_seconds("ImporterFunction", "SweepJobs"), SWEEP_SECONDS)
 
 
 @pytest.mark.parametrize("phase", [0.0, 0.5, 0.99], ids=["tick-at-death", "mid", "tick-before"])

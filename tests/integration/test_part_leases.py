@@ -8,7 +8,6 @@ with `kill -9`); time is the services' clock, moved by the test."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -39,7 +38,7 @@ from tests.integration.test_export_jobs import (
     one_pass,
 )
 from tests.integration.test_job_leases import Clock
-from tests.moto_infra import load_template, make_moto_dynamodb_atomic
+from tests.moto_infra import make_moto_dynamodb_atomic, schedule_seconds
 
 pytestmark = [
     pytest.mark.integration,
@@ -155,12 +154,7 @@ def lease_seconds() -> float:
 def parts_sweep_period_seconds() -> float:
     """How often the parts' sweep runs, at most: the export worker's `SweepParts` schedule (on
     AWS) and the local server's own period."""
-    events = load_template()["Resources"]["ExportWorkerFunction"]["Properties"]["Events"]
-    rate = events["SweepParts"]["Properties"]["Schedule"]
-    m = re.fullmatch(r"rate\((\d+) (minute|minutes|second|seconds)\)", rate)
-    assert m, rate
-    aws = int(m.group(1)) * (60 if m.group(2).startswith("minute") else 1)
-    return max(aws, SWEEP_SECONDS)
+    return max(schedule_seconds("ExportWorkerFunction", "SweepParts"), SWEEP_SECONDS)
 
 
 @pytest.mark.parametrize("phase", [0.0, 0.5, 0.99], ids=["tick-at-death", "mid", "tick-before"])
