@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test fuzz bench lint format openapi schemas clean deploy-ui dist lambda-check
+.PHONY: run test test-under-load fuzz bench lint format openapi schemas clean deploy-ui dist lambda-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ run: $(VENV)/.installed
 # (schemathesis, hypothesis) afresh, ~9 s of each worker's start.
 test: $(VENV)/.installed-dev $(HARBOR_STAMP) $(SAM_STAMP)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+
+# The suite RUNS times in a row beside a CPU-bound process; fails on a failed run or one over
+# 7 minutes (no test may depend on timing or scheduling).
+RUNS ?= 10
+test-under-load: $(VENV)/.installed-dev $(HARBOR_STAMP) $(SAM_STAMP)
+	scripts/suite_under_load.sh $(RUNS)
 
 # The API fuzzed against docs/openapi.json at a large size (make test runs the same test small).
 FUZZ_EXAMPLES ?= 200
