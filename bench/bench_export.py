@@ -339,9 +339,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--cases", type=int, default=10_000)
     # Each object costs the moto server ~6 ms on either side: 10,000 cases (40,001 objects, four
-    # transfers a round, three rounds) took ~50 minutes of `make bench`; 2,000 take ~13 and give
-    # the same ratios within noise (2026-12-02: 0.919 / 0.860 at 2,000 cases, 0.912 / 0.901 at
-    # 1,000; 2026-12-01: 0.995 / 0.874 at 10,000, one round).
+    # transfers a round, three rounds) take ~50 minutes of `make bench`; 2,000 take ~13 and give
+    # the same ratios within noise.
     parser.add_argument("--s3-cases", type=int, default=2_000)
     parser.add_argument("--job-cases", type=int, default=2_000)
     parser.add_argument("--parquet-cases", type=int, default=100_000)
