@@ -185,7 +185,8 @@ def _located(exc: CaseshelfError, where: str, name: str) -> CaseshelfError:
 
 
 class _Out(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Built on first use: a command answers with one of these.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class PinnedOut(_Out):

@@ -69,7 +69,8 @@ HEADER = (
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Built on first use: most commands that import this module read no lock file.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class SubsetPin(_Strict):

@@ -47,7 +47,8 @@ Seed = int | Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # Built on first use, as the other wire models are (`caseshelf.domain.models.Strict`).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, defer_build=True)
 
 
 class RegisterAs(_Wire):

@@ -52,7 +52,15 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import orjson
-from pydantic import Discriminator, Field, RootModel, Tag, ValidationError, model_validator
+from pydantic import (
+    ConfigDict,
+    Discriminator,
+    Field,
+    RootModel,
+    Tag,
+    ValidationError,
+    model_validator,
+)
 
 from caseshelf.domain import layout
 from caseshelf.domain.envelope import validation_problem
@@ -243,6 +251,9 @@ UploadSpec = Annotated[
 class UploadRequest(RootModel[UploadSpec]):
     """The body of `POST /uploads` (and, without `filename`, of a drop's `import.json`): the
     file's name and what to do with it once it lands, by `kind`."""
+
+    # Built on first use, as its three kinds are: a RootModel does not take their config.
+    model_config = ConfigDict(defer_build=True)
 
 
 def parse_upload(raw: Any) -> UploadRequest:
