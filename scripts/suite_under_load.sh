@@ -23,7 +23,7 @@ for i in $(seq 1 "$runs"); do
   make test >"$log_dir/run-$i.log" 2>&1
   rc=$?
   took=$(($(date +%s) - start))
-  summary=$(tail -n 1 "$log_dir/run-$i.log")
+  summary=$(grep -E "[0-9]+ (passed|failed)" "$log_dir/run-$i.log" | tail -n 1)
   echo "run $i/$runs: exit $rc, ${took} s: $summary"
   if [ "$rc" -ne 0 ]; then
     echo "run $i failed; its output is in $log_dir/run-$i.log" >&2
