@@ -6,6 +6,8 @@ number of cases, as an interrupt stops it."""
 
 from __future__ import annotations
 
+import gc
+import inspect
 import os
 from pathlib import Path
 from typing import Any
@@ -185,6 +187,28 @@ def test_a_staging_directory_holding_a_symlink_is_not_resumed(
     assert _tree(dest) == _tree(ref)
     assert outside.read_text() == "not the export's\n"
     assert not staging.exists()
+
+
+def _suspended_planners() -> set[int]:
+    """The export planning generators alive and not finished (each holds a reader thread)."""
+    code = export_stream._planned_cases.__code__
+    return {
+        id(g)
+        for g in gc.get_objects()
+        if inspect.isgenerator(g) and g.gi_code is code and g.gi_frame is not None
+    }
+
+
+@pytest.mark.parametrize("fmt", ["case-dirs", "harbor"])
+def test_a_killed_export_closes_its_reader_at_once(svc: Services, tmp_path: Path, fmt: str) -> None:
+    # Given an export killed part way, its exception still held (as a caller's handler holds it)
+    before = _suspended_planners()
+    with pytest.raises(Killed) as killed:
+        _export(svc, tmp_path / "test_data", fmt, progress=StopAfter(8))
+    # Then its planning generator is closed now, not left for the garbage collector to close
+    # wherever it runs (closing it joins its reader thread)
+    assert killed.value.__traceback__ is not None
+    assert _suspended_planners() - before == set()
 
 
 def test_another_exports_leftover_is_removed_not_mixed_in(svc: Services, tmp_path: Path) -> None:

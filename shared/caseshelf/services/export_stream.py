@@ -34,7 +34,7 @@ import stat
 import tarfile
 import tempfile
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import partial
@@ -524,7 +524,9 @@ def _planned_cases(
     shared_bodies: Mapping[str, bytes],
     sink: Sink,
     kept: _Warnings,
-) -> Iterator[tuple[Mapping[str, Any], CasePlan, list[PlannedFile], Mapping[str, bytes]]]:
+) -> Generator[
+    tuple[Mapping[str, Any], CasePlan, list[PlannedFile], Mapping[str, bytes]], None, None
+]:
     """Each case with its package's plan, the files of it to write (those an earlier run did
     not already write) and the stored bodies they need, a window of cases planned and their
     bodies read at a time."""
@@ -558,9 +560,11 @@ def _write_case_dirs(
         return _write_harbor(spec, windows, read_bodies, shared_bodies, sink, progress, warn)
     kept = _Warnings(warn)
     files = nbytes = 0
-    with open(sink.local(MANIFEST_NAME), "wb") as out:
+    planned = _planned_cases(spec, windows, read_bodies, shared_bodies, sink, kept)
+    # Closed as soon as the loop ends, a failure included, not whenever gc finds it: it holds
+    # the windows' reader thread.
+    with open(sink.local(MANIFEST_NAME), "wb") as out, contextlib.closing(planned):
         writer = ManifestWriter(out.write, _head(spec))
-        planned = _planned_cases(spec, windows, read_bodies, shared_bodies, sink, kept)
         for _, plan, todo, bodies in planned:
             sink.write(todo, bodies)
             size = sum(f.size for f in plan.files)
@@ -588,8 +592,12 @@ def _write_harbor(
     kept = _Warnings(warn)
     files = nbytes = 0
     entries_path = sink.local(MANIFEST_NAME).with_name(".manifest-cases")
-    with _HarborManifest(spec, sink) as registry, open(entries_path, "wb") as entries:
-        planned = _planned_cases(spec, windows, read_bodies, shared_bodies, sink, kept)
+    planned = _planned_cases(spec, windows, read_bodies, shared_bodies, sink, kept)
+    with (
+        _HarborManifest(spec, sink) as registry,
+        open(entries_path, "wb") as entries,
+        contextlib.closing(planned),  # as in `_write_case_dirs`
+    ):
         for n, (case, plan, todo, bodies) in enumerate(planned):
             sink.write(todo, bodies)
             size = sum(f.size for f in plan.files)

@@ -12,6 +12,7 @@ from bisect import bisect_left
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
@@ -434,7 +435,7 @@ def _read_each(read: Callable[[str], _T], keys: Iterable[str], workers: int) -> 
     if len(keys) <= 1:
         yield from map(read, keys)
         return
-    with started_pool(min(workers, len(keys)), "caseshelf-chunk") as pool:
+    with unjoined(started_pool(min(workers, len(keys)), "caseshelf-chunk")) as pool:
         pending: deque[Future[_T]] = deque()
         try:
             for key in keys:
@@ -446,6 +447,19 @@ def _read_each(read: Callable[[str], _T], keys: Iterable[str], workers: int) -> 
         finally:
             for future in pending:
                 future.cancel()
+
+
+@contextmanager
+def unjoined(pool: ThreadPoolExecutor) -> Iterator[ThreadPoolExecutor]:
+    """`pool`, shut down on leaving without waiting for its threads: the pool of a generator.
+    A generator left unfinished is closed wherever the garbage collector happens to find it,
+    which can be inside `threading`'s own bookkeeping in a thread that is starting, holding the
+    lock that joining a thread takes: a join there never returns. The threads end on their own
+    once the work in flight is done; work not yet begun is cancelled."""
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def started_pool(workers: int, name: str) -> ThreadPoolExecutor:

@@ -33,7 +33,7 @@ from caseshelf.domain.errors import Corrupt, NotFound
 from caseshelf.domain.export_formats import CaseWindow
 from caseshelf.domain.manifest import Location, Manifest, column_array
 from caseshelf.domain.versions import VersionRecord
-from caseshelf.services.storage import PACK_TARGET_BYTES, check_record
+from caseshelf.services.storage import PACK_TARGET_BYTES, check_record, unjoined
 
 if TYPE_CHECKING:
     from caseshelf.ports import BlobStore
@@ -307,7 +307,7 @@ def read_ahead(read: Callable[[int], CaseWindow], count: int) -> Iterator[CaseWi
     `export-parquet`). At most one window is read ahead."""
     if not count:
         return
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="caseshelf-read") as pool:
+    with unjoined(ThreadPoolExecutor(max_workers=1, thread_name_prefix="caseshelf-read")) as pool:
         pending = pool.submit(read, 0)
         for number in range(count):
             window = pending.result()
