@@ -1,5 +1,6 @@
-"""A generator that holds a thread pool (`read_ahead`, the chunk reads of `_read_each`) may be
-left unfinished and closed later, wherever the garbage collector finds it. That can be inside
+"""A generator that holds a thread pool (`read_ahead`, the chunk reads of `_read_each`, the
+span reads of `_fetch_concurrently`) may be left unfinished and closed later, wherever the
+garbage collector finds it. That can be inside
 `threading`'s bookkeeping in a thread that is starting, which holds
 `threading._shutdown_locks_lock`; joining a thread there takes that lock again and never
 returns: the whole process stops (a suite run stopped this way, in `Thread.start`). Closing
@@ -23,7 +24,7 @@ NEVER_RETURNS_S = 120
 SCRIPT = textwrap.dedent(
     """
     import threading
-    from caseshelf.services.storage import _read_each
+    from caseshelf.services.storage import _fetch_concurrently, _read_each
     from caseshelf.services.windowread import read_ahead
 
     def close_where_a_starting_thread_would(gen):
@@ -33,6 +34,7 @@ SCRIPT = textwrap.dedent(
 
     close_where_a_starting_thread_would(read_ahead(lambda n: [n], 5))
     close_where_a_starting_thread_would(_read_each(lambda k: k, ["a", "b", "c", "d", "e"], 2))
+    close_where_a_starting_thread_would(_fetch_concurrently(lambda k: b"", range(5), 2))
     print("closed")
     """
 )

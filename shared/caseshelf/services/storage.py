@@ -590,7 +590,7 @@ def _fetch_concurrently(
 ) -> Iterator[bytes]:
     """`fetch` of every item on a thread pool, answered in the items' order. The first error
     cancels what has not started and is raised."""
-    with started_pool(workers, "caseshelf-read") as pool:
+    with unjoined(started_pool(workers, "caseshelf-read")) as pool:
         futures: deque[Future[bytes]] = deque(pool.submit(fetch, item) for item in items)
         try:
             while futures:
