@@ -10,7 +10,12 @@ alternating, median of R:
 Beside each wall time, the CPU time of the process tree (user + sys, a worker included). Every
 run of the import must register the same content digest, with one process or two.
 
+With `--stages`, where one process's CPU goes at `--rows`, in microseconds a row: parsing, the
+strict-JSON check, mapping with canonical JSON and digests, storing; and its start-up
+(`import_stages.py`).
+
 Usage: python bench/bench_import_floor.py [--rows N] [--runs R] [--large-rows L] [--num-proc P]
+       [--stages]
 """
 
 from __future__ import annotations
@@ -108,6 +113,40 @@ def measure(rows: int, runs: int, num_proc: int, work: Path) -> dict[str, Any]:
     return result
 
 
+def stages(
+    rows: int, runs: int, one_cpu_s: float, floor_cpu_s: float, work: Path
+) -> dict[str, Any]:
+    """CPU microseconds a row in each stage of one import process (`import_stages.py`), medians
+    of `runs`; `startup_s` is the CPU of the same command on one row."""
+    data, one_row = work / "rows.jsonl", work / "one-row.jsonl"
+    gsm8k_jsonl(one_row, 1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASESHELF_")}
+    env.update({"PYTHONPYCACHEPREFIX": str(work / "pycache"), "PYTHONDONTWRITEBYTECODE": ""})
+    cli = str(Path(sys.executable).parent / "caseshelf")
+    script = str(BENCH_DIR / "import_stages.py")
+    cpu: dict[str, list[float]] = {"startup": [], "parse": [], "strict": [], "mapped": []}
+    for i in range(runs):
+        argv = [cli, "import", str(one_row), "--recipe", str(RECIPE), "--json"]
+        cpu["startup"].append(timed(argv, {**env, "CASESHELF_HOME": str(work / f"one-{i}")})[1])
+        for stage in ("parse", "strict", "mapped"):
+            out = timed([sys.executable, script, stage, str(data)], env)[2]
+            got = json.loads(out.strip().splitlines()[-1])
+            assert got["rows"] == rows, got
+            cpu[stage].append(got["cpu_s"])
+    m = {stage: median(values) for stage, values in cpu.items()}
+    per_row = 1e6 / rows
+    return {
+        "startup_s": round(m["startup"], 3),
+        "us_a_row": {
+            "parse": round(m["parse"] * per_row, 2),
+            "strict_check": round((m["strict"] - m["parse"]) * per_row, 2),
+            "mapping_canonical_digests": round((m["mapped"] - m["strict"]) * per_row, 2),
+            "storing": round((one_cpu_s - m["startup"] - m["mapped"]) * per_row, 2),
+            "floor": round(floor_cpu_s * per_row, 2),
+        },
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=100_000)
@@ -115,9 +154,16 @@ def main() -> None:
     parser.add_argument("--large-rows", type=int, default=0, help="e.g. 1000000; 0: skip")
     parser.add_argument("--large-runs", type=int, default=1)
     parser.add_argument("--num-proc", type=int, default=2)
+    parser.add_argument(
+        "--stages", action="store_true", help="also where one process's CPU goes, a row"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="caseshelf-bench-import-floor-") as tmp:
         small = measure(args.rows, args.runs, args.num_proc, Path(tmp) / "small")
+        if args.stages:
+            small["stages"] = stages(
+                args.rows, args.runs, small["one_cpu_s"], small["floor_cpu_s"], Path(tmp) / "small"
+            )
         emit({"bench": NAME, "size": "small", **small})
         figures: dict[str, Any] = {"bench": NAME, **small, "target": FLOOR_TARGET}
         ok = small["one_vs_floor"] <= FLOOR_TARGET
