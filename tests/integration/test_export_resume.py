@@ -7,9 +7,9 @@ number of cases, as an interrupt stops it."""
 from __future__ import annotations
 
 import gc
-import inspect
 import os
 from pathlib import Path
+from types import GeneratorType
 from typing import Any
 
 import orjson
@@ -192,10 +192,12 @@ def test_a_staging_directory_holding_a_symlink_is_not_resumed(
 def _suspended_planners() -> set[int]:
     """The export planning generators alive and not finished (each holds a reader thread)."""
     code = export_stream._planned_cases.__code__
+    # `type(...) is`, not `isinstance`: the heap holds weak proxies, and `isinstance` on one
+    # whose object has died raises.
     return {
         id(g)
         for g in gc.get_objects()
-        if inspect.isgenerator(g) and g.gi_code is code and g.gi_frame is not None
+        if type(g) is GeneratorType and g.gi_code is code and g.gi_frame is not None
     }
 
 
