@@ -152,8 +152,8 @@ def test_pull_over_http_gives_back_the_local_export(backend, shared_data, tmp_pa
     local = exports.export_version(ME, "gsm8k", "1.0.0", req, to=str(tmp_path / "local"))
     assert res.export_id == local.export_id and res.case_count == 26
     # When a pod pulls it, the bucket answering listings in pages of 50 keys, as S3 does in
-    # pages of 1,000 (106 keys: three pages; the store's listing past 1,000 real keys is
-    # tests/contract/test_blobstore_contract.py::test_list_pages_past_a_thousand_keys)
+    # pages of 1,000 (106 keys: three pages; the store's own paging is
+    # test_list_pages_through_more_keys_than_a_page_holds in the blob store contract)
     store = S3BlobStore(backend.s3, "pods")
     pages: list[str] = []
 

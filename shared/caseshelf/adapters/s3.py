@@ -66,9 +66,11 @@ def _translate(exc: Exception, key: str) -> Exception:
 
 
 class S3BlobStore:
-    def __init__(self, client: Any, bucket: str) -> None:
+    def __init__(self, client: Any, bucket: str, *, list_page: int = 1000) -> None:
+        """`list_page`: the keys `list` asks S3 for at a time (S3 answers 1,000 at most)."""
         self.client = client
         self.bucket = bucket
+        self.list_page = list_page
 
     def _write_args(self, key: str, content_type: str | None) -> dict[str, Any]:
         args: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
@@ -199,7 +201,10 @@ class S3BlobStore:
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         paginator = self.client.get_paginator("list_objects_v2")
         try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+            pages = paginator.paginate(
+                Bucket=self.bucket, Prefix=prefix, PaginationConfig={"PageSize": self.list_page}
+            )
+            for page in pages:
                 for obj in page.get("Contents", ()):
                     yield ObjectInfo(obj["Key"], int(obj["Size"]), obj["LastModified"].timestamp())
         except _FAILURES as exc:
