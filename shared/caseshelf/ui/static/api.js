@@ -103,6 +103,22 @@ export const post = (path, body, query) => request("POST", path, { body, query }
 export const put = (path, body) => request("PUT", path, { body });
 export const del = (path) => request("DELETE", path);
 
+// A job (a 202's answer) followed with GET /jobs/{id} until it ends, `show(job)` called on each
+// look meanwhile. The first look is 100 ms after the start and each next one twice as far, up
+// to a second apart: a small job is seen done at once, a long one is asked about once a second.
+// The ended job; null when `alive()` says the page was left.
+export async function followJob(job, show, alive = () => true) {
+  let wait = 100;
+  while (job.state !== "succeeded" && job.state !== "failed") {
+    if (show) show(job);
+    await new Promise((resolve) => setTimeout(resolve, wait));
+    if (!alive()) return null;
+    wait = Math.min(2 * wait, 1000);
+    job = await get(job.url || `/jobs/${enc(job.id)}`);
+  }
+  return job;
+}
+
 // A file to a presigned PUT URL (S3, or the local server's /_uploads/<token>).
 export async function upload(url, file, onProgress) {
   return new Promise((resolve, reject) => {

@@ -6,27 +6,23 @@
 // reference) are read from the API's own OpenAPI document, so both offer what the export route
 // takes.
 
-import { get, getConfig, paths, post, request } from "../api.js";
+import { followJob, get, getConfig, paths, post, request } from "../api.js";
 import { copyButton, field, fmtBytes, fmtInt, h, replace } from "../dom.js";
 import { codeBlock } from "../highlight.js";
 import { errorBox } from "../app.js";
 import { selectionForm } from "./selection.js";
 
 const KNOWN = new Set(["subset", "shared_files", "format"]);
-const POLL_MS = 500;
 
 // The export's answer: at once (200, complete already), or, for a new export (202, a job of
 // parts), its job followed with GET /jobs/{id} until it ends, its progress shown meanwhile.
 async function exported(answer, status) {
   if (answer.status !== 202) return answer.data;
-  let job = answer.data;
-  while (job.state !== "succeeded" && job.state !== "failed") {
-    const p = job.progress;
-    const doing = job.kind === "download" ? "Rendering the document" : "Exporting";
+  const job = await followJob(answer.data, (j) => {
+    const p = j.progress;
+    const doing = j.kind === "download" ? "Rendering the document" : "Exporting";
     if (status) replace(status, h("p", { class: "muted", role: "status" }, p ? `${doing}… ${fmtInt(p.cases_written)} of ${fmtInt(p.cases_total)} cases (${fmtInt(p.parts_done)} of ${fmtInt(p.parts_total)} parts)` : `${doing}…`));
-    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
-    job = await get(job.url);
-  }
+  });
   if (job.state === "failed") {
     throw new Error((job.error && job.error.detail) || `the ${job.kind || "export"} failed`);
   }

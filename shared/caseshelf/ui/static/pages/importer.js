@@ -6,7 +6,7 @@
 // previewed from its first part (sent inline as the source's `text`), then uploaded through
 // `POST /uploads` and imported by the worker; the page follows the job (`GET /jobs/{id}`).
 
-import { get, paths, post, upload } from "../api.js";
+import { followJob, get, paths, post, upload } from "../api.js";
 import { field, fmtBytes, fmtInt, h, replace, uid } from "../dom.js";
 import { jsonBlock } from "../highlight.js";
 import { errorBox, navigate } from "../app.js";
@@ -18,7 +18,6 @@ const MAPPING_FIELDS = [
   ["answer_field", "Ground truth from"],
 ];
 const CATEGORIES = ["qa", "coding", "browser", "tool", "agent"];
-const POLL_MS = 400;
 
 function formatOf(name) {
   const n = name.toLowerCase();
@@ -384,21 +383,15 @@ export async function importRoute(ctx) {
         if (!up.upload_url) throw new Error("this server takes no uploads (no upload URL)");
         progress(`Uploading ${file.name}…`, 0, file.size);
         await upload(up.upload_url, file, (done, total) => progress(`Uploading ${file.name}… ${fmtBytes(done)} of ${fmtBytes(total)}`, done, total));
-        for (;;) {
-          const job = await get(`/jobs/${encodeURIComponent(up.job_id)}`);
-          if (job.state === "succeeded") {
-            const r = job.result || {};
-            await land(r.id || r.dataset || target().dataset, r.version);
-            return;
-          }
-          if (job.state === "failed") {
-            const err = job.error || {};
-            throw new Error(`the import failed: ${err.detail || err.title || "unknown error"}`);
-          }
-          progress(`Job ${job.id}: ${job.state}`);
-          await new Promise((r) => setTimeout(r, POLL_MS));
-          if (!ctx.alive()) return;
+        const first = await get(`/jobs/${encodeURIComponent(up.job_id)}`);
+        const job = await followJob(first, (j) => progress(`Job ${j.id}: ${j.state}`), ctx.alive);
+        if (!job) return;
+        if (job.state === "failed") {
+          const err = job.error || {};
+          throw new Error(`the import failed: ${err.detail || err.title || "unknown error"}`);
         }
+        const r = job.result || {};
+        await land(r.id || r.dataset || target().dataset, r.version);
       } catch (err) {
         replace(progressEl);
         fail(err);

@@ -2,7 +2,7 @@
 // register it as a derived version (`register_as`). Nothing is registered before that.
 // Registering is a job (202): followed with GET /jobs/{id} until it ends, as exports are.
 
-import { get, paths, post } from "../api.js";
+import { followJob, paths, post } from "../api.js";
 import { field, fmtInt, h, replace } from "../dom.js";
 import { jsonBlock } from "../highlight.js";
 import { errorBox } from "../app.js";
@@ -10,18 +10,14 @@ import { selectionForm } from "./selection.js";
 import { userText } from "./version.js";
 
 const SHOWN = 50;
-const POLL_MS = 500;
 
 // The registration's job followed to its end: its result (`parent`, `stamp`, `registered`),
 // its progress shown in `status` meanwhile; a failed job throws its error.
 async function registeredBy(answer, status) {
-  let job = answer.data;
-  while (job.state !== "succeeded" && job.state !== "failed") {
-    const p = job.progress;
+  const job = await followJob(answer.data, (j) => {
+    const p = j.progress;
     replace(status, h("p", { class: "muted", role: "status" }, p ? `Registering… ${fmtInt(p.cases_registered)} of ${fmtInt(p.cases_selected)} cases` : "Registering…"));
-    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
-    job = await get(job.url);
-  }
+  });
   if (job.state === "failed") {
     throw new Error((job.error && job.error.detail) || "the registration failed");
   }
