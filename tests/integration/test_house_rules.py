@@ -13,7 +13,8 @@ And rules the package keeps, read from `shared/caseshelf`:
   under `TYPE_CHECKING`) has no cycle;
 - an import inside a function says why it is there, with a `# lazy: <reason>` comment on its
   line (a measured start-up cost);
-- no function is longer than 80 lines.
+- no function is longer than 80 lines;
+- no tracked file is a leftover of a merge or an editor (`.orig`, `.rej`, `.bak`, `.swp`, `~`).
 
 Each rule has an allow-list of what is known to break it today; it must only shrink (an entry
 that no longer breaks the rule fails too, so that the list is kept true).
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import gc
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -325,3 +327,15 @@ def test_functions_are_at_most_80_lines(package_trees: dict[Path, ast.Module]) -
                 long.add(f"{path.relative_to(PACKAGE).as_posix()}:{name}")
     assert sorted(long - LONG_FUNCTIONS) == [], f"functions over {MAX_FUNCTION_LINES} lines"
     assert sorted(LONG_FUNCTIONS - long) == [], "no longer over the limit: take out of the list"
+
+
+LEFTOVER_SUFFIXES = (".orig", ".rej", ".bak", ".swp", "~")
+
+
+def test_no_tracked_file_is_a_merge_or_editor_leftover() -> None:
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=TESTS.parent, capture_output=True, check=True
+    ).stdout.decode()
+    tracked = listed.split("\0")
+    assert len(tracked) > 100, "git listed too few files to be this repository"
+    assert [f for f in tracked if f.endswith(LEFTOVER_SUFFIXES)] == []
