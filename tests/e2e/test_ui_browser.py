@@ -66,7 +66,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 class Page:
     """A browser tab with what went wrong in it: page errors, console errors, dialogs."""
 
-    def __init__(self, context: Any, base: str, shots: Path) -> None:
+    def __init__(self, context: Any, base: str, shots: Path | None) -> None:
         self.tab = context.new_page()
         self.base = base
         self.shots = shots
@@ -117,28 +117,27 @@ class Page:
     def text(self, selector: str) -> str:
         return str(self.tab.locator(selector).first.inner_text()).strip()
 
-    def shot(self, name: str) -> Path:
-        path = self.shots / f"{name}.png"
-        self.tab.screenshot(path=str(path), full_page=True)
-        return path
+    def shot(self, name: str) -> None:
+        """A full-page screenshot named `name`, when screenshots are kept (`shots_dir`)."""
+        if self.shots is not None:
+            self.tab.screenshot(path=str(self.shots / f"{name}.png"), full_page=True)
 
 
-def shots_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+def shots_dir(request: pytest.FixtureRequest) -> Path | None:
     """Where a scenario's screenshots go: `$CASESHELF_TEST_ARTIFACTS/<test name>/` when that is
-    set (kept after the run), else the test's temporary directory."""
+    set; otherwise none are taken (nothing checks them, and each full page rendered in software
+    costs the browser a few hundred milliseconds of CPU)."""
     root = os.environ.get("CASESHELF_TEST_ARTIFACTS")
     if not root:
-        return tmp_path
+        return None
     where = Path(root) / re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
     where.mkdir(parents=True, exist_ok=True)
     return where
 
 
 @pytest.fixture
-def page(
-    browser: Any, server: str, request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[Page]:
-    p = Page(browser, server, shots_dir(request, tmp_path))
+def page(browser: Any, server: str, request: pytest.FixtureRequest) -> Iterator[Page]:
+    p = Page(browser, server, shots_dir(request))
     yield p
     p.shot("last")
     p.tab.close()

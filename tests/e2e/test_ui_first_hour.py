@@ -43,10 +43,8 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture
-def page(
-    browser: Any, server: str, request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[Page]:
-    p = Page(browser, server, shots_dir(request, tmp_path))
+def page(browser: Any, server: str, request: pytest.FixtureRequest) -> Iterator[Page]:
+    p = Page(browser, server, shots_dir(request))
     p.requests: list[str] = []  # type: ignore[misc]
     p.tab.on("request", lambda r: p.requests.append(r.url))  # type: ignore[attr-defined]
     yield p
