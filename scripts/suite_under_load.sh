@@ -20,7 +20,8 @@ trap 'kill "$busy" 2>/dev/null' EXIT
 status=0
 for i in $(seq 1 "$runs"); do
   start=$(date +%s)
-  make test >"$log_dir/run-$i.log" 2>&1
+  # each run's log ends with its slowest tests: where a slow run spent its time
+  PYTEST_ADDOPTS="--durations=25 ${PYTEST_ADDOPTS:-}" make test >"$log_dir/run-$i.log" 2>&1
   rc=$?
   took=$(($(date +%s) - start))
   summary=$(grep -E "[0-9]+ (passed|failed)" "$log_dir/run-$i.log" | tail -n 1)
