@@ -50,15 +50,13 @@ run: $(VENV)/.installed
 	$(BIN)/caseshelf init .
 	$(BIN)/caseshelf serve --host $(HOST) --port $(PORT)
 
-# Three workers, a test file each (module fixtures such as the browser's are built once), the
-# slowest files first (tests/conftest.py: SLOW_FIRST). About a quarter of a worker's time is
-# spent waiting on processes it started (the browser, servers, pip, the Lambda sandbox), which a
-# third worker fills: 247 s instead of 258 s on two cores, and more under a CPU-bound neighbour. Python's bytecode cache stays on even
+# Both cores, a test file per worker (module fixtures such as the browser's are built once),
+# the slowest files first (tests/conftest.py: SLOW_FIRST). Python's bytecode cache stays on even
 # where the environment turns it off (PYTHONDONTWRITEBYTECODE): without it every pytest process
 # compiles the project again and rewrites the asserts of every test module and pytest plugin
 # (schemathesis, hypothesis) afresh, ~9 s of each worker's start.
 test: $(VENV)/.installed-dev $(HARBOR_STAMP) $(SAM_STAMP)
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # The suite RUNS times in a row beside a CPU-bound process; fails on a failed run or one over
 # 7 minutes (no test may depend on timing or scheduling).
