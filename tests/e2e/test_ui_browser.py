@@ -848,6 +848,48 @@ def test_the_url_filter_and_the_line_diff_as_the_pages_use_them(page: Page) -> N
     assert ops == [" a", "-b", "+B", " c", " d", "+e"]
 
 
+FOLLOW = """async (alive) => {
+  const waits = [];
+  const shown = [];
+  const real = window.setTimeout;
+  window.setTimeout = (fn, ms) => { waits.push(ms); return real(fn, 0); };
+  try {
+    const { followJob } = await import('/static/api.js');
+    const start = { id: "j1", url: "/jobs/j1", state: "pending" };
+    const job = await followJob(start, (j) => shown.push(j.state), () => alive);
+    return { waits, shown, state: job && job.state };
+  } finally {
+    window.setTimeout = real;
+  }
+}"""
+
+
+def test_a_job_is_looked_at_soon_then_at_most_once_a_second(page: Page) -> None:
+    # Given a job that is still running at its first seven looks and done at the eighth (the
+    # page's waits recorded, not waited)
+    looks: list[str] = []
+
+    def answer(route: Any) -> None:
+        looks.append(route.request.url)
+        state = "succeeded" if len(looks) == 8 else "running"
+        body = {"id": "j1", "url": "/jobs/j1", "state": state}
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+    page.goto("/")
+    page.tab.route("**/jobs/j1", answer)
+    # When the UI follows it
+    got = page.tab.evaluate(FOLLOW, True)
+    # Then it looks after 100 ms, then twice as long each time, up to once a second, and shows
+    # each state it saw until the job ended
+    assert got["waits"] == [100, 200, 400, 800, 1000, 1000, 1000, 1000]
+    assert got["shown"] == ["pending"] + ["running"] * 7
+    assert got["state"] == "succeeded" and len(looks) == 8
+    # And a page that was left stops after its wait, without another look
+    looks.clear()
+    assert page.tab.evaluate(FOLLOW, False) == {"waits": [100], "shown": ["pending"], "state": None}
+    assert looks == []
+
+
 def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
