@@ -151,17 +151,13 @@ def test_pull_over_http_gives_back_the_local_export(backend, shared_data, tmp_pa
     res = exports.export_version(ME, "gsm8k", "1.0.0", req, to="s3://pods/evals/gsm8k")
     local = exports.export_version(ME, "gsm8k", "1.0.0", req, to=str(tmp_path / "local"))
     assert res.export_id == local.export_id and res.case_count == 26
-    # When a pod pulls it, the bucket answering listings in pages of 50 keys, as S3 does in
-    # pages of 1,000 (106 keys: three pages; the store's own paging is
-    # test_list_pages_through_more_keys_than_a_page_holds in the blob store contract)
-    store = S3BlobStore(backend.s3, "pods")
+    # When a pod pulls it, listing the bucket 50 keys at a time, as S3 answers 1,000 (106 keys:
+    # three pages)
+    store = S3BlobStore(backend.s3, "pods", list_page=50)
     pages: list[str] = []
-
-    def small_pages(params: dict, **kw: object) -> None:
-        params["MaxKeys"] = 50
-        pages.append("page")
-
-    backend.s3.meta.events.register("before-parameter-build.s3.ListObjectsV2", small_pages)
+    backend.s3.meta.events.register(
+        "before-parameter-build.s3.ListObjectsV2", lambda **kw: pages.append("page")
+    )
     got = pull(store, "evals/gsm8k", tmp_path / "test_data", concurrency=8)
     assert len(pages) == 3
     # Then the directory is byte for byte the local export
