@@ -27,6 +27,7 @@ from tests.moto_infra import (
     create_bucket,
     create_table,
     free_port,
+    list_moto_services_once,
     make_moto_dynamodb_atomic,
     share_aws_models,
 )
@@ -164,6 +165,7 @@ def moto_server() -> Iterator[str]:
     from moto.server import ThreadedMotoServer
 
     make_moto_dynamodb_atomic()
+    list_moto_services_once()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

