@@ -35,7 +35,14 @@ from tests.moto_infra import (
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT / ".." / "shared" / "data"
 REGION = "us-east-1"
+# A port's own contract (blob store, index, streamed and verified reads) runs over every
+# implementation and fake of it: the embedded adapters, the AWS adapters on moto in process and
+# on a moto server over HTTP.
 BACKENDS = ("embedded", "moto", "moto_server")
+# A service's contract runs over each implementation of the ports once: the embedded adapters,
+# and the AWS adapters on a moto server, reached over HTTP as deployed code reaches AWS. Moto in
+# process would run the same adapter code on the same fake without the HTTP.
+SERVICE_BACKENDS = ("embedded", "moto_server")
 
 share_aws_models()  # one parse of the AWS models per test process, not one per backend
 
@@ -68,6 +75,15 @@ SLOW_FIRST = (
     "tests/lambda/test_cold_start.py",
     "tests/lambda/test_tmp_limit.py",
 )
+
+
+@pytest.hookimpl(tryfirst=True)  # the mark is read by the hooks that parametrize
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test of a service's contract (marked `services`) runs over `SERVICE_BACKENDS`."""
+    if "backend" in metafunc.fixturenames and metafunc.definition.get_closest_marker("services"):
+        metafunc.definition.add_marker(
+            pytest.mark.parametrize("backend", SERVICE_BACKENDS, indirect=True)
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -25,7 +25,7 @@ from caseshelf.services.registry import RegistryService, parse_dataset
 from caseshelf.services.verify import verify_versions
 from tests.conftest import Backend
 
-pytestmark = pytest.mark.contract
+pytestmark = [pytest.mark.contract, pytest.mark.services]
 
 ME = Identity("acme", "alice")
 HOUR = 3600.0

@@ -14,7 +14,7 @@ from caseshelf.services.registry import RegistryService, parse_dataset, parse_he
 from tests.conftest import Backend
 from tests.contract.test_registry_contract import ALICE, SHARED_ADMIN, cases
 
-pytestmark = pytest.mark.contract
+pytestmark = [pytest.mark.contract, pytest.mark.services]
 
 
 @pytest.fixture

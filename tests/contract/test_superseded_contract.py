@@ -23,7 +23,7 @@ from caseshelf.services.registry import writer as registry_writer
 from caseshelf.services.storage import read_cases
 from tests.conftest import Backend
 
-pytestmark = pytest.mark.contract
+pytestmark = [pytest.mark.contract, pytest.mark.services]
 
 ME = Identity("acme", "alice")
 

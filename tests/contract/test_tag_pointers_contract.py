@@ -14,7 +14,7 @@ from caseshelf.services.versioned import VersionedStore
 from tests.conftest import Backend
 from tests.contract.test_registry_contract import ALICE, BOB, dataset, register
 
-pytestmark = pytest.mark.contract
+pytestmark = [pytest.mark.contract, pytest.mark.services]
 
 
 @pytest.fixture
