@@ -14,7 +14,7 @@ import pytest
 
 from caseshelf import bootstrap
 from caseshelf.devserver import DevServer
-from tests.helpers import dev_server, tar_gz
+from tests.helpers import dev_server, forged, tar_gz
 from tests.helpers import http_call as call
 from tests.helpers import run_cli as caseshelf
 
@@ -106,10 +106,12 @@ def test_upload_urls_are_signed_limited_and_need_a_length(server: DevServer) -> 
         {"filename": "rows.jsonl", "recipe": "gsm8k", "dataset": "x"},
     ).json
     url = up["upload_url"]
-    payload, _, mac = url.rsplit("/", 1)[1].partition(".")
     # A token whose signature does not match is refused, and nothing lands
-    forged = f"{server.url}/_uploads/{payload}.{mac[:-2]}AA"
-    refused = call(forged, "PUT", raw=b'{"question": "q", "answer": "#### 1"}\n')
+    refused = call(
+        f"{server.url}/_uploads/{forged(url.rsplit('/', 1)[1])}",
+        "PUT",
+        raw=b'{"question": "q", "answer": "#### 1"}\n',
+    )
     assert refused.status == 403 and "signature" in refused.json["detail"]
     assert bootstrap.services().store.head(up["key"]) is None
     # A body over the server's upload limit is 413
