@@ -35,14 +35,6 @@ ETAG = "0123456789abcdef0123456789abcdef"
 # -- Lambda handlers ---------------------------------------------------------------------------
 
 
-def forged(token: str) -> str:
-    """A signed token `<payload>.<mac>` with its mac's first character changed: a signature
-    that differs for certain. (A change at the end may not: the last base64 characters of a mac
-    can already be the ones written over it.)"""
-    payload, _, mac = token.partition(".")
-    return f"{payload}.{'B' if mac[0] == 'A' else 'A'}{mac[1:]}"
-
-
 def sample_event(name: str) -> dict[str, Any]:
     """A fresh copy of the API Gateway (or S3) event sample `tests/events/<name>`."""
     data: dict[str, Any] = json.loads((EVENTS / name).read_text())
@@ -148,6 +140,14 @@ def tar_gz(root: Path, arcname: str, *, compresslevel: int = 9) -> bytes:
 
 
 # -- the local dev server ----------------------------------------------------------------------
+
+
+def forged(token: str) -> str:
+    """A signed token `<payload>.<mac>` with its mac's first character changed: a signature
+    that differs for certain. (A change at the end may not: the last base64 characters of a mac
+    can already be the ones written over it.)"""
+    payload, _, mac = token.partition(".")
+    return f"{payload}.{'B' if mac[0] == 'A' else 'A'}{mac[1:]}"
 
 
 @contextmanager
