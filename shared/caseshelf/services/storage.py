@@ -235,11 +235,11 @@ class ManifestWriter:
     between leaves only objects no root names, which `gc` collects. With `workers` above one
     (a remote store) the puts run on that many threads while the caller goes on: a PUT waits on
     the network, and ~100 chunks of a 100,000-case version one at a time against S3 would add
-    ~100 round trips. With one (local disk) each put runs in the caller's thread: there an
-    object is a file made, written, synced and linked, a dozen short system calls, and a
-    thread making them waits for the GIL after each one while the caller maps rows, and the
-    caller then waits for the thread (an import took 0.92-0.98 of the wall time it took with
-    the thread, at 100,000 to 1,000,000 rows)."""
+    ~100 round trips. With one (the embedded store's setting) each put runs in the caller's
+    thread: on local disk an object is a file made, written, synced and linked, a dozen short
+    system calls, and a thread making them waits for the GIL after each one while the caller
+    maps rows, and the caller then waits for the thread (an import took 0.92-0.98 of the wall
+    time it took with the thread, at 100,000 to 1,000,000 rows)."""
 
     def __init__(self, store: BlobStore, tenant: str, *, workers: int = 1) -> None:
         self._store = store
